@@ -1,0 +1,448 @@
+"""Magic v2 record batches: header layout, CRC, decompression, and decoding to Arrow.
+
+Wire layout (spec §1.2; Java ``DefaultRecordBatch``), all big-endian::
+
+    off  size field                  notes
+      0     8 baseOffset             broker-assigned; 0 from producers
+      8     4 batchLength            bytes after this field (total = 12 + batchLength)
+     12     4 partitionLeaderEpoch   not covered by the CRC
+     16     1 magic                  2
+     17     4 crc                    CRC-32C over bytes [21, end)
+     21     2 attributes             low byte: codec(0-2) tsType(3) txn(4) control(5) delHorizon(6)
+     23     4 lastOffsetDelta
+     27     8 baseTimestamp
+     35     8 maxTimestamp
+     43     8 producerId
+     51     2 producerEpoch
+     53     4 baseSequence
+     57     4 recordsCount
+     61     - records (one compressed stream when the codec is not none)
+
+Decoding never raises on bad bytes: a batch that cannot be read becomes a batches-table row with
+``decode_error`` set (and ``crc_valid`` False when the checksum is wrong), and the records that
+could be read before the problem are kept.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from kqlab.kafka import legacy
+from kqlab.kafka.checksums import crc32c
+from kqlab.kafka.compression import Codec, DecompressionError, decompress
+from kqlab.kafka.records_parser import ParsedRecords, parse_records, render_parse_error
+from kqlab.records import BATCHES_SCHEMA, HEADER_TYPE, RECORDS_SCHEMA
+
+V2_HEADER = struct.Struct(">qiibIhiqqqhii")
+RECORD_BATCH_OVERHEAD = V2_HEADER.size  # 61
+LOG_OVERHEAD = 12  # baseOffset + batchLength
+MAGIC_OFFSET = 16
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21
+BASE_SEQUENCE_OFFSET = 53
+
+CODEC_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_MASK = 0x10
+CONTROL_MASK = 0x20
+DELETE_HORIZON_MASK = 0x40
+
+NO_TIMESTAMP = -1
+NO_PRODUCER_ID = -1
+NO_SEQUENCE = -1
+INT32_MAX = 2**31 - 1
+
+_CODEC_LABELS = {c.value: c.label for c in Codec}
+
+
+def codec_label(codec_id: int) -> str:
+    """``"lz4"`` for 3; ``"unknown(5)"`` for ids Kafka does not define."""
+    return _CODEC_LABELS.get(codec_id, f"unknown({codec_id})")
+
+
+def increment_sequence(sequence: int, increment: int) -> int:
+    """``DefaultRecordBatch.incrementSequence``: wraps past 2^31-1 to 0."""
+    if sequence > INT32_MAX - increment:
+        return increment - (INT32_MAX - sequence) - 1
+    return sequence + increment
+
+
+@dataclass(frozen=True, slots=True)
+class RecordBatchHeader:
+    """The 61-byte v2 header, field by field, plus the properties the broker derives."""
+
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @classmethod
+    def parse(cls, data: bytes) -> RecordBatchHeader:
+        """Parse the header at the start of ``data`` (at least 61 bytes)."""
+        return cls(*V2_HEADER.unpack_from(data, 0))
+
+    @property
+    def size(self) -> int:
+        """Total bytes of the batch (``12 + batchLength``)."""
+        return LOG_OVERHEAD + self.batch_length
+
+    @property
+    def codec(self) -> int:
+        """Codec id (0 none .. 4 zstd; 5-7 are invalid)."""
+        return self.attributes & CODEC_MASK
+
+    @property
+    def timestamp_type(self) -> int:
+        """0 CreateTime, 1 LogAppendTime."""
+        return 1 if self.attributes & TIMESTAMP_TYPE_MASK else 0
+
+    @property
+    def is_transactional(self) -> bool:
+        """The transactional attribute bit."""
+        return bool(self.attributes & TRANSACTIONAL_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        """The control-batch attribute bit (transaction markers)."""
+        return bool(self.attributes & CONTROL_MASK)
+
+    @property
+    def has_delete_horizon(self) -> bool:
+        """``baseTimestamp`` holds a delete horizon (set by the log cleaner)."""
+        return bool(self.attributes & DELETE_HORIZON_MASK)
+
+    @property
+    def last_offset(self) -> int:
+        """``baseOffset + lastOffsetDelta`` in 64-bit."""
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def last_sequence(self) -> int:
+        """Sequence of the last record, wrapping like the broker; -1 without a sequence."""
+        if self.base_sequence == NO_SEQUENCE:
+            return NO_SEQUENCE
+        return increment_sequence(self.base_sequence, self.last_offset_delta)
+
+
+def batch_crc_valid(data: bytes) -> tuple[bool, int]:
+    """``(valid, computed)`` for a v2 batch: size >= 61 and the stored CRC matches."""
+    if len(data) < RECORD_BATCH_OVERHEAD:
+        return False, 0
+    computed = crc32c(data[ATTRIBUTES_OFFSET:])
+    (stored,) = struct.unpack_from(">I", data, CRC_OFFSET)
+    return stored == computed, computed
+
+
+def records_region(data: bytes, codec: int) -> tuple[bytes, DecompressionError | None]:
+    """The batch's (decompressed) records bytes and the codec failure, if any."""
+    raw = data[RECORD_BATCH_OVERHEAD:]
+    if codec == Codec.NONE:
+        return raw, None
+    try:
+        return decompress(codec, raw), None
+    except DecompressionError as exc:
+        return exc.partial, exc
+
+
+# --------------------------------------------------------------------------------------------
+# Decoding to the records / batches tables
+# --------------------------------------------------------------------------------------------
+
+_BATCH_COLUMNS = [f.name for f in BATCHES_SCHEMA]
+
+
+class TableBuilder:
+    """Accumulates decoded batches and builds the records and batches Arrow tables.
+
+    Batches are fed in log order with :meth:`add`; v2 record regions are parsed together in
+    :meth:`flush` (one parser call per chunk), so the per-batch Python work is a header unpack,
+    a CRC and a decompression.
+    """
+
+    def __init__(self, topic: str = "", partition: int = -1, framing: str = "exact"):
+        self.topic = topic
+        self.partition = partition
+        self.framing = framing
+        self._cols: dict[str, list] = {name: [] for name in _BATCH_COLUMNS}
+        self._record_tables: list[pa.Table] = []
+        # pending v2 batches: region bytes, declared count, base offset, base ts, max ts, LAT
+        self._regions: list[bytes] = []
+        self._counts: list[int] = []
+        self._pending_rows: list[int] = []
+        self._base_offsets: list[int] = []
+        self._base_ts: list[int] = []
+        self._max_ts: list[int] = []
+        self._lat: list[bool] = []
+        self._stream: list[bool] = []
+        self._decode_errors: list[str | None] = self._cols["decode_error"]
+        self.records_added = 0
+
+    # -- batch rows ------------------------------------------------------------------------
+    def _row(self, **values: object) -> int:
+        cols = self._cols
+        for name in _BATCH_COLUMNS:
+            cols[name].append(values.get(name))
+        return len(cols["topic"]) - 1
+
+    def add(self, position: int | None, data: bytes) -> None:
+        """Decode one batch (``data`` = its complete bytes, starting with baseOffset)."""
+        if len(data) <= MAGIC_OFFSET:
+            self._row(topic=self.topic, partition=self.partition, size_bytes=len(data),
+                      position=position, crc_valid=False, framing=self.framing,
+                      decode_error=f"batch of {len(data)} bytes is too short to hold a magic "
+                                   "byte")
+            return
+        magic = data[MAGIC_OFFSET]
+        if magic == 2:
+            self._add_v2(position, data)
+        elif magic in (0, 1):
+            self._add_legacy(position, data)
+        else:
+            base_offset = struct.unpack_from(">q", data, 0)[0]
+            self._row(topic=self.topic, partition=self.partition, batch_offset=base_offset,
+                      magic=magic - 256 if magic > 127 else magic, size_bytes=len(data),
+                      position=position, crc_valid=False, framing=self.framing,
+                      decode_error=f"Invalid magic found in record: "
+                                   f"{magic - 256 if magic > 127 else magic}")
+
+    def _add_v2(self, position: int | None, data: bytes) -> None:
+        size = len(data)
+        if size < RECORD_BATCH_OVERHEAD:
+            base_offset = struct.unpack_from(">q", data, 0)[0]
+            self._row(topic=self.topic, partition=self.partition, batch_offset=base_offset,
+                      magic=2, size_bytes=size, position=position, crc_valid=False,
+                      framing=self.framing,
+                      decode_error=f"batch of {size} bytes is shorter than the "
+                                   f"{RECORD_BATCH_OVERHEAD}-byte v2 header")
+            return
+        (base_offset, _length, ple, _magic, crc, attributes, last_delta, base_ts, max_ts, pid,
+         epoch, base_seq, count) = V2_HEADER.unpack_from(data, 0)
+        crc_ok = crc32c(data[ATTRIBUTES_OFFSET:]) == crc
+        attr = attributes & 0xFF
+        codec = attr & CODEC_MASK
+        lat = bool(attr & TIMESTAMP_TYPE_MASK)
+        error = None
+        if codec > Codec.ZSTD:
+            region: bytes = b""
+            error = f"Unknown compression type id {codec}"
+            count_for_parse = 0
+        else:
+            region, exc = records_region(data, codec)
+            if exc is not None:
+                error = ("Failed to decompress record stream" if not exc.truncated else
+                         "Incorrect declared batch size, premature EOF reached") + f" ({exc})"
+            count_for_parse = count
+        row = self._row(
+            topic=self.topic, partition=self.partition, batch_offset=base_offset,
+            last_offset_delta=last_delta, magic=2, compression=codec_label(codec),
+            timestamp_type=1 if lat else 0, is_transactional=bool(attr & TRANSACTIONAL_MASK),
+            is_control=bool(attr & CONTROL_MASK), producer_id=pid, producer_epoch=epoch,
+            base_sequence=base_seq, partition_leader_epoch=ple, record_count=count,
+            size_bytes=size, first_timestamp=base_ts, max_timestamp=max_ts, crc_valid=crc_ok,
+            framing=self.framing, position=position, attributes=attributes, crc=crc,
+            decode_error=error)
+        self._regions.append(region)
+        self._counts.append(count_for_parse)
+        self._pending_rows.append(row)
+        self._base_offsets.append(base_offset)
+        self._base_ts.append(base_ts)
+        self._max_ts.append(max_ts)
+        self._lat.append(lat)
+        self._stream.append(codec != Codec.NONE)
+        if len(self._regions) >= 4096:
+            self.flush()
+
+    def _add_legacy(self, position: int | None, data: bytes) -> None:
+        try:
+            entry = legacy.open_entry(data)
+        except legacy.LegacyFormatError as exc:
+            base_offset = struct.unpack_from(">q", data, 0)[0]
+            self._row(topic=self.topic, partition=self.partition, batch_offset=base_offset,
+                      magic=data[MAGIC_OFFSET], size_bytes=len(data), position=position,
+                      crc_valid=False, framing=self.framing, decode_error=str(exc))
+            return
+        self.flush()  # keep record order across a v2 -> legacy switch
+        w = entry.wrapper
+        msgs = entry.messages
+        errors = [entry.error] if entry.error else []
+        bad_inner = [m.offset for m in (entry.inner or []) if not m.crc_valid]
+        if bad_inner:
+            errors.append(f"inner messages at offsets {bad_inner} have invalid CRCs")
+        first = msgs[0].offset if msgs else w.offset
+        lat = w.magic >= 1 and w.timestamp_type == 1
+        self._row(topic=self.topic, partition=self.partition, batch_offset=first,
+                  last_offset_delta=w.offset - first, magic=w.magic,
+                  compression=codec_label(w.codec), timestamp_type=w.timestamp_type,
+                  is_transactional=False, is_control=False, producer_id=-1, producer_epoch=-1,
+                  base_sequence=-1, partition_leader_epoch=-1, record_count=len(msgs),
+                  size_bytes=len(data), first_timestamp=msgs[0].timestamp if msgs else -1,
+                  max_timestamp=w.timestamp, crc_valid=w.crc_valid, framing=self.framing,
+                  position=position, attributes=w.attributes, crc=w.crc,
+                  decode_error="; ".join(errors) if errors else None)
+        n = len(msgs)
+        if not n:
+            return
+        ts = [w.timestamp if lat else m.timestamp for m in msgs]
+        tstype = [m.timestamp_type if not lat else 1 for m in msgs]
+        self._record_tables.append(pa.table({
+            "topic": pa.array([self.topic] * n, pa.string()),
+            "partition": pa.array([self.partition] * n, pa.int32()),
+            "offset": pa.array([m.offset for m in msgs], pa.int64()),
+            "timestamp": pa.array(ts, pa.int64()),
+            "timestamp_type": pa.array(tstype, pa.int8()),
+            "key": pa.array([m.key for m in msgs], pa.binary()),
+            "value": pa.array([m.value for m in msgs], pa.binary()),
+            "headers": pa.array([[] for _ in msgs], HEADER_TYPE),
+            "batch_offset": pa.array([first] * n, pa.int64()),
+            "batch_index": pa.array(range(n), pa.int32()),
+        }, schema=RECORDS_SCHEMA))
+        self.records_added += n
+
+    # -- records ---------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Parse the pending v2 regions and append their records."""
+        if not self._regions:
+            return
+        parsed = parse_records(self._regions, self._counts, True, True)
+        for i, err in enumerate(parsed.batch_error):
+            row = self._pending_rows[i]
+            n = int(parsed.batch_n[i])
+            msgs = []
+            if self._decode_errors[row]:
+                msgs.append(self._decode_errors[row])
+            if err is not None:
+                msgs.append(render_parse_error(*err, stream=self._stream[i])
+                            + f" (after {n} of {self._counts[i]} records)")
+            if msgs:
+                self._decode_errors[row] = "; ".join(dict.fromkeys(msgs))
+        table = _records_table(parsed, self.topic, self.partition,
+                               np.asarray(self._base_offsets, dtype=np.int64),
+                               np.asarray(self._base_ts, dtype=np.int64),
+                               np.asarray(self._max_ts, dtype=np.int64),
+                               np.asarray(self._lat, dtype=bool))
+        self.records_added += table.num_rows
+        self._record_tables.append(table)
+        for lst in (self._regions, self._counts, self._pending_rows, self._base_offsets,
+                    self._base_ts, self._max_ts, self._lat, self._stream):
+            lst.clear()
+
+    def take(self) -> tuple[pa.Table, pa.Table]:
+        """Return ``(records, batches)`` accumulated so far and start afresh."""
+        self.flush()
+        records = (pa.concat_tables(self._record_tables) if self._record_tables
+                   else RECORDS_SCHEMA.empty_table())
+        batches = pa.table({name: pa.array(self._cols[name], BATCHES_SCHEMA.field(name).type)
+                            for name in _BATCH_COLUMNS}, schema=BATCHES_SCHEMA)
+        self._record_tables = []
+        for lst in self._cols.values():
+            lst.clear()
+        return records, batches
+
+
+def _validity(mask: np.ndarray) -> pa.Buffer | None:
+    if mask.all():
+        return None
+    return pa.py_buffer(np.packbits(mask, bitorder="little"))
+
+
+def _binary(n: int, lengths: np.ndarray, offsets: np.ndarray, data: bytes) -> pa.Array:
+    return pa.Array.from_buffers(pa.binary(), n, [_validity(lengths >= 0), pa.py_buffer(offsets),
+                                                  pa.py_buffer(data)])
+
+
+def _header_keys(offsets: np.ndarray, data: bytes) -> pa.Array:
+    raw = pa.Array.from_buffers(pa.binary(), len(offsets) - 1,
+                                [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    try:
+        return raw.cast(pa.string())
+    except pa.ArrowInvalid:
+        # The broker never checks header keys for UTF-8 (spec §1.4) and Java decodes malformed
+        # bytes to U+FFFD; do the same rather than fail the whole chunk.
+        return pa.array([v.decode("utf-8", "replace") for v in raw.to_pylist()], pa.string())
+
+
+def _records_table(parsed: ParsedRecords, topic: str, partition: int, base_offsets: np.ndarray,
+                   base_ts: np.ndarray, max_ts: np.ndarray, lat: np.ndarray) -> pa.Table:
+    counts = parsed.batch_n
+    n = int(counts.sum())
+    which = np.repeat(np.arange(len(counts)), counts)
+    starts = np.zeros(len(counts), dtype=np.int64)
+    if len(counts) > 1:
+        np.cumsum(counts[:-1], out=starts[1:])
+    offsets = base_offsets[which] + parsed.offset_delta.astype(np.int64)
+    lat_rec = lat[which]
+    timestamps = np.where(lat_rec, max_ts[which], base_ts[which] + parsed.ts_delta)
+    batch_index = (np.arange(n, dtype=np.int64) - starts[which]).astype(np.int32)
+    hcount = parsed.header_count
+    list_offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(hcount, out=list_offsets[1:])
+    assert parsed.header_key_offsets is not None and parsed.header_value_offsets is not None
+    hv_len = parsed.header_value_length
+    assert hv_len is not None and parsed.header_value_data is not None
+    h = len(hv_len)
+    header_struct = pa.StructArray.from_arrays(
+        [_header_keys(parsed.header_key_offsets, parsed.header_key_data or b""),
+         _binary(h, hv_len, parsed.header_value_offsets, parsed.header_value_data)],
+        fields=list(HEADER_TYPE.value_type))
+    headers = pa.ListArray.from_arrays(pa.array(list_offsets), header_struct, type=HEADER_TYPE)
+    assert parsed.key_offsets is not None and parsed.value_offsets is not None
+    return pa.table([
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        pa.array(offsets, pa.int64()),
+        pa.array(timestamps, pa.int64()),
+        pa.array(lat_rec.astype(np.int8), pa.int8()),
+        _binary(n, parsed.key_length, parsed.key_offsets, parsed.key_data or b""),
+        _binary(n, parsed.value_length, parsed.value_offsets, parsed.value_data or b""),
+        headers,
+        pa.array(base_offsets[which], pa.int64()),
+        pa.array(batch_index, pa.int32()),
+    ], schema=RECORDS_SCHEMA)
+
+
+@dataclass
+class Decoded:
+    """The records and batches tables of some bytes, plus what the scan had to say."""
+
+    records: pa.Table
+    batches: pa.Table
+    issues: list  # list[kqlab.kafka.log.LogIssue]
+
+
+def decode_batches(batches: Iterable[bytes], *, topic: str = "", partition: int = -1
+                   ) -> Decoded:
+    """Decode complete batches (each ``bytes`` starting at its baseOffset) into Arrow tables."""
+    builder = TableBuilder(topic, partition)
+    for b in batches:
+        builder.add(None, b)
+    records, table = builder.take()
+    return Decoded(records, table, [])
+
+
+def decode_records(data: bytes, *, topic: str = "", partition: int = -1) -> Decoded:
+    """Decode a buffer of concatenated batches (a produce request's records, a segment slice)."""
+    from kqlab.kafka.log import scan_buffer
+
+    builder = TableBuilder(topic, partition)
+    issues = []
+    for item in scan_buffer(data):
+        if isinstance(item, tuple):
+            builder.add(item[0], item[1])
+        else:
+            issues.append(item)
+    records, table = builder.take()
+    return Decoded(records, table, issues)

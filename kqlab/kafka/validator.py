@@ -1,0 +1,689 @@
+"""The broker's decision procedure for a produced batch, in the broker's order (spec §3-§5).
+
+One :class:`PartitionValidator` plays the leader of one partition: it takes the ``records``
+field of a produce request for that partition (normally exactly one batch), runs the request,
+replica-manager, log and LogValidator stages in order — the first failing check decides — and
+returns the :class:`BatchOutcome` the producer would read in the ProduceResponse: error code and
+name, ``record_errors`` (batch index + message) and ``error_message`` rendered exactly as the
+broker renders them.  Producer state (epochs, sequences, the last five batches, open
+transactions) carries from one call to the next, as it does on a real partition.
+
+``source="log"`` replays batches as a broker *stored* them (segments): the broker rewrote the
+base offset and may have set the LogAppendTime bit, so those two are read as the producer sent
+them (base offset 0, CreateTime), and control batches are treated as the coordinator's markers.
+``source="producer"`` validates bytes exactly as given (the spec's byte vectors).
+
+Each outcome also says which check decided (``check``, e.g. ``"C3"``) and the broker's internal
+exception text (``detail``), which Kafka logs but does not return to the client.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from kqlab.kafka import errors as kerr
+from kqlab.kafka import legacy
+from kqlab.kafka.batch import (
+    ATTRIBUTES_OFFSET,
+    CONTROL_MASK,
+    RECORD_BATCH_OVERHEAD,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
+    V2_HEADER,
+    increment_sequence,
+)
+from kqlab.kafka.checksums import crc32, crc32c
+from kqlab.kafka.compression import Codec, DecompressionError, decompress
+from kqlab.kafka.configs import BrokerProfile, TopicConfig
+from kqlab.kafka.producer_state import BatchMetadata, ProducerCheckError, ProducerStateManager
+from kqlab.kafka.records_parser import parse_records, render_parse_error
+from kqlab.kafka.varint import to_int64
+from kqlab.records import BATCH_VERDICTS_SCHEMA
+
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+LOG_OVERHEAD = 12
+MIN_RECORD_OVERHEAD = 14
+_OFFSET_LENGTH = struct.Struct(">qi")
+INVALID_TIMESTAMP_MESSAGE = "One or more records have been rejected due to invalid timestamp"
+
+
+@dataclass(slots=True)
+class BatchOutcome:
+    """What the broker answers for one partition of a produce request (spec §5.1-§5.2)."""
+
+    error_code: int = 0
+    error_name: str = "NONE"
+    error_message: str | None = None
+    record_errors: list[tuple[int, str]] = field(default_factory=list)
+    check: str | None = None
+    detail: str | None = None
+    whole_request: bool = False
+    base_offset: int = -1
+    log_append_time: int = -1
+    path: str | None = None
+    duplicate: bool = False
+    batch_offset: int | None = None
+    record_count: int | None = None
+    position: int | None = None
+
+    @property
+    def accepted(self) -> bool:
+        """True when the batch would be appended (or acknowledged as a duplicate)."""
+        return self.error_code == 0
+
+    @property
+    def retriable(self) -> bool:
+        """Whether the Java producer retries this error (spec §6)."""
+        return kerr.error_for_code(self.error_code).retriable
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-dict form (``--json``)."""
+        return {
+            "batch_offset": self.batch_offset, "position": self.position,
+            "record_count": self.record_count, "error_code": self.error_code,
+            "error_name": self.error_name, "error_message": self.error_message,
+            "record_errors": [{"batch_index": i, "message": m} for i, m in self.record_errors],
+            "check": self.check, "detail": self.detail, "whole_request": self.whole_request,
+            "base_offset": self.base_offset, "log_append_time": self.log_append_time,
+            "path": self.path, "duplicate": self.duplicate, "retriable": self.retriable,
+        }
+
+
+class _Reject(Exception):
+    """Internal: a check failed; carries the outcome."""
+
+    def __init__(self, error: kerr.KafkaError, check: str, detail: str | None = None, *,
+                 error_message: str | None = None,
+                 record_errors: list[tuple[int, str]] | None = None,
+                 whole_request: bool = False):
+        super().__init__(detail)
+        self.outcome = BatchOutcome(
+            error_code=error.code, error_name=error.name, error_message=error_message,
+            record_errors=record_errors or [], check=check, detail=detail,
+            whole_request=whole_request)
+
+
+def _whole_request(error: kerr.KafkaError, check: str, text: str | None) -> _Reject:
+    # ProduceRequest.getErrorResponse: the text is dropped for UNKNOWN_SERVER_ERROR or when it
+    # equals the code's default message (spec §5.4)
+    msg = None if error.code == -1 or text == error.message else text
+    return _Reject(error, check, text, error_message=msg, whole_request=True)
+
+
+def _render_record_error_list(errors: list[tuple[int, str]]) -> str:
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+    return (f"One or more records have been rejected due to {len(errors)} record errors in "
+            f"total, and only showing the first three errors at most: [{shown}]")
+
+
+@dataclass(slots=True)
+class _Batch:
+    """A scanned batch within the request."""
+
+    position: int
+    data: bytes
+    magic: int
+
+
+class PartitionValidator:
+    """Validate produce requests for one topic-partition, carrying producer state.
+
+    Parameters
+    ----------
+    topic, partition
+        The partition (its ``"<topic>-<partition>"`` form appears in broker texts).
+    config
+        Topic configs (a dict with Kafka's names, or a resolved :class:`TopicConfig`).
+    broker_version
+        Release to emulate (``"3.9"``, ``"4.0"``...); ignored when ``config`` is resolved.
+    now
+        Broker clock in ms; ``None`` reads the wall clock once per request, as the broker does.
+    source
+        ``"log"`` (bytes as stored by a broker) or ``"producer"`` (bytes as sent).
+    produce_version
+        Produce request version (default 9); versions 0-2 skip the request-stage batch checks
+        and, before 4.0, allow v0/v1 message sets.
+    acks, client_id, transactional_id_authorized, origin
+        Request context (``origin="coordinator"`` validates as the transaction coordinator).
+
+    Examples
+    --------
+    >>> from kqlab.kafka.builder import Record, build_batch
+    >>> v = PartitionValidator("t", 0, {"cleanup.policy": "compact"}, source="producer")
+    >>> out = v.validate(build_batch([Record(value=b"v")], base_timestamp=1700000000000))
+    >>> out.error_code, out.record_errors[0][1]
+    (87, 'Compacted topic cannot accept message without key in topic partition t-0')
+    """
+
+    def __init__(self, topic: str, partition: int,
+                 config: TopicConfig | dict[str, Any] | None = None, *,
+                 broker_version: str | BrokerProfile | None = None, now: int | None = None,
+                 source: str = "log", produce_version: int = 9, acks: int = -1,
+                 client_id: str = "kqlab", transactional_id_authorized: bool = True,
+                 origin: str = "client", first_offset: int | None = None):
+        if source not in ("log", "producer"):
+            raise ValueError(f"source must be 'log' or 'producer', not {source!r}")
+        if origin not in ("client", "coordinator"):
+            raise ValueError(f"origin must be 'client' or 'coordinator', not {origin!r}")
+        self.topic = topic
+        self.partition = partition
+        self.tp = f"{topic}-{partition}"
+        self.config = config if isinstance(config, TopicConfig) else TopicConfig.from_dict(
+            config, broker_version)
+        profile = self.config.profile
+        if produce_version <= 2 and not profile.legacy_produce:
+            raise ValueError(f"Kafka {profile.label} refuses produce v{produce_version}; use "
+                             "produce_version >= 3 or broker_version 3.9")
+        self.now = now
+        self.source = source
+        self.produce_version = produce_version
+        self.acks = acks
+        self.client_id = client_id
+        self.transactional_id_authorized = transactional_id_authorized
+        self.origin = origin
+        self.next_offset = first_offset
+        self.producers = ProducerStateManager(self.tp)
+
+    # -- public -----------------------------------------------------------------------------
+    def validate(self, records: bytes, *, position: int | None = None) -> BatchOutcome:
+        """Validate one partition's ``records`` field; update state when it is appended."""
+        now = self.now if self.now is not None else int(time.time() * 1000)
+        first_offset = struct.unpack_from(">q", records, 0)[0] if len(records) >= 8 else None
+        try:
+            outcome = self._validate(records, now)
+        except _Reject as rej:
+            outcome = rej.outcome
+        outcome.position = position
+        outcome.batch_offset = first_offset
+        return outcome
+
+    # -- the procedure ----------------------------------------------------------------------
+    def _scan(self, data: bytes) -> tuple[list[_Batch], tuple[str, str] | None]:
+        """Spec §1.1 S0-S5 over the request's records field."""
+        batches: list[_Batch] = []
+        pos = 0
+        end = len(data)
+        while True:
+            r = end - pos
+            if r < LOG_OVERHEAD:
+                return batches, None
+            _, length = _OFFSET_LENGTH.unpack_from(data, pos)
+            if length < MIN_RECORD_OVERHEAD:
+                return batches, ("S1", f"Record size {length} is less than the minimum record "
+                                       f"overhead ({MIN_RECORD_OVERHEAD})")
+            if r < 17:
+                return batches, None
+            magic = struct.unpack_from(">b", data, pos + 16)[0]
+            if magic < 0 or magic > 2:
+                return batches, ("S3", f"Invalid magic found in record: {magic}")
+            if LOG_OVERHEAD + length > r:
+                return batches, None
+            stop = pos + LOG_OVERHEAD + length
+            batches.append(_Batch(pos, data[pos:stop], magic))
+            pos = stop
+
+    def _validate(self, data: bytes, now: int) -> BatchOutcome:
+        cfg = self.config
+        tp = self.tp
+        batches, scan_error = self._scan(data)
+        v = self.produce_version
+
+        # ---- stage A: request -----------------------------------------------------------
+        if not batches and scan_error is not None:  # A1 peeks at the first batch
+            raise _whole_request(kerr.CORRUPT_MESSAGE, "A1", scan_error[1])
+        first = batches[0] if batches else None
+        if first is not None and first.magic == 2 and len(first.data) > ATTRIBUTES_OFFSET + 1:
+            attr = first.data[ATTRIBUTES_OFFSET + 1]
+            if attr & TRANSACTIONAL_MASK and not self.transactional_id_authorized:
+                raise _whole_request(kerr.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "A1'",
+                                     "Transactional Id authorization failed.")
+        if v >= 3:
+            if first is None:
+                raise _Reject(kerr.INVALID_RECORD, "A4.a", f"Produce requests with version {v} "
+                              "must have at least one record batch per partition")
+            if first.magic != 2:
+                raise _Reject(kerr.INVALID_RECORD, "A4.b", f"Produce requests with version {v} are "
+                              "only allowed to contain record batches with magic version 2")
+            if v < 7 and len(first.data) > ATTRIBUTES_OFFSET + 1:
+                codec = first.data[ATTRIBUTES_OFFSET + 1] & 0x07
+                if codec == Codec.ZSTD:
+                    raise _Reject(kerr.UNSUPPORTED_COMPRESSION_TYPE, "A4.c",
+                                  f"Produce requests with version {v} are not allowed to use "
+                                  "ZStandard compression")
+                if codec > Codec.ZSTD:
+                    raise _whole_request(kerr.UNKNOWN_SERVER_ERROR, "A4.c",
+                                         f"Unknown compression type id: {codec}")
+            if scan_error is not None:
+                raise _Reject(kerr.CORRUPT_MESSAGE, "A4.d", scan_error[1])
+            if len(batches) > 1:
+                raise _Reject(kerr.INVALID_RECORD, "A4.d", f"Produce requests with version {v} are "
+                              "only allowed to contain exactly one record batch per partition")
+
+        # ---- stage B: replica manager ---------------------------------------------------
+        if first is not None and first.magic == 2 and 26 <= len(first.data) <= 50:
+            raise _whole_request(kerr.UNKNOWN_SERVER_ERROR, "B0",
+                                 "java.lang.IndexOutOfBoundsException reading producerId")
+        if self.acks not in (-1, 0, 1):
+            raise _Reject(kerr.INVALID_REQUIRED_ACKS, "B3", f"Invalid required acks {self.acks}")
+        if self.topic in INTERNAL_TOPICS and self.client_id != "__admin_client":
+            raise _Reject(kerr.INVALID_TOPIC_EXCEPTION, "B4",
+                          f"Cannot append to internal topic {self.topic}")
+        if not batches:
+            # produce v0-2 with no batch: LogValidator's "no batches at all"
+            raise _Reject(kerr.INVALID_RECORD, "D1", "Record batch has no batches at all")
+
+        # ---- stage C: analyzeAndValidateRecords ------------------------------------------
+        source_codec = Codec.NONE
+        total_size = 0
+        for b in batches:
+            size = len(b.data)
+            total_size += size
+            base_offset = _OFFSET_LENGTH.unpack_from(b.data, 0)[0]
+            if b.magic >= 2 and base_offset != 0 and self.source == "producer":
+                raise _Reject(kerr.INVALID_RECORD, "C1", f"The baseOffset of the record batch in "
+                              f"the append to {tp} should be 0, but it is {base_offset}")
+            if size > cfg.max_message_bytes:
+                raise _Reject(kerr.MESSAGE_TOO_LARGE, "C2", f"The record batch size in the append "
+                              f"to {tp} is {size} bytes which exceeds the maximum configured "
+                              f"value of {cfg.max_message_bytes}.")
+            if b.magic == 2:
+                stored = struct.unpack_from(">I", b.data, 17)[0] if size >= 21 else 0
+                valid = size >= RECORD_BATCH_OVERHEAD and \
+                    crc32c(b.data[ATTRIBUTES_OFFSET:]) == stored
+                codec = b.data[ATTRIBUTES_OFFSET + 1] & 0x07 if size > 22 else 0
+            else:
+                stored = struct.unpack_from(">I", b.data, 12)[0]
+                valid = size >= LOG_OVERHEAD + MIN_RECORD_OVERHEAD and \
+                    crc32(b.data[16:]) == stored
+                codec = b.data[17] & 0x07
+            if not valid:
+                raise _Reject(kerr.CORRUPT_MESSAGE, "C3", f"Record is corrupt (stored crc = "
+                              f"{stored}) in topic partition {tp}.")
+            if codec > Codec.ZSTD:
+                raise _Reject(kerr.UNKNOWN_SERVER_ERROR, "C4",
+                              f"Unknown compression type id: {codec}")
+            if codec != Codec.NONE:
+                source_codec = Codec(codec)
+
+        # ---- stage D: LogValidator ------------------------------------------------------
+        if cfg.compression_type == "producer":
+            target = source_codec
+        else:
+            target = Codec.parse(cfg.compression_type)
+        to_magic = cfg.to_magic
+        first = batches[0]
+        if (first.magic >= 2 or source_codec != Codec.NONE) and len(batches) > 1:
+            raise _Reject(kerr.INVALID_RECORD, "D1", "Compressed outer record has more than one "
+                          "batch")
+        if source_codec == Codec.NONE and target == Codec.NONE:
+            path = "U" if all(b.magic == to_magic for b in batches) else "X"
+            in_place = path == "U"
+        else:
+            path = "Z"
+            if target == Codec.ZSTD and cfg.inter_broker_protocol < (2, 1):
+                raise _Reject(kerr.UNSUPPORTED_COMPRESSION_TYPE, "Z0", "Produce requests to inter."
+                              "broker.protocol.version < 2.1 broker are not allowed to use "
+                              "ZStandard compression")
+            in_place = source_codec == target
+            if first.magic != to_magic or to_magic == 0:
+                in_place = False
+            if source_codec == Codec.NONE and first.magic == 2 and \
+                    first.data[ATTRIBUTES_OFFSET + 1] & CONTROL_MASK and \
+                    self._control_origin(first):
+                in_place = True
+        partial_reader = path == "Z" and in_place
+        uncompressed_size = 0
+        appended: list[tuple[Any, int]] = []  # (header or entry, record count)
+        for b in batches:
+            if b.magic == 2:
+                header, count, in_place_ok, usize = self._validate_v2(
+                    b, first, now, to_magic, path, partial_reader)
+                appended.append((header, count))
+            else:
+                entry, count, in_place_ok, usize = self._validate_legacy(
+                    b, first, now, to_magic, path, source_codec)
+                appended.append((entry, count))
+            uncompressed_size += usize
+            if not in_place_ok:
+                in_place = False
+        rebuilt = path == "X" or (path == "Z" and not in_place)
+        path_label = path if path != "Z" else ("Z-inplace" if in_place else "Z-rebuild")
+
+        # ---- stage E: post-validation sizes ---------------------------------------------
+        validated_size = total_size
+        if rebuilt:
+            validated_size = self._rebuilt_size(batches, target, uncompressed_size)
+            if validated_size > cfg.max_message_bytes:
+                raise _Reject(kerr.MESSAGE_TOO_LARGE, "E1", f"Message batch size is "
+                              f"{validated_size} bytes in append topartition {tp} which exceeds "
+                              f"the maximum configured size of {cfg.max_message_bytes}.")
+        if validated_size > cfg.segment_bytes:
+            raise _Reject(kerr.RECORD_LIST_TOO_LARGE, "E2", f"Message batch size is "
+                          f"{validated_size} bytes in append to partition {tp} which exceeds "
+                          f"the maximum configured segment size of {cfg.segment_bytes}.")
+
+        # ---- stage F: producer state ----------------------------------------------------
+        base = self.next_offset
+        if base is None:
+            base = _OFFSET_LENGTH.unpack_from(first.data, 0)[0] if self.source == "log" else 0
+        n_total = sum(c for _, c in appended)
+        header, _count = appended[0]
+        if first.magic == 2 and header[9] > -1:
+            pid, epoch, base_seq = header[9], header[10], header[11]
+            control = bool(header[5] & CONTROL_MASK)
+            transactional = bool(header[5] & TRANSACTIONAL_MASK)
+            last_seq = increment_sequence(base_seq, header[6]) if base_seq != -1 else -1
+            if not control:
+                dup = self.producers.find_duplicate(pid, epoch, base_seq, last_seq)
+                if dup is not None:
+                    return BatchOutcome(base_offset=dup.first_offset,
+                                        log_append_time=dup.max_timestamp, path=path_label,
+                                        duplicate=True, record_count=n_total, check="F1",
+                                        detail="duplicate of a batch already appended")
+            try:
+                self.producers.check(pid=pid, epoch=epoch, first_seq=base_seq,
+                                     first_offset=base, transactional=transactional,
+                                     control=control, from_client=not self._control_origin(first))
+            except ProducerCheckError as exc:
+                raise _Reject(kerr.error_for_code(exc.code), exc.check, exc.message) from None
+            max_ts = header[8]
+            self.producers.append(pid=pid, epoch=epoch, transactional=transactional,
+                                  control=control,
+                                  meta=BatchMetadata(base_seq, last_seq, base,
+                                                     base + n_total - 1, max_ts))
+        self.next_offset = base + n_total
+        return BatchOutcome(base_offset=base,
+                            log_append_time=now if cfg.log_append_time else -1,
+                            path=path_label, record_count=n_total)
+
+    def _control_origin(self, b: _Batch) -> bool:
+        """Control batches come from the coordinator when replaying a log (or if asked)."""
+        if self.origin == "coordinator":
+            return True
+        return self.source == "log" and bool(b.data[ATTRIBUTES_OFFSET + 1] & CONTROL_MASK)
+
+    # -- v2 ---------------------------------------------------------------------------------
+    def _validate_v2(self, b: _Batch, first: _Batch, now: int, to_magic: int, path: str,
+                     partial_reader: bool) -> tuple[tuple, int, bool, int]:
+        tp = self.tp
+        h = V2_HEADER.unpack_from(b.data, 0)
+        (base_offset, _len, _ple, magic, _crc, attributes, last_delta, base_ts, max_ts, pid,
+         _epoch, base_seq, count) = h
+        if self.source == "log":
+            base_offset = 0
+        attr = attributes & 0xFF
+        # D2 (validateBatch)
+        if magic != first.magic:
+            raise _Reject(kerr.INVALID_RECORD, "D2.a", f"Batch magic {magic} is not the same as "
+                          f"the first batch's magic byte {first.magic} in topic partition {tp}")
+        last_offset = to_int64(base_offset + last_delta)
+        if to_int64(last_offset - base_offset + 1) <= 0:
+            raise _Reject(kerr.INVALID_RECORD, "D2.b", f"Batch has an invalid offset range: "
+                          f"[{base_offset}, {last_offset}] in topic partition {tp}")
+        if count <= 0:
+            raise _Reject(kerr.INVALID_RECORD, "D2.c", f"Invalid reported count for record batch: "
+                          f"{count} in topic partition {tp}")
+        if count != last_delta + 1:
+            raise _Reject(kerr.INVALID_RECORD, "D2.d", f"Inconsistent batch offset range "
+                          f"[{base_offset}, {last_offset}] and count of records {count} in "
+                          f"topic partition {tp}")
+        control = bool(attr & CONTROL_MASK)
+        if control and not self._control_origin(b):
+            raise _Reject(kerr.INVALID_RECORD, "D2.e", f"Clients are not allowed to write control "
+                          f"records in topic partition {tp}")
+        if pid > -1 and base_seq < 0:
+            raise _Reject(kerr.INVALID_RECORD, "D2.f", f"Invalid sequence number {base_seq} in "
+                          f"record batch with producerId {pid} in topic partition {tp}")
+        if attr & TRANSACTIONAL_MASK and to_magic < 2:
+            raise _Reject(kerr.UNSUPPORTED_FOR_MESSAGE_FORMAT, "D2.g", f"Transactional records "
+                          f"cannot be used with magic version {to_magic}")
+        if pid > -1 and to_magic < 2:
+            raise _Reject(kerr.UNSUPPORTED_FOR_MESSAGE_FORMAT, "D2.h", f"Idempotent records cannot "
+                          f"be used with magic version {to_magic}")
+        # records (3.D.3)
+        codec = attr & 0x07
+        raw = b.data[RECORD_BATCH_OVERHEAD:]
+        stream = codec != Codec.NONE
+        if stream:
+            try:
+                region = decompress(codec, raw)
+            except DecompressionError as exc:
+                if not exc.truncated:
+                    raise _Reject(kerr.UNKNOWN_SERVER_ERROR, "D3", f"Failed to decompress record "
+                                  f"stream ({exc})") from None
+                raise _Reject(kerr.INVALID_RECORD, "D3", "Incorrect declared batch size, premature "
+                              f"EOF reached ({exc})") from None
+        else:
+            region = raw
+        strict = not (partial_reader and stream)
+        parsed = parse_records([region], [count], strict, False)
+        err = parsed.batch_error[0]
+        if err is not None:
+            raise _Reject(kerr.INVALID_RECORD, "D3", render_parse_error(*err, stream=stream))
+        # per-record checks (3.D.4), vectorised; messages only for failing records
+        cfg = self.config
+        lat = bool(attr & TIMESTAMP_TYPE_MASK) and self.source != "log"
+        if lat:
+            ts = np.full(count, max_ts, dtype=np.int64)
+        else:
+            ts = np.int64(base_ts) + parsed.ts_delta
+        errors: dict[int, tuple[int, str, str]] = {}
+        if cfg.compacted:
+            for i in np.flatnonzero(parsed.key_length < 0).tolist():
+                errors[i] = (87, "R3", "Compacted topic cannot accept message without key in "
+                                       f"topic partition {tp}")
+        self._check_timestamps(now, ts, lat, errors, parsed, base_offset, partial=not strict)
+        in_place_ok = bool(np.array_equal(parsed.offset_delta,
+                                          np.arange(count, dtype=np.int32)))
+        self._raise_record_errors(errors)
+        return h, count, in_place_ok, len(region)
+
+    def _check_timestamps(self, now: int, ts: np.ndarray, lat: bool,
+                          errors: dict[int, tuple[int, str, str]], parsed: Any,
+                          base_offset: int, *, partial: bool) -> None:
+        cfg = self.config
+        n = len(ts)
+        if cfg.profile.before_after_timestamps:
+            before, after = cfg.before_max_ms, cfg.after_max_ms
+            if not cfg.log_append_time:
+                with np.errstate(over="ignore"):
+                    diff = np.int64(now) - ts
+                    bad = (ts != -1) & ((diff > np.int64(before)) | (-diff > np.int64(after)))
+                lat_bad = np.zeros(n, dtype=bool) if not lat else (ts == -1)
+            else:
+                bad = np.zeros(n, dtype=bool)
+                lat_bad = np.full(n, lat)
+            lo, hi = to_int64(now - before), to_int64(now + after)
+        else:
+            d = cfg.difference_max_ms
+            if not cfg.log_append_time:
+                with np.errstate(over="ignore"):
+                    bad = (ts != -1) & (np.abs(ts - np.int64(now)) > np.int64(d))
+            else:
+                bad = np.zeros(n, dtype=bool)
+            lat_bad = np.full(n, lat) & ~bad
+            lo, hi = to_int64(now - d), to_int64(now + d)
+        for i in np.flatnonzero(bad).tolist():
+            if i in errors:
+                continue
+            offset = to_int64(base_offset + int(parsed.offset_delta[i]))
+            errors[i] = (32, "R4", f"Timestamp {int(ts[i])} of message with offset {offset} is "
+                                   f"out of range. The timestamp should be within [{lo}, {hi}]")
+        for i in np.flatnonzero(lat_bad).tolist():
+            if i in errors:
+                continue
+            offset = to_int64(base_offset + int(parsed.offset_delta[i]))
+            kl, vl = int(parsed.key_length[i]), int(parsed.value_length[i])
+            if partial:
+                rec = (f"PartialDefaultRecord(offset={offset}, timestamp={int(ts[i])}, "
+                       f"key={kl} bytes, value={vl} bytes)")
+            else:
+                rec = (f"DefaultRecord(offset={offset}, timestamp={int(ts[i])}, "
+                       f"key={max(kl, 0)} bytes, value={max(vl, 0)} bytes)")
+            errors[i] = (32, "R4", f"Invalid timestamp type in message {rec}. Producer should "
+                                   "not set timestamp type to LogAppendTime.")
+
+    def _raise_record_errors(self, errors: dict[int, tuple[int, str, str]]) -> None:
+        """3.D.5: one exception per batch listing every record error in iteration order.
+
+        ``check`` names the checks that fired (``"R3+R4"``), in spec order.
+        """
+        if not errors:
+            return
+        keys = sorted(errors)
+        ordered = [(i, errors[i][2]) for i in keys]
+        check = "+".join(sorted({errors[i][1] for i in keys}))
+        if any(errors[i][0] == 32 for i in keys):
+            raise _Reject(kerr.INVALID_TIMESTAMP, check, INVALID_TIMESTAMP_MESSAGE,
+                          error_message=INVALID_TIMESTAMP_MESSAGE, record_errors=ordered)
+        text = _render_record_error_list(ordered)
+        raise _Reject(kerr.INVALID_RECORD, check, text, error_message=text, record_errors=ordered)
+
+    # -- legacy v0/v1 -----------------------------------------------------------------------
+    def _validate_legacy(self, b: _Batch, first: _Batch, now: int, to_magic: int, path: str,
+                         source_codec: Codec) -> tuple[Any, int, bool, int]:
+        tp = self.tp
+        if b.magic != first.magic:
+            raise _Reject(kerr.INVALID_RECORD, "D2.a", f"Batch magic {b.magic} is not the same as "
+                          f"the first batch's magic byte {first.magic} in topic partition {tp}")
+        try:
+            entry = legacy.open_entry(b.data)
+        except legacy.LegacyFormatError as exc:
+            raise _Reject(kerr.INVALID_RECORD, "D3", f"Found invalid record structure ({exc})"
+                          ) from None
+        if entry.error_kind == "decompress":
+            raise _Reject(kerr.UNKNOWN_SERVER_ERROR, "D3", entry.error)
+        if entry.error_kind in ("truncated", "invalid"):
+            raise _Reject(kerr.INVALID_RECORD, "D3", entry.error)
+        w = entry.wrapper
+        cfg = self.config
+        compressed = entry.inner is not None
+        lat_batch = w.magic >= 1 and w.timestamp_type == 1 and self.source != "log"
+        errors: dict[int, tuple[int, str, str]] = {}
+        in_place_ok = True
+        usize = 0
+        for i, m in enumerate(entry.messages):
+            usize += m.size + LOG_OVERHEAD
+            expected = i if w.magic >= 1 else None
+            if expected is not None and compressed and m.offset - entry.messages[0].offset != i:
+                in_place_ok = False
+            if path == "Z" and source_codec != Codec.NONE and compressed and m.codec != 0:
+                errors[i] = (87, "R0", "Compressed outer record should not have an inner record "
+                                       f"with a compression attribute set: {m.render()}")
+                continue
+            if m.magic != w.magic:
+                errors[i] = (87, "R1", f"Record {m.render()}'s magic does not match outer magic "
+                                 f"{w.magic} in topic partition {tp}")
+                continue
+            if compressed and not m.crc_valid:
+                computed = crc32(legacy.encode_message(0, m.key, m.value, magic=m.magic,
+                                                       attributes=m.attributes,
+                                                       timestamp=m.timestamp)[16:])
+                raise _Reject(kerr.CORRUPT_MESSAGE, "R2", f"Record is corrupt (stored crc = {m.crc}"
+                              f", computed crc = {computed}) in topic partition {tp}.")
+            if cfg.compacted and m.key is None:
+                errors[i] = (87, "R3", "Compacted topic cannot accept message without key in "
+                                       f"topic partition {tp}")
+                continue
+            ts = w.timestamp if lat_batch else m.timestamp
+            self._legacy_timestamp(i, m, ts, lat_batch, now, errors)
+        self._raise_record_errors(errors)
+        n = len(entry.messages)
+        header = (None,) * 5 + (0,) + (n - 1, -1, w.timestamp, -1, -1, -1, n)
+        return header, n, in_place_ok, usize
+
+    def _legacy_timestamp(self, i: int, m: legacy.LegacyMessage, ts: int, lat_batch: bool,
+                          now: int, errors: dict[int, tuple[int, str, str]]) -> None:
+        cfg = self.config
+        prof = cfg.profile
+        if prof.before_after_timestamps:
+            if not cfg.log_append_time and ts != -1:
+                diff = to_int64(now - ts)
+                if diff > cfg.before_max_ms or to_int64(-diff) > cfg.after_max_ms:
+                    errors[i] = (32, "R4", f"Timestamp {ts} of message with offset {m.offset} "
+                                     f"is out of range. The timestamp should be within "
+                                     f"[{to_int64(now - cfg.before_max_ms)}, "
+                                     f"{to_int64(now + cfg.after_max_ms)}]")
+                return
+        else:
+            d = cfg.difference_max_ms
+            if not cfg.log_append_time and ts != -1:
+                diff = to_int64(ts - now)
+                absdiff = diff if diff == -(2**63) else abs(diff)
+                if absdiff > d:
+                    errors[i] = (32, "R4", f"Timestamp {ts} of message with offset {m.offset} "
+                                     f"is out of range. The timestamp should be within "
+                                     f"[{to_int64(now - d)}, {to_int64(now + d)}]")
+                    return
+        if lat_batch:
+            errors[i] = (32, "R4", f"Invalid timestamp type in message {m.render()}. Producer "
+                                   "should not set timestamp type to LogAppendTime.")
+
+    # -- sizes after a rebuild (E1) ---------------------------------------------------------
+    def _rebuilt_size(self, batches: list[_Batch], target: Codec, uncompressed: int) -> int:
+        """Size of the batch the broker would write when it re-encodes (paths X, Z-rebuild).
+
+        Only re-encodes when a cheap upper bound could exceed ``max.message.bytes``; the
+        compressed size comes from kqlab's codecs (Java's may differ by a few bytes).
+        """
+        bound = RECORD_BATCH_OVERHEAD + int(uncompressed * 1.1) + 1024
+        if bound <= self.config.max_message_bytes:
+            return min(bound, sum(len(b.data) for b in batches) + bound)
+        from kqlab.kafka.batch import decode_batches
+        from kqlab.kafka.builder import BatchBuilder, Record
+
+        decoded = decode_batches([b.data for b in batches]).records
+        builder = BatchBuilder(codec=target)
+        for row in decoded.to_pylist():
+            builder.append(Record(value=row["value"], key=row["key"],
+                                  headers=tuple((h["key"], h["value"]) for h in row["headers"]),
+                                  timestamp=row["timestamp"]))
+        return len(builder.build())
+
+
+def validate_batches(batches: Iterable[Any], *, topic: str = "", partition: int = -1,
+                     config: TopicConfig | dict[str, Any] | None = None,
+                     broker_version: str | None = None, now: int | None = None,
+                     source: str = "log", **request: Any) -> pa.Table:
+    """Validate a stream of one partition's batches; return the batch verdicts table.
+
+    ``batches`` yields raw batch ``bytes`` or objects with ``data`` and ``position``
+    (:class:`~kqlab.kafka.log.RawBatch`); log issues in the stream are skipped here (the caller
+    reports them).  Producer state carries from batch to batch.
+    """
+    validator = PartitionValidator(topic, partition, config, broker_version=broker_version,
+                                   now=now, source=source, **request)
+    outcomes = []
+    for item in batches:
+        if isinstance(item, bytes | bytearray):
+            outcomes.append(validator.validate(bytes(item)))
+        elif hasattr(item, "data"):
+            outcomes.append(validator.validate(item.data, position=item.position))
+    return outcomes_table(outcomes, topic, partition)
+
+
+def outcomes_table(outcomes: list[BatchOutcome], topic: str, partition: int) -> pa.Table:
+    """The batch-verdicts Arrow table (``BATCH_VERDICTS_SCHEMA``) for a list of outcomes."""
+    n = len(outcomes)
+    return pa.table({
+        "topic": pa.array([topic] * n, pa.string()),
+        "partition": pa.array([partition] * n, pa.int32()),
+        "batch_offset": pa.array([o.batch_offset for o in outcomes], pa.int64()),
+        "error_code": pa.array([o.error_code for o in outcomes], pa.int16()),
+        "error_name": pa.array([o.error_name for o in outcomes], pa.string()),
+        "error_message": pa.array([o.error_message for o in outcomes], pa.string()),
+        "record_errors": pa.array(
+            [[{"batch_index": i, "message": m} for i, m in o.record_errors] for o in outcomes],
+            BATCH_VERDICTS_SCHEMA.field("record_errors").type),
+        "check": pa.array([o.check for o in outcomes], pa.string()),
+        "detail": pa.array([o.detail for o in outcomes], pa.string()),
+        "record_count": pa.array([o.record_count for o in outcomes], pa.int32()),
+        "position": pa.array([o.position for o in outcomes], pa.int64()),
+    }, schema=BATCH_VERDICTS_SCHEMA)
