@@ -147,11 +147,16 @@ def batch_crc_valid(data: bytes) -> tuple[bool, int]:
     return stored == computed, computed
 
 
-def records_region(data: bytes, codec: int) -> tuple[bytes, DecompressionError | None]:
-    """The batch's (decompressed) records bytes and the codec failure, if any."""
-    raw = data[RECORD_BATCH_OVERHEAD:]
+def records_region(data: bytes, codec: int
+                   ) -> tuple[bytes | memoryview, DecompressionError | None]:
+    """The batch's (decompressed) records bytes and the codec failure, if any.
+
+    Uncompressed records come back as a zero-copy ``memoryview`` of ``data``.
+    """
+    raw = memoryview(data)[RECORD_BATCH_OVERHEAD:]
     if codec == Codec.NONE:
         return raw, None
+    raw = data[RECORD_BATCH_OVERHEAD:]
     try:
         return decompress(codec, raw), None
     except DecompressionError as exc:
@@ -163,6 +168,9 @@ def records_region(data: bytes, codec: int) -> tuple[bytes, DecompressionError |
 # --------------------------------------------------------------------------------------------
 
 _BATCH_COLUMNS = [f.name for f in BATCHES_SCHEMA]
+# every column but the last (decode_error), which is kept apart because flush() amends it
+_ROW_COLUMNS = _BATCH_COLUMNS[:-1]
+assert _BATCH_COLUMNS[-1] == "decode_error"
 
 
 class TableBuilder:
@@ -177,10 +185,11 @@ class TableBuilder:
         self.topic = topic
         self.partition = partition
         self.framing = framing
-        self._cols: dict[str, list] = {name: [] for name in _BATCH_COLUMNS}
+        self._rows: list[tuple] = []
+        self._decode_errors: list[str | None] = []
         self._record_tables: list[pa.Table] = []
         # pending v2 batches: region bytes, declared count, base offset, base ts, max ts, LAT
-        self._regions: list[bytes] = []
+        self._regions: list[bytes | memoryview] = []
         self._counts: list[int] = []
         self._pending_rows: list[int] = []
         self._base_offsets: list[int] = []
@@ -188,15 +197,14 @@ class TableBuilder:
         self._max_ts: list[int] = []
         self._lat: list[bool] = []
         self._stream: list[bool] = []
-        self._decode_errors: list[str | None] = self._cols["decode_error"]
         self.records_added = 0
 
     # -- batch rows ------------------------------------------------------------------------
     def _row(self, **values: object) -> int:
-        cols = self._cols
-        for name in _BATCH_COLUMNS:
-            cols[name].append(values.get(name))
-        return len(cols["topic"]) - 1
+        """Add a batch row from keyword values (the slow path, for unusual batches)."""
+        self._rows.append(tuple(values.get(name) for name in _ROW_COLUMNS))
+        self._decode_errors.append(values.get("decode_error"))  # type: ignore[arg-type]
+        return len(self._rows) - 1
 
     def add(self, position: int | None, data: bytes) -> None:
         """Decode one batch (``data`` = its complete bytes, starting with baseOffset)."""
@@ -246,15 +254,14 @@ class TableBuilder:
                 error = ("Failed to decompress record stream" if not exc.truncated else
                          "Incorrect declared batch size, premature EOF reached") + f" ({exc})"
             count_for_parse = count
-        row = self._row(
-            topic=self.topic, partition=self.partition, batch_offset=base_offset,
-            last_offset_delta=last_delta, magic=2, compression=codec_label(codec),
-            timestamp_type=1 if lat else 0, is_transactional=bool(attr & TRANSACTIONAL_MASK),
-            is_control=bool(attr & CONTROL_MASK), producer_id=pid, producer_epoch=epoch,
-            base_sequence=base_seq, partition_leader_epoch=ple, record_count=count,
-            size_bytes=size, first_timestamp=base_ts, max_timestamp=max_ts, crc_valid=crc_ok,
-            framing=self.framing, position=position, attributes=attributes, crc=crc,
-            decode_error=error)
+        # the hot path: one tuple in _ROW_COLUMNS order
+        self._rows.append((
+            self.topic, self.partition, base_offset, last_delta, 2, codec_label(codec),
+            1 if lat else 0, bool(attr & TRANSACTIONAL_MASK), bool(attr & CONTROL_MASK), pid,
+            epoch, base_seq, ple, count, size, base_ts, max_ts, crc_ok, self.framing, position,
+            attributes, crc))
+        self._decode_errors.append(error)
+        row = len(self._rows) - 1
         self._regions.append(region)
         self._counts.append(count_for_parse)
         self._pending_rows.append(row)
@@ -345,11 +352,14 @@ class TableBuilder:
         self.flush()
         records = (pa.concat_tables(self._record_tables) if self._record_tables
                    else RECORDS_SCHEMA.empty_table())
-        batches = pa.table({name: pa.array(self._cols[name], BATCHES_SCHEMA.field(name).type)
-                            for name in _BATCH_COLUMNS}, schema=BATCHES_SCHEMA)
+        columns = list(zip(*self._rows, strict=True)) if self._rows else \
+            [()] * len(_ROW_COLUMNS)
+        columns.append(tuple(self._decode_errors))
+        batches = pa.table([pa.array(col, BATCHES_SCHEMA.field(i).type)
+                            for i, col in enumerate(columns)], schema=BATCHES_SCHEMA)
         self._record_tables = []
-        for lst in self._cols.values():
-            lst.clear()
+        self._rows = []
+        self._decode_errors = []
         return records, batches
 
 

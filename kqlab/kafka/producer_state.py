@@ -30,6 +30,8 @@ class ProducerEntry:
     """One producer id's state."""
 
     epoch: int = -1
+    #: the next batch's sequence is not checked (client re-sequenced after a failure)
+    resync: bool = False
     batches: deque[BatchMetadata] = field(
         default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
     current_txn_first_offset: int | None = None
@@ -73,6 +75,12 @@ class ProducerStateManager:
                 return b
         return None
 
+    def resync(self, pid: int) -> None:
+        """Accept the producer's next sequence whatever it is (see the validator's ``resync``)."""
+        entry = self.entries.get(pid)
+        if entry is not None:
+            entry.resync = True
+
     def check(self, *, pid: int, epoch: int, first_seq: int, first_offset: int,
               transactional: bool, control: bool, from_client: bool) -> None:
         """Raise :class:`ProducerCheckError` for F3/F4/F5; do not change state."""
@@ -87,7 +95,7 @@ class ProducerStateManager:
             raise ProducerCheckError(47, "F3", f"Epoch of producer {pid} at offset "
                                      f"{first_offset} in {self.tp} is {epoch}, which is smaller "
                                      f"than the last seen epoch {entry.epoch}")
-        if from_client:
+        if from_client and not entry.resync:
             if epoch != entry.epoch:
                 if first_seq != 0 and entry.epoch != -1:
                     raise ProducerCheckError(
@@ -118,6 +126,7 @@ class ProducerStateManager:
         if epoch != entry.epoch:
             entry.batches.clear()
             entry.epoch = epoch
+        entry.resync = False
         entry.batches.append(meta)
         if transactional and entry.current_txn_first_offset is None:
             entry.current_txn_first_offset = meta.first_offset

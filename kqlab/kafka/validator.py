@@ -152,6 +152,9 @@ class PartitionValidator:
         and, before 4.0, allow v0/v1 message sets.
     acks, client_id, transactional_id_authorized, origin
         Request context (``origin="coordinator"`` validates as the transaction coordinator).
+    resync
+        After a rejected batch, skip the sequence check of that producer's next batch, as a
+        real client re-sequences (default: on for ``source="log"``, off for ``"producer"``).
 
     Examples
     --------
@@ -167,7 +170,8 @@ class PartitionValidator:
                  broker_version: str | BrokerProfile | None = None, now: int | None = None,
                  source: str = "log", produce_version: int = 9, acks: int = -1,
                  client_id: str = "kqlab", transactional_id_authorized: bool = True,
-                 origin: str = "client", first_offset: int | None = None):
+                 origin: str = "client", first_offset: int | None = None,
+                 resync: bool | None = None):
         if source not in ("log", "producer"):
             raise ValueError(f"source must be 'log' or 'producer', not {source!r}")
         if origin not in ("client", "coordinator"):
@@ -189,6 +193,7 @@ class PartitionValidator:
         self.transactional_id_authorized = transactional_id_authorized
         self.origin = origin
         self.next_offset = first_offset
+        self.resync = source == "log" if resync is None else resync
         self.producers = ProducerStateManager(self.tp)
 
     # -- public -----------------------------------------------------------------------------
@@ -200,9 +205,27 @@ class PartitionValidator:
             outcome = self._validate(records, now)
         except _Reject as rej:
             outcome = rej.outcome
+            self._after_reject(records)
         outcome.position = position
         outcome.batch_offset = first_offset
+        if outcome.record_count is None and len(records) >= RECORD_BATCH_OVERHEAD \
+                and records[16] == 2:
+            outcome.record_count = struct.unpack_from(">i", records, 57)[0]
         return outcome
+
+    def _after_reject(self, records: bytes) -> None:
+        """Emulate the client after a failed batch when replaying a log (``resync``).
+
+        The Java producer re-sequences its in-flight batches after a failed one
+        (``adjustSequencesDueToFailedBatch``) or bumps its epoch and restarts at 0 (KIP-360), so
+        one rejection does not make every later batch of that producer out of order.  The next
+        batch of the producer is therefore not sequence-checked.
+        """
+        if not self.resync or len(records) < RECORD_BATCH_OVERHEAD or records[16] != 2:
+            return
+        pid = struct.unpack_from(">q", records, 43)[0]
+        if pid > -1:
+            self.producers.resync(pid)
 
     # -- the procedure ----------------------------------------------------------------------
     def _scan(self, data: bytes) -> tuple[list[_Batch], tuple[str, str] | None]:
@@ -424,21 +447,22 @@ class PartitionValidator:
             raise _Reject(kerr.INVALID_RECORD, "D2.a", f"Batch magic {magic} is not the same as "
                           f"the first batch's magic byte {first.magic} in topic partition {tp}")
         last_offset = to_int64(base_offset + last_delta)
-        if to_int64(last_offset - base_offset + 1) <= 0:
+        if self._control_origin(b):
+            pass  # validateBatch runs D2.b-f for AppendOrigin.CLIENT only
+        elif to_int64(last_offset - base_offset + 1) <= 0:
             raise _Reject(kerr.INVALID_RECORD, "D2.b", f"Batch has an invalid offset range: "
                           f"[{base_offset}, {last_offset}] in topic partition {tp}")
-        if count <= 0:
+        elif count <= 0:
             raise _Reject(kerr.INVALID_RECORD, "D2.c", f"Invalid reported count for record batch: "
                           f"{count} in topic partition {tp}")
-        if count != last_delta + 1:
+        elif count != last_delta + 1:
             raise _Reject(kerr.INVALID_RECORD, "D2.d", f"Inconsistent batch offset range "
                           f"[{base_offset}, {last_offset}] and count of records {count} in "
                           f"topic partition {tp}")
-        control = bool(attr & CONTROL_MASK)
-        if control and not self._control_origin(b):
+        elif attr & CONTROL_MASK:
             raise _Reject(kerr.INVALID_RECORD, "D2.e", f"Clients are not allowed to write control "
                           f"records in topic partition {tp}")
-        if pid > -1 and base_seq < 0:
+        elif pid > -1 and base_seq < 0:
             raise _Reject(kerr.INVALID_RECORD, "D2.f", f"Invalid sequence number {base_seq} in "
                           f"record batch with producerId {pid} in topic partition {tp}")
         if attr & TRANSACTIONAL_MASK and to_magic < 2:

@@ -1,0 +1,46 @@
+# kqlab — the two commands: `make demo` and `make test` (both set everything up first).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# The set-up re-runs only when what it installs from changes.
+SETUP_INPUTS := pyproject.toml $(wildcard setup.py) $(wildcard kqlab/kafka/*.c)
+STAMP  := $(VENV)/.setup-$(shell cat $(SETUP_INPUTS) 2>/dev/null | sha1sum | cut -c1-12)
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test lab bench lint check-java clean
+
+setup: $(STAMP) check-java
+
+$(STAMP): $(SETUP_INPUTS)
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+	  { echo "kqlab needs Python >= 3.11 (found: $$($(PYTHON) --version 2>&1)); set PYTHON=..."; exit 1; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
+	$(BIN)/python -m pip install --quiet -e '.[all]'
+	@rm -f $(VENV)/.setup-*
+	@touch $@
+
+check-java:
+	@scripts/check-java
+
+demo: setup
+	$(BIN)/kqlab demo
+
+# pytest's exit code 5 means "no tests ran": that is a failure here, there must be tests.
+test: setup
+	@$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
+	  exit $$rc
+
+lint: setup
+	$(BIN)/ruff check kqlab tests benchmarks
+
+lab: setup
+	$(BIN)/jupyter lab --ip 127.0.0.1 --notebook-dir notebooks
+
+bench: setup
+	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b $(BENCH_ARGS) || exit 1; done
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .ruff_cache
+	find kqlab -name '*.so' -delete

@@ -1,0 +1,338 @@
+"""The ``kqlab`` command line: ``kqlab inspect PATH`` and ``kqlab demo``.
+
+Every command takes ``--json`` and then prints exactly one JSON document on stdout, for scripts.
+Errors in the request (a missing path, a bad ``--config``) exit with status 2 and one line on
+stderr; problems in the *data* are findings, reported in the output with exit status 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+from kqlab._version import __version__
+from kqlab.errors import KqlabError
+
+_CHUNK = 2048
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kqlab", description="Kafka data-quality workbench.")
+    p.add_argument("--version", action="version", version=f"kqlab {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    ins = sub.add_parser("inspect", help="dump (and optionally validate) log segment batches",
+                         description="Dump the record batches of a log segment file or a "
+                         "partition folder, like Kafka's kafka-dump-log; with --validate, say "
+                         "what a broker with the given topic configs would answer if each batch "
+                         "were produced now.")
+    ins.add_argument("path", help="a segment file (*.log) or a partition folder (<topic>-<n>)")
+    ins.add_argument("--records", action="store_true",
+                     help="also list each record: offset, timestamp, key/value sizes, headers")
+    ins.add_argument("--validate", action="store_true",
+                     help="run the broker's batch validation on every batch")
+    ins.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                     help="topic/broker config for --validate, Kafka's names "
+                     "(e.g. cleanup.policy=compact); repeatable")
+    ins.add_argument("--now", type=int, default=None, metavar="EPOCH_MS",
+                     help="broker clock for timestamp checks (default: the wall clock)")
+    ins.add_argument("--broker-version", default="4.0", metavar="V",
+                     help="broker release to emulate, e.g. 3.9 or 4.0 (default 4.0)")
+    ins.add_argument("--produce-version", type=int, default=9, metavar="N",
+                     help="produce request version (default 9; 0-2 allow v0/v1 message sets "
+                     "on brokers before 4.0)")
+    ins.add_argument("--source", choices=("log", "producer"), default="log",
+                     help="'log': bytes as a broker stored them (base offsets and the "
+                     "LogAppendTime bit were set by the broker); 'producer': bytes as sent")
+    ins.add_argument("--topic", default=None, help="topic name (default: from the folder name)")
+    ins.add_argument("--partition", type=int, default=None,
+                     help="partition (default: from the folder name)")
+    ins.add_argument("--json", action="store_true", help="print one JSON document")
+
+    demo = sub.add_parser("demo", help="generate the demo partition, decode and validate it")
+    demo.add_argument("--dir", default=None,
+                      help="where to write the demo segment (default: a temporary folder)")
+    demo.add_argument("--now", type=int, default=None, metavar="EPOCH_MS",
+                      help="clock for generation and validation (default: now)")
+    demo.add_argument("--json", action="store_true", help="print one JSON document")
+    return p
+
+
+# ---------------------------------------------------------------------------------------------
+# inspect
+# ---------------------------------------------------------------------------------------------
+
+def _record_rows(records: Any) -> dict[int, list[dict[str, Any]]]:
+    """Per batch_offset, the record summaries (sizes computed with Arrow kernels)."""
+    import pyarrow.compute as pc
+
+    if records.num_rows == 0:
+        return {}
+    key_size = pc.fill_null(pc.binary_length(records["key"]), -1).to_pylist()
+    value_size = pc.fill_null(pc.binary_length(records["value"]), -1).to_pylist()
+    offsets = records["offset"].to_pylist()
+    ts = records["timestamp"].to_pylist()
+    tstype = records["timestamp_type"].to_pylist()
+    batch_offsets = records["batch_offset"].to_pylist()
+    batch_index = records["batch_index"].to_pylist()
+    headers = records["headers"].to_pylist()
+    out: dict[int, list[dict[str, Any]]] = {}
+    prev = None
+    group: list[dict[str, Any]] = []
+    for i in range(records.num_rows):
+        if batch_index[i] == 0 and group:
+            out.setdefault(prev, []).extend(group)  # type: ignore[arg-type]
+            group = []
+        prev = batch_offsets[i]
+        group.append({
+            "offset": offsets[i], "batch_index": batch_index[i], "timestamp": ts[i],
+            "timestamp_type": tstype[i], "key_size": key_size[i], "value_size": value_size[i],
+            "headers": [{"key": h["key"],
+                         "value_size": -1 if h["value"] is None else len(h["value"])}
+                        for h in headers[i]],
+        })
+    if group:
+        out.setdefault(prev, []).extend(group)  # type: ignore[arg-type]
+    return out
+
+
+def _inspect_chunks(args: argparse.Namespace) -> Iterator[tuple[list[dict[str, Any]], list]]:
+    """Stream the path in chunks: yield (batch dicts, issues) — memory stays bounded."""
+    from kqlab.kafka.batch import TableBuilder
+    from kqlab.kafka.configs import parse_assignments
+    from kqlab.kafka.log import LogIssue, iter_log_batches, topic_partition_of
+    from kqlab.kafka.validator import PartitionValidator
+
+    t, p = topic_partition_of(args.path)
+    topic = t if args.topic is None else args.topic
+    partition = p if args.partition is None else args.partition
+    validator = None
+    if args.validate:
+        validator = PartitionValidator(
+            topic, partition, parse_assignments(args.config),
+            broker_version=args.broker_version,
+            now=args.now if args.now is not None else int(time.time() * 1000),
+            source=args.source, produce_version=args.produce_version)
+    elif args.config or args.now is not None:
+        raise KqlabError("--config and --now only apply with --validate")
+    builder = TableBuilder(topic, partition)
+    outcomes: list[Any] = []
+    issues: list[LogIssue] = []
+    pending = 0
+
+    def drain() -> tuple[list[dict[str, Any]], list]:
+        records, batches = builder.take()
+        rows = batches.to_pylist()
+        by_batch = _record_rows(records) if args.records else {}
+        for i, row in enumerate(rows):
+            row["last_offset"] = (None if row["batch_offset"] is None or
+                                  row["last_offset_delta"] is None else
+                                  row["batch_offset"] + row["last_offset_delta"])
+            if args.records:
+                row["records"] = by_batch.get(row["batch_offset"], []) \
+                    if row["decode_error"] is None or row["batch_offset"] in by_batch else []
+            if validator is not None:
+                row["verdict"] = outcomes[i].to_dict()
+        outcomes.clear()
+        return rows, issues[:]
+
+    for item in iter_log_batches(args.path):
+        if isinstance(item, LogIssue):
+            issues.append(item)
+            continue
+        builder.add(item.position, item.data)
+        if validator is not None:
+            outcomes.append(validator.validate(item.data, position=item.position))
+        pending += 1
+        if pending >= _CHUNK:
+            yield drain()
+            issues.clear()
+            pending = 0
+    yield drain()
+
+
+def _fmt_batch(row: dict[str, Any]) -> str:
+    tstype = {0: "CreateTime", 1: "LogAppendTime"}.get(row["timestamp_type"], "NoTimestamp")
+    parts = [f"baseOffset: {row['batch_offset']}", f"lastOffset: {row['last_offset']}",
+             f"count: {row['record_count']}", f"baseSequence: {row['base_sequence']}",
+             f"producerId: {row['producer_id']}", f"producerEpoch: {row['producer_epoch']}",
+             f"partitionLeaderEpoch: {row['partition_leader_epoch']}",
+             f"isTransactional: {str(row['is_transactional']).lower()}",
+             f"isControl: {str(row['is_control']).lower()}", f"position: {row['position']}",
+             f"{tstype}: {row['max_timestamp']}", f"size: {row['size_bytes']}",
+             f"magic: {row['magic']}", f"compresscodec: {row['compression']}",
+             f"crc: {row['crc']}", f"isvalid: {str(row['crc_valid']).lower()}"]
+    line = " ".join(parts)
+    if row["decode_error"]:
+        line += f"\n  decode error: {row['decode_error']}"
+    return line
+
+
+def _fmt_verdict(v: dict[str, Any]) -> str:
+    if v["error_code"] == 0:
+        return f"  verdict: accepted ({v['path']}{', duplicate' if v['duplicate'] else ''})"
+    lines = [f"  verdict: {v['error_name']} ({v['error_code']}) at {v['check']}"]
+    if v["error_message"] is not None:
+        lines.append(f"    error_message: {v['error_message']}")
+    for e in v["record_errors"][:10]:
+        lines.append(f"    record_error[{e['batch_index']}]: {e['message']}")
+    if len(v["record_errors"]) > 10:
+        lines.append(f"    ... {len(v['record_errors']) - 10} more record errors")
+    if v["detail"] and v["detail"] != v["error_message"]:
+        lines.append(f"    broker log: {v['detail']}")
+    return "\n".join(lines)
+
+
+def _fmt_record(r: dict[str, Any]) -> str:
+    tstype = {0: "CreateTime", 1: "LogAppendTime"}.get(r["timestamp_type"], "NoTimestamp")
+    keys = [h["key"] for h in r["headers"]]
+    return (f"| offset: {r['offset']} {tstype}: {r['timestamp']} keySize: {r['key_size']} "
+            f"valueSize: {r['value_size']} headerKeys: {keys}")
+
+
+def _totals(rows: list[dict[str, Any]], issues: list, validated: bool) -> dict[str, Any]:
+    totals: dict[str, Any] = {
+        "batches": len(rows),
+        "records": sum(r["record_count"] or 0 for r in rows),
+        "bytes": sum(r["size_bytes"] or 0 for r in rows),
+        "crc_invalid": sum(1 for r in rows if r["crc_valid"] is False),
+        "decode_errors": sum(1 for r in rows if r["decode_error"]),
+        "issues": len(issues),
+    }
+    if validated:
+        codes = Counter(r["verdict"]["error_name"] for r in rows)
+        totals["accepted_batches"] = codes.pop("NONE", 0)
+        totals["rejected_batches"] = sum(codes.values())
+        totals["rejected_records"] = sum(r["record_count"] or 0 for r in rows
+                                         if r["verdict"]["error_code"] != 0)
+        totals["by_error"] = dict(sorted(codes.items()))
+    return totals
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    """``kqlab inspect``: stream the batches, printing as it goes (or one JSON document)."""
+    import orjson
+
+    from kqlab.kafka.log import segment_files, topic_partition_of
+
+    files = segment_files(args.path)  # raises a clear error for a bad path
+    t, p = topic_partition_of(args.path)
+    all_rows: list[dict[str, Any]] = []
+    all_issues: list = []
+    if not args.json:
+        print(f"Dumping {', '.join(str(f) for f in files)}")
+    for rows, issues in _inspect_chunks(args):
+        all_issues.extend(issues)
+        if args.json:
+            all_rows.extend(rows)
+            continue
+        for row in rows:
+            print(_fmt_batch(row))
+            for r in row.get("records", []):
+                print(_fmt_record(r))
+            if "verdict" in row:
+                print(_fmt_verdict(row["verdict"]))
+        all_rows.extend({k: row[k] for k in ("record_count", "size_bytes", "crc_valid",
+                                             "decode_error", "verdict") if k in row}
+                        for row in rows)
+    totals = _totals(all_rows, all_issues, args.validate)
+    if args.json:
+        doc = {"path": str(args.path), "files": [str(f) for f in files],
+               "topic": args.topic if args.topic is not None else t,
+               "partition": args.partition if args.partition is not None else p,
+               "batches": all_rows, "issues": [i.to_dict() for i in all_issues],
+               "totals": totals}
+        if args.validate:
+            doc["validation"] = {"broker_version": args.broker_version, "now": args.now,
+                                 "source": args.source, "configs": args.config,
+                                 "produce_version": args.produce_version}
+        sys.stdout.write(orjson.dumps(doc).decode() + "\n")
+        return 0
+    for issue in all_issues:
+        print(f"issue: {issue.kind} at position {issue.position} of {issue.file}: "
+              f"{issue.message}")
+    print("totals: " + ", ".join(f"{k}={v}" for k, v in totals.items()))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# demo
+# ---------------------------------------------------------------------------------------------
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """``kqlab demo``: generate the demo partition, decode it, validate it, summarise."""
+    import tempfile
+
+    import orjson
+
+    from kqlab.kafka.configs import TopicConfig
+    from kqlab.kafka.log import RawBatch, iter_log_batches, read_log
+    from kqlab.kafka.validator import validate_batches
+    from kqlab.sources.demo import DEMO_CONFIGS, DEMO_PARTITION, DEMO_TOPIC, write_demo_segment
+
+    now = args.now if args.now is not None else int(time.time() * 1000)
+    with tempfile.TemporaryDirectory(prefix="kqlab-demo-") as tmp:
+        folder = write_demo_segment(args.dir or tmp, now)
+        t0 = time.perf_counter()
+        log = read_log(folder)
+        t1 = time.perf_counter()
+        verdicts = validate_batches(
+            (b for b in iter_log_batches(folder) if isinstance(b, RawBatch)),
+            topic=DEMO_TOPIC, partition=DEMO_PARTITION,
+            config=TopicConfig.from_dict(DEMO_CONFIGS), now=now)
+        t2 = time.perf_counter()
+    rows = verdicts.to_pylist()
+    counts = Counter(r["error_name"] for r in rows)
+    rejected = [r for r in rows if r["error_code"] != 0]
+    summary = {
+        "topic": DEMO_TOPIC, "partition": DEMO_PARTITION, "configs": DEMO_CONFIGS,
+        "segment": str(folder) if args.dir else None,
+        "records": log.records.num_rows, "batches": log.batches.num_rows,
+        "codecs": dict(Counter(log.batches["compression"].to_pylist())),
+        "issues": [i.to_dict() for i in log.issues],
+        "verdicts": dict(sorted(counts.items())),
+        "rejected_records": sum(r["record_count"] or 0 for r in rejected),
+        "rejections": [{"batch_offset": r["batch_offset"], "error": r["error_name"],
+                        "check": r["check"], "record_errors": len(r["record_errors"]),
+                        "why": (r["record_errors"][0]["message"] if r["record_errors"]
+                                else r["detail"])} for r in rejected],
+        "decode_seconds": round(t1 - t0, 4), "validate_seconds": round(t2 - t1, 4),
+    }
+    if args.json:
+        sys.stdout.write(orjson.dumps(summary).decode() + "\n")
+        return 0
+    print(f"kqlab demo — topic {DEMO_TOPIC}-{DEMO_PARTITION}, generated segment")
+    print(f"  decoded {summary['records']} records in {summary['batches']} batches "
+          f"({', '.join(f'{k}: {v}' for k, v in sorted(summary['codecs'].items()))}) "
+          f"in {summary['decode_seconds'] * 1000:.1f} ms")
+    for issue in log.issues:
+        print(f"  segment issue: {issue.kind} at byte {issue.position}: {issue.message}")
+    print(f"  validated against {DEMO_CONFIGS}")
+    for name, n in sorted(counts.items()):
+        print(f"    {name:<28} {n} batch(es)")
+    print(f"  {summary['rejected_records']} records would be rejected:")
+    for r in summary["rejections"]:
+        print(f"    batch @{r['batch_offset']}: {r['error']} at {r['check']} — {r['why']}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``kqlab`` console script."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "inspect":
+            return cmd_inspect(args)
+        return cmd_demo(args)
+    except (KqlabError, ValueError) as exc:
+        print(f"kqlab {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # pragma: no cover - `kqlab inspect ... | head`
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""The ``kqlab`` command line: inspect (dump, --records, --validate, --json) and demo."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kqlab.cli import main
+from kqlab.kafka.builder import BatchBuilder, Record, rewrite_header
+from kqlab.kafka.compression import Codec
+
+NOW = 1_700_000_000_000
+
+
+def _segment(tmp_path: Path) -> Path:
+    """orders-3/00000000000000000000.log: good, no-key, stale-CRC batches and a torn tail."""
+    folder = tmp_path / "orders-3"
+    folder.mkdir()
+    batches = []
+    b = BatchBuilder(base_offset=0, base_timestamp=NOW, codec=Codec.LZ4)
+    b.append(Record(key=b"k1", value=b"v1", headers=(("h", b"x"), ("h", None))))
+    b.append(Record(key=b"k2", value=None))
+    batches.append(b.build())
+    b = BatchBuilder(base_offset=2, base_timestamp=NOW)
+    b.append(Record(key=None, value=b"no key"))
+    batches.append(b.build())
+    b = BatchBuilder(base_offset=3, base_timestamp=NOW)
+    b.append(Record(key=b"k4", value=b"v4"))
+    batches.append(rewrite_header(b.build(), fix_crc=False, last_offset_delta=7))
+    data = b"".join(batches) + batches[0][:20]
+    (folder / "00000000000000000000.log").write_bytes(data)
+    return folder
+
+
+def _json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict:
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1, "--json prints exactly one document"
+    return json.loads(out)
+
+
+def test_inspect_json_dumps_every_batch_and_the_torn_tail(tmp_path, capsys):
+    doc = _json(capsys, ["inspect", str(_segment(tmp_path)), "--json"])
+    assert (doc["topic"], doc["partition"]) == ("orders", 3)
+    assert [b["batch_offset"] for b in doc["batches"]] == [0, 2, 3]
+    assert [b["compression"] for b in doc["batches"]] == ["lz4", "none", "none"]
+    assert [b["crc_valid"] for b in doc["batches"]] == [True, True, False]
+    assert doc["batches"][0]["last_offset"] == 1
+    assert [i["kind"] for i in doc["issues"]] == ["truncated_tail"]
+    assert doc["totals"]["records"] == 4 and doc["totals"]["crc_invalid"] == 1
+    assert "records" not in doc["batches"][0]
+
+
+def test_inspect_records_lists_sizes_and_headers(tmp_path, capsys):
+    doc = _json(capsys, ["inspect", str(_segment(tmp_path)), "--records", "--json"])
+    recs = doc["batches"][0]["records"]
+    assert [(r["offset"], r["key_size"], r["value_size"]) for r in recs] == [(0, 2, 2), (1, 2, -1)]
+    assert recs[0]["headers"] == [{"key": "h", "value_size": 1}, {"key": "h", "value_size": -1}]
+    assert recs[0]["timestamp"] == NOW
+
+
+def test_inspect_validate_reports_broker_verdicts(tmp_path, capsys):
+    doc = _json(capsys, ["inspect", str(_segment(tmp_path)), "--validate", "--json",
+                         "--config", "cleanup.policy=compact", "--now", str(NOW)])
+    verdicts = [b["verdict"] for b in doc["batches"]]
+    assert [v["error_name"] for v in verdicts] == ["NONE", "INVALID_RECORD", "CORRUPT_MESSAGE"]
+    assert verdicts[1]["record_errors"] == [{
+        "batch_index": 0,
+        "message": "Compacted topic cannot accept message without key in topic partition "
+                   "orders-3"}]
+    assert verdicts[2]["check"] == "C3" and verdicts[2]["error_message"] is None
+    assert doc["totals"]["rejected_batches"] == 2
+    assert doc["totals"]["by_error"] == {"CORRUPT_MESSAGE": 1, "INVALID_RECORD": 1}
+
+
+def test_inspect_text_output_reads_like_dump_log(tmp_path, capsys):
+    assert main(["inspect", str(_segment(tmp_path)), "--records", "--validate", "--now",
+                 str(NOW), "--config", "message.timestamp.after.max.ms=0"]) == 0
+    out = capsys.readouterr().out
+    assert "baseOffset: 0 lastOffset: 1 count: 2" in out
+    assert "isvalid: false" in out
+    assert "| offset: 1 CreateTime: 1700000000000 keySize: 2 valueSize: -1" in out
+    assert "verdict: CORRUPT_MESSAGE (2) at C3" in out
+    assert "issue: truncated_tail" in out
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["inspect", "{tmp}/missing"], "no such file or directory"),
+    (["inspect", "{tmp}", "--validate", "--config", "cleanup.polcy=compact"],
+     "did you mean 'cleanup.policy'"),
+    (["inspect", "{tmp}", "--validate", "--config", "novalue"], "write it as KEY=VALUE"),
+    (["inspect", "{tmp}", "--config", "cleanup.policy=compact"], "only apply with --validate"),
+    (["inspect", "{tmp}", "--validate", "--broker-version", "1.1"], "predates KIP-467"),
+])
+def test_bad_requests_exit_2_with_one_clear_line(tmp_path, capsys, argv, needle):
+    folder = _segment(tmp_path)
+    argv = [a.replace("{tmp}", str(folder)) if a.startswith("{tmp}") else a for a in argv]
+    argv = [a.replace(str(folder) + "/missing", str(tmp_path / "missing")) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1
+
+
+def test_empty_folder_is_a_clear_error(tmp_path, capsys):
+    assert main(["inspect", str(tmp_path)]) == 2
+    assert "holds no *.log segment files" in capsys.readouterr().err
+
+
+def test_demo_json_shows_every_planted_fault(capsys):
+    doc = _json(capsys, ["demo", "--json", "--now", str(NOW)])
+    assert doc["verdicts"] == {"CORRUPT_MESSAGE": 1, "INVALID_RECORD": 1,
+                               "INVALID_TIMESTAMP": 2, "MESSAGE_TOO_LARGE": 1, "NONE": 56,
+                               "OUT_OF_ORDER_SEQUENCE_NUMBER": 1}
+    assert set(doc["codecs"]) == {"none", "gzip", "snappy", "lz4", "zstd"}
+    assert [i["kind"] for i in doc["issues"]] == ["truncated_tail"]
+    checks = sorted(r["check"] for r in doc["rejections"])
+    assert checks == ["C2", "C3", "F4", "R3", "R4", "R4"]
+    assert doc["rejected_records"] > 0
+
+
+def test_console_script_runs(tmp_path):
+    folder = _segment(tmp_path)
+    out = subprocess.run([sys.executable, "-m", "kqlab.cli", "inspect", str(folder), "--json"],
+                         capture_output=True, text=True, check=True).stdout
+    assert json.loads(out)["totals"]["batches"] == 3
