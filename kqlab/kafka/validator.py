@@ -350,7 +350,9 @@ class PartitionValidator:
             in_place = path == "U"
         else:
             path = "Z"
-            if target == Codec.ZSTD and cfg.inter_broker_protocol < (2, 1):
+            # Z0 (gone in 4.0, where LogValidator no longer takes an IBP)
+            if target == Codec.ZSTD and cfg.inter_broker_protocol < (2, 1) and \
+                    cfg.profile.version < (4, 0):
                 raise _Reject(kerr.UNSUPPORTED_COMPRESSION_TYPE, "Z0", "Produce requests to inter."
                               "broker.protocol.version < 2.1 broker are not allowed to use "
                               "ZStandard compression")
