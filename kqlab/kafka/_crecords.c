@@ -1,9 +1,12 @@
 /*
- * kqlab.kafka._crecords -- C accelerator for kqlab.kafka._records_py.parse_records.
+ * kqlab.kafka._crecords -- C accelerator for kqlab.kafka._records_py.parse_records and
+ * kqlab.kafka._scan_py (scan_batches, crc32c).
  *
- * The pure-Python module is the specification; this file implements exactly the same walk over
+ * The pure-Python modules are the specification; this file implements exactly the same walk over
  * the records region of magic v2 batches (strict DefaultRecord.readFrom and partial
  * PartialDefaultRecord modes) and returns the 17 fields of ParsedRecords as a tuple.
+ * scan_batches walks a buffer batch by batch (log.scan_buffer's rules) and returns the batch
+ * headers as columns with each v2 batch's CRC-32C checked; crc32c is exposed on its own.
  *
  * Design notes
  * - Numeric columns are grown with PyMem_Raw* (safe without the GIL) and handed to numpy with
@@ -848,19 +851,673 @@ done:
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* CRC-32C (Castagnoli)                                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+/*
+ * Two implementations of the same register update (the register is the inverted CRC):
+ * - crc32c_sw: portable slicing-by-8 (eight 256-entry tables, bytes assembled explicitly so it
+ *   is endian-neutral);
+ * - crc32c_hw: the SSE4.2 crc32 instruction, 8 bytes at a time, on three interleaved streams
+ *   (the instruction's latency is three times its throughput), whose registers are merged with
+ *   "append n zero bytes" operators applied through four 256-entry tables (Mark Adler's method).
+ * crc32c_update picks the hardware path when the CPU has SSE4.2 (checked once at import).
+ */
+
+#define CRC32C_POLY 0x82F63B78u /* reflected Castagnoli polynomial */
+
+/* Buffers at least this long are checksummed with the GIL released. */
+#define CRC_RELEASE_GIL_MIN_BYTES 65536
+
+static uint32_t crc32c_table[8][256];
+static int crc32c_ready = 0;
+static int crc32c_have_hw = 0;
+
+static void
+crc32c_init_sw(void)
+{
+    uint32_t n, k, c;
+    for (n = 0; n < 256; n++) {
+        c = n;
+        for (k = 0; k < 8; k++) {
+            c = (c >> 1) ^ (CRC32C_POLY & (0u - (c & 1u)));
+        }
+        crc32c_table[0][n] = c;
+    }
+    for (n = 0; n < 256; n++) {
+        c = crc32c_table[0][n];
+        for (k = 1; k < 8; k++) {
+            c = crc32c_table[0][c & 0xFFu] ^ (c >> 8);
+            crc32c_table[k][n] = c;
+        }
+    }
+}
+
+static inline uint32_t
+le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+           ((uint32_t)p[3] << 24);
+}
+
+/* Update the (inverted) register `crc` with p[0:len], slicing-by-8. */
+static uint32_t
+crc32c_sw(uint32_t crc, const uint8_t *p, size_t len)
+{
+    while (len >= 8) {
+        uint32_t lo = crc ^ le32(p);
+        uint32_t hi = le32(p + 4);
+        crc = crc32c_table[7][lo & 0xFFu] ^ crc32c_table[6][(lo >> 8) & 0xFFu] ^
+              crc32c_table[5][(lo >> 16) & 0xFFu] ^ crc32c_table[4][lo >> 24] ^
+              crc32c_table[3][hi & 0xFFu] ^ crc32c_table[2][(hi >> 8) & 0xFFu] ^
+              crc32c_table[1][(hi >> 16) & 0xFFu] ^ crc32c_table[0][hi >> 24];
+        p += 8;
+        len -= 8;
+    }
+    while (len > 0) {
+        crc = crc32c_table[0][(crc ^ *p++) & 0xFFu] ^ (crc >> 8);
+        len--;
+    }
+    return crc;
+}
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define KQ_CRC32C_X86 1
+#include <nmmintrin.h>
+
+/* Stream lengths of the three-way interleave (multiples of 8; powers of two). */
+#define CRC_LONG 4096
+#define CRC_SHORT 256
+
+/* crc32c_zeros_long[k][b]: the register after LONG zero bytes, from byte b at position k */
+static uint32_t crc32c_zeros_long[4][256];
+static uint32_t crc32c_zeros_short[4][256];
+
+/* GF(2) matrix (32 columns, bit i of vec selects mat[i]) times vector. */
+static uint32_t
+gf2_matrix_times(const uint32_t *mat, uint32_t vec)
+{
+    uint32_t sum = 0;
+    while (vec != 0) {
+        if (vec & 1u) {
+            sum ^= *mat;
+        }
+        vec >>= 1;
+        mat++;
+    }
+    return sum;
+}
+
+static void
+gf2_matrix_square(uint32_t *square, const uint32_t *mat)
+{
+    int n;
+    for (n = 0; n < 32; n++) {
+        square[n] = gf2_matrix_times(mat, mat[n]);
+    }
+}
+
+/* The operator appending `len` zero bytes (len a power of two, >= 1) to a register. */
+static void
+crc32c_zeros_op(uint32_t *even, size_t len)
+{
+    uint32_t odd[32];
+    uint32_t row = 1;
+    int n;
+
+    odd[0] = CRC32C_POLY; /* one zero bit */
+    for (n = 1; n < 32; n++) {
+        odd[n] = row;
+        row <<= 1;
+    }
+    gf2_matrix_square(even, odd); /* two zero bits */
+    gf2_matrix_square(odd, even); /* four zero bits */
+    /* each square doubles: even holds one zero byte after the first, odd two, ... */
+    for (;;) {
+        gf2_matrix_square(even, odd);
+        len >>= 1;
+        if (len == 0) {
+            return;
+        }
+        gf2_matrix_square(odd, even);
+        len >>= 1;
+        if (len == 0) {
+            break;
+        }
+    }
+    memcpy(even, odd, sizeof(odd));
+}
+
+static void
+crc32c_zeros(uint32_t zeros[4][256], size_t len)
+{
+    uint32_t op[32];
+    uint32_t n;
+    crc32c_zeros_op(op, len);
+    for (n = 0; n < 256; n++) {
+        zeros[0][n] = gf2_matrix_times(op, n);
+        zeros[1][n] = gf2_matrix_times(op, n << 8);
+        zeros[2][n] = gf2_matrix_times(op, n << 16);
+        zeros[3][n] = gf2_matrix_times(op, n << 24);
+    }
+}
+
+static inline uint32_t
+crc32c_shift(uint32_t zeros[4][256], uint32_t crc)
+{
+    return zeros[0][crc & 0xFFu] ^ zeros[1][(crc >> 8) & 0xFFu] ^
+           zeros[2][(crc >> 16) & 0xFFu] ^ zeros[3][crc >> 24];
+}
+
+#if defined(__x86_64__)
+typedef uint64_t crc_reg_t;
+
+__attribute__((target("sse4.2"))) static inline crc_reg_t
+crc_step8(crc_reg_t c, const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return (crc_reg_t)_mm_crc32_u64(c, v);
+}
+#else
+typedef uint32_t crc_reg_t;
+
+__attribute__((target("sse4.2"))) static inline crc_reg_t
+crc_step8(crc_reg_t c, const uint8_t *p)
+{
+    uint32_t a, b;
+    memcpy(&a, p, 4);
+    memcpy(&b, p + 4, 4);
+    return _mm_crc32_u32(_mm_crc32_u32(c, a), b);
+}
+#endif
+
+/* Update the (inverted) register `crc` with p[0:len] using the SSE4.2 crc32 instruction. */
+__attribute__((target("sse4.2"))) static uint32_t
+crc32c_hw(uint32_t crc, const uint8_t *p, size_t len)
+{
+    crc_reg_t c0 = crc;
+
+    /* bring p to an 8-byte boundary */
+    while (len > 0 && ((uintptr_t)p & 7u) != 0) {
+        c0 = _mm_crc32_u8((uint32_t)c0, *p++);
+        len--;
+    }
+    /* three independent streams of CRC_LONG bytes, merged with the zeros operator */
+    while (len >= 3 * (size_t)CRC_LONG) {
+        crc_reg_t c1 = 0, c2 = 0;
+        const uint8_t *const stop = p + CRC_LONG;
+        do {
+            c0 = crc_step8(c0, p);
+            c1 = crc_step8(c1, p + CRC_LONG);
+            c2 = crc_step8(c2, p + 2 * CRC_LONG);
+            p += 8;
+        } while (p < stop);
+        c0 = crc32c_shift(crc32c_zeros_long, (uint32_t)c0) ^ (uint32_t)c1;
+        c0 = crc32c_shift(crc32c_zeros_long, (uint32_t)c0) ^ (uint32_t)c2;
+        p += 2 * CRC_LONG;
+        len -= 3 * (size_t)CRC_LONG;
+    }
+    while (len >= 3 * (size_t)CRC_SHORT) {
+        crc_reg_t c1 = 0, c2 = 0;
+        const uint8_t *const stop = p + CRC_SHORT;
+        do {
+            c0 = crc_step8(c0, p);
+            c1 = crc_step8(c1, p + CRC_SHORT);
+            c2 = crc_step8(c2, p + 2 * CRC_SHORT);
+            p += 8;
+        } while (p < stop);
+        c0 = crc32c_shift(crc32c_zeros_short, (uint32_t)c0) ^ (uint32_t)c1;
+        c0 = crc32c_shift(crc32c_zeros_short, (uint32_t)c0) ^ (uint32_t)c2;
+        p += 2 * CRC_SHORT;
+        len -= 3 * (size_t)CRC_SHORT;
+    }
+    while (len >= 8) {
+        c0 = crc_step8(c0, p);
+        p += 8;
+        len -= 8;
+    }
+    while (len > 0) {
+        c0 = _mm_crc32_u8((uint32_t)c0, *p++);
+        len--;
+    }
+    return (uint32_t)c0;
+}
+#endif /* KQ_CRC32C_X86 */
+
+/* Build the tables and probe the CPU (once, at import, with the GIL held). */
+static void
+crc32c_init(void)
+{
+    if (crc32c_ready) {
+        return;
+    }
+    crc32c_init_sw();
+#ifdef KQ_CRC32C_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("sse4.2")) {
+        crc32c_zeros(crc32c_zeros_long, CRC_LONG);
+        crc32c_zeros(crc32c_zeros_short, CRC_SHORT);
+        crc32c_have_hw = 1;
+    }
+#endif
+    crc32c_ready = 1;
+}
+
+/* CRC-32C of p[0:len] (hardware when available). */
+static uint32_t
+crc32c_value(const uint8_t *p, size_t len)
+{
+#ifdef KQ_CRC32C_X86
+    if (crc32c_have_hw) {
+        return ~crc32c_hw(0xFFFFFFFFu, p, len);
+    }
+#endif
+    return ~crc32c_sw(0xFFFFFFFFu, p, len);
+}
+
+/*
+ * Hold obj's bytes in *view.  A buffer that cannot be exported as plain C-contiguous bytes
+ * (a strided memoryview, a non-contiguous array) is copied the way bytes(obj) copies it; *copy
+ * then owns the copy.  Objects without the buffer protocol raise as PyObject_GetBuffer does.
+ */
+static int
+get_bytes_view(PyObject *obj, Py_buffer *view, PyObject **copy)
+{
+    *copy = NULL;
+    if (PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) == 0) {
+        return 0;
+    }
+    if (!PyObject_CheckBuffer(obj)) {
+        return -1;
+    }
+    PyErr_Clear();
+    *copy = PyBytes_FromObject(obj);
+    if (*copy == NULL) {
+        return -1;
+    }
+    if (PyObject_GetBuffer(*copy, view, PyBUF_SIMPLE) < 0) {
+        Py_CLEAR(*copy);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+crc32c_of(PyObject *obj, int software)
+{
+    Py_buffer view;
+    PyObject *copy;
+    const uint8_t *p;
+    size_t len;
+    uint32_t crc;
+
+    if (get_bytes_view(obj, &view, &copy) < 0) {
+        return NULL;
+    }
+    p = (const uint8_t *)view.buf;
+    len = (size_t)view.len;
+    if (view.len >= CRC_RELEASE_GIL_MIN_BYTES) {
+        Py_BEGIN_ALLOW_THREADS
+        crc = software ? ~crc32c_sw(0xFFFFFFFFu, p, len) : crc32c_value(p, len);
+        Py_END_ALLOW_THREADS
+    }
+    else {
+        crc = software ? ~crc32c_sw(0xFFFFFFFFu, p, len) : crc32c_value(p, len);
+    }
+    PyBuffer_Release(&view);
+    Py_XDECREF(copy);
+    return PyLong_FromUnsignedLong((unsigned long)crc);
+}
+
+PyDoc_STRVAR(crc32c_doc,
+"crc32c(buf) -> int\n"
+"\n"
+"CRC-32C (Castagnoli) of a bytes-like object, as an unsigned int; equals\n"
+"google_crc32c.value(bytes(buf)).  Uses the SSE4.2 crc32 instruction when the CPU has it\n"
+"(see CRC32C_HARDWARE), else a slicing-by-8 table.");
+
+static PyObject *
+py_crc32c(PyObject *Py_UNUSED(module), PyObject *obj)
+{
+    return crc32c_of(obj, 0);
+}
+
+PyDoc_STRVAR(crc32c_sw_doc,
+"_crc32c_sw(buf) -> int\n"
+"\n"
+"crc32c(buf) computed with the portable slicing-by-8 tables (for tests and benchmarks).");
+
+static PyObject *
+py_crc32c_sw(PyObject *Py_UNUSED(module), PyObject *obj)
+{
+    return crc32c_of(obj, 1);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* scan_batches                                                                                */
+/* ------------------------------------------------------------------------------------------ */
+
+/* kqlab.kafka._scan_py stop kinds */
+enum { STOP_END = 0, STOP_SHORT = 1, STOP_CORRUPT_LENGTH = 2, STOP_TRUNCATED = 3 };
+
+#define SCAN_LOG_OVERHEAD 12
+#define SCAN_HEADER_SIZE_UP_TO_MAGIC 17
+#define SCAN_MIN_RECORD_OVERHEAD 14
+#define SCAN_V2_HEADER 61
+#define SCAN_V2_CRC_START 21
+#define INITIAL_BATCHES 64
+
+/* the 15 columns, in the order of the result tuple */
+enum {
+    C_POSITION,
+    C_SIZE,
+    C_MAGIC,
+    C_BASE_OFFSET,
+    C_LEADER_EPOCH,
+    C_CRC,
+    C_ATTRIBUTES,
+    C_LAST_OFFSET_DELTA,
+    C_BASE_TIMESTAMP,
+    C_MAX_TIMESTAMP,
+    C_PRODUCER_ID,
+    C_PRODUCER_EPOCH,
+    C_BASE_SEQUENCE,
+    C_RECORDS_COUNT,
+    C_CRC_VALID,
+    SCAN_NCOLS
+};
+
+static const size_t scan_itemsize[SCAN_NCOLS] = {
+    sizeof(int64_t), sizeof(int64_t), sizeof(int8_t),  sizeof(int64_t), sizeof(int32_t),
+    sizeof(uint32_t), sizeof(int16_t), sizeof(int32_t), sizeof(int64_t), sizeof(int64_t),
+    sizeof(int64_t), sizeof(int16_t), sizeof(int32_t), sizeof(int32_t), sizeof(uint8_t),
+};
+
+static PyObject *dt_int16 = NULL;
+static PyObject *dt_uint32 = NULL;
+static PyObject *dt_bool = NULL;
+
+static PyObject **const scan_dtype[SCAN_NCOLS] = {
+    &dt_int64, &dt_int64, &dt_int8,  &dt_int64, &dt_int32, &dt_uint32, &dt_int16, &dt_int32,
+    &dt_int64, &dt_int64, &dt_int64, &dt_int16, &dt_int32, &dt_int32,  &dt_bool,
+};
+
+typedef struct {
+    Py_ssize_t n;   /* batches found */
+    Py_ssize_t cap; /* entries allocated in every column */
+    void *col[SCAN_NCOLS];
+    Py_ssize_t stop_pos;
+    int stop_kind;
+    int64_t stop_length;
+} Scan;
+
+#define COL(s, type, c) ((type *)(s)->col[c])
+
+static int
+grow_scan(Scan *s, Py_ssize_t nc)
+{
+    int c;
+    if (nc > PY_SSIZE_T_MAX / 16) {
+        return ST_NOMEM;
+    }
+    for (c = 0; c < SCAN_NCOLS; c++) {
+        void *q = PyMem_RawRealloc(s->col[c], (size_t)nc * scan_itemsize[c]);
+        if (q == NULL) {
+            return ST_NOMEM;
+        }
+        s->col[c] = q;
+    }
+    s->cap = nc;
+    return ST_OK;
+}
+
+static void
+scan_free(Scan *s)
+{
+    int c;
+    for (c = 0; c < SCAN_NCOLS; c++) {
+        PyMem_RawFree(s->col[c]);
+        s->col[c] = NULL;
+    }
+}
+
+static inline uint16_t
+be16(const uint8_t *p)
+{
+    return (uint16_t)(((uint16_t)p[0] << 8) | (uint16_t)p[1]);
+}
+
+static inline uint32_t
+be32(const uint8_t *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) |
+           (uint32_t)p[3];
+}
+
+static inline uint64_t
+be64(const uint8_t *p)
+{
+    return ((uint64_t)be32(p) << 32) | (uint64_t)be32(p + 4);
+}
+
+/*
+ * Walk buf[pos:end] batch by batch (kqlab.kafka.log.scan_buffer's rules).  Runs without the
+ * GIL: it only reads buf (held through the buffer protocol) and grows PyMem_Raw columns.
+ */
+static int
+scan_walk(Scan *s, const uint8_t *buf, Py_ssize_t pos, Py_ssize_t end)
+{
+    s->stop_length = -1;
+    for (;;) {
+        const Py_ssize_t r = end - pos;
+        const uint8_t *b = buf + pos;
+        Py_ssize_t size, i;
+        int32_t length;
+        int8_t magic;
+        uint8_t ok = 0;
+
+        if (r == 0) {
+            s->stop_kind = STOP_END;
+            break;
+        }
+        if (r < SCAN_LOG_OVERHEAD) {
+            s->stop_kind = STOP_SHORT;
+            break;
+        }
+        length = (int32_t)be32(b + 8);
+        if (length < SCAN_MIN_RECORD_OVERHEAD) {
+            s->stop_kind = STOP_CORRUPT_LENGTH;
+            s->stop_length = length;
+            break;
+        }
+        if (r < SCAN_HEADER_SIZE_UP_TO_MAGIC || (Py_ssize_t)length > r - SCAN_LOG_OVERHEAD) {
+            s->stop_kind = STOP_TRUNCATED;
+            s->stop_length = length;
+            break;
+        }
+        /* the batch is [pos, pos + size), size <= r: every read below stays inside it */
+        size = SCAN_LOG_OVERHEAD + (Py_ssize_t)length;
+        i = s->n;
+        if (UNLIKELY(i == s->cap)) {
+            int st = grow_scan(s, s->cap * 2);
+            if (st != ST_OK) {
+                s->stop_pos = pos;
+                return st;
+            }
+        }
+        magic = (int8_t)b[16];
+        COL(s, int64_t, C_POSITION)[i] = (int64_t)pos;
+        COL(s, int64_t, C_SIZE)[i] = (int64_t)size;
+        COL(s, int8_t, C_MAGIC)[i] = magic;
+        COL(s, int64_t, C_BASE_OFFSET)[i] = (int64_t)be64(b);
+        if (magic == 2 && size >= SCAN_V2_HEADER) {
+            uint32_t crc = be32(b + 17);
+            COL(s, int32_t, C_LEADER_EPOCH)[i] = (int32_t)be32(b + 12);
+            COL(s, uint32_t, C_CRC)[i] = crc;
+            COL(s, int16_t, C_ATTRIBUTES)[i] = (int16_t)be16(b + 21);
+            COL(s, int32_t, C_LAST_OFFSET_DELTA)[i] = (int32_t)be32(b + 23);
+            COL(s, int64_t, C_BASE_TIMESTAMP)[i] = (int64_t)be64(b + 27);
+            COL(s, int64_t, C_MAX_TIMESTAMP)[i] = (int64_t)be64(b + 35);
+            COL(s, int64_t, C_PRODUCER_ID)[i] = (int64_t)be64(b + 43);
+            COL(s, int16_t, C_PRODUCER_EPOCH)[i] = (int16_t)be16(b + 51);
+            COL(s, int32_t, C_BASE_SEQUENCE)[i] = (int32_t)be32(b + 53);
+            COL(s, int32_t, C_RECORDS_COUNT)[i] = (int32_t)be32(b + 57);
+            ok = crc32c_value(b + SCAN_V2_CRC_START, (size_t)(size - SCAN_V2_CRC_START)) == crc;
+        }
+        else {
+            COL(s, int32_t, C_LEADER_EPOCH)[i] = 0;
+            COL(s, uint32_t, C_CRC)[i] = 0;
+            COL(s, int16_t, C_ATTRIBUTES)[i] = 0;
+            COL(s, int32_t, C_LAST_OFFSET_DELTA)[i] = 0;
+            COL(s, int64_t, C_BASE_TIMESTAMP)[i] = 0;
+            COL(s, int64_t, C_MAX_TIMESTAMP)[i] = 0;
+            COL(s, int64_t, C_PRODUCER_ID)[i] = 0;
+            COL(s, int16_t, C_PRODUCER_EPOCH)[i] = 0;
+            COL(s, int32_t, C_BASE_SEQUENCE)[i] = 0;
+            COL(s, int32_t, C_RECORDS_COUNT)[i] = 0;
+        }
+        COL(s, uint8_t, C_CRC_VALID)[i] = ok;
+        s->n = i + 1;
+        pos += size;
+    }
+    s->stop_pos = pos;
+    return ST_OK;
+}
+
+/* An index argument: None -> dflt; huge values clip (and then fail the range check). */
+static int
+index_arg(PyObject *obj, Py_ssize_t dflt, Py_ssize_t *out)
+{
+    if (obj == NULL || obj == Py_None) {
+        *out = dflt;
+        return 0;
+    }
+    *out = PyNumber_AsSsize_t(obj, NULL);
+    if (*out == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(scan_batches_doc,
+"scan_batches(buf, start=0, end=None) -> tuple\n"
+"\n"
+"C implementation of kqlab.kafka._scan_py.scan_batches: the batches of buf[start:end]\n"
+"(positions are absolute) as 15 numpy columns, then stop_pos, stop_kind, stop_length.");
+
+static PyObject *
+scan_batches(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"buf", "start", "end", NULL};
+    PyObject *obj, *start_obj = NULL, *end_obj = NULL;
+    PyObject *result = NULL, *copy = NULL;
+    PyObject *fields[SCAN_NCOLS + 3] = {NULL};
+    Py_ssize_t start, end = -1;
+    Py_buffer view;
+    int have_view = 0, st, c, k;
+    Scan s;
+
+    memset(&s, 0, sizeof(s));
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|OO:scan_batches", kwlist, &obj, &start_obj,
+                                     &end_obj)) {
+        return NULL;
+    }
+    /* indices first: __index__ may run Python code, which must not happen while buf is held */
+    if (index_arg(start_obj, 0, &start) < 0) {
+        return NULL;
+    }
+    if (end_obj != NULL && end_obj != Py_None && index_arg(end_obj, 0, &end) < 0) {
+        return NULL;
+    }
+    if (get_bytes_view(obj, &view, &copy) < 0) {
+        return NULL;
+    }
+    have_view = 1;
+    if (end_obj == NULL || end_obj == Py_None) {
+        end = view.len;
+    }
+    if (start < 0 || start > end || end > view.len) {
+        PyErr_Format(PyExc_ValueError,
+                     "scan_batches: need 0 <= start <= end <= len(buf), got start=%zd, "
+                     "end=%zd, len(buf)=%zd", start, end, view.len);
+        goto done;
+    }
+    if (grow_scan(&s, INITIAL_BATCHES) != ST_OK) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (end - start >= CRC_RELEASE_GIL_MIN_BYTES) {
+        Py_BEGIN_ALLOW_THREADS
+        st = scan_walk(&s, (const uint8_t *)view.buf, start, end);
+        Py_END_ALLOW_THREADS
+    }
+    else {
+        st = scan_walk(&s, (const uint8_t *)view.buf, start, end);
+    }
+    PyBuffer_Release(&view);
+    Py_CLEAR(copy);
+    have_view = 0;
+    if (st != ST_OK) {
+        PyErr_NoMemory();
+        goto done;
+    }
+
+    for (c = 0; c < SCAN_NCOLS; c++) {
+        void *p = s.col[c];
+        s.col[c] = NULL;
+        fields[c] = wrap_array(p, s.n * (Py_ssize_t)scan_itemsize[c], *scan_dtype[c]);
+        if (fields[c] == NULL) {
+            goto done;
+        }
+    }
+    fields[SCAN_NCOLS] = PyLong_FromSsize_t(s.stop_pos);
+    fields[SCAN_NCOLS + 1] = PyLong_FromLong(s.stop_kind);
+    fields[SCAN_NCOLS + 2] = PyLong_FromLongLong((long long)s.stop_length);
+    if (fields[SCAN_NCOLS] == NULL || fields[SCAN_NCOLS + 1] == NULL ||
+        fields[SCAN_NCOLS + 2] == NULL) {
+        goto done;
+    }
+    result = PyTuple_New(SCAN_NCOLS + 3);
+    if (result == NULL) {
+        goto done;
+    }
+    for (k = 0; k < SCAN_NCOLS + 3; k++) {
+        PyTuple_SET_ITEM(result, k, fields[k]); /* steals */
+        fields[k] = NULL;
+    }
+
+done:
+    for (k = 0; k < SCAN_NCOLS + 3; k++) {
+        Py_XDECREF(fields[k]);
+    }
+    if (have_view) {
+        PyBuffer_Release(&view);
+    }
+    Py_XDECREF(copy);
+    scan_free(&s);
+    return result;
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* module                                                                                      */
 /* ------------------------------------------------------------------------------------------ */
 
 static PyMethodDef crecords_methods[] = {
     {"parse_records", (PyCFunction)(void (*)(void))parse_records, METH_VARARGS | METH_KEYWORDS,
      parse_records_doc},
+    {"scan_batches", (PyCFunction)(void (*)(void))scan_batches, METH_VARARGS | METH_KEYWORDS,
+     scan_batches_doc},
+    {"crc32c", (PyCFunction)py_crc32c, METH_O, crc32c_doc},
+    {"_crc32c_sw", (PyCFunction)py_crc32c_sw, METH_O, crc32c_sw_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef crecords_module = {
     PyModuleDef_HEAD_INIT,
     "kqlab.kafka._crecords",
-    "C accelerator for kqlab.kafka._records_py.parse_records.",
+    "C accelerator for kqlab.kafka._records_py.parse_records and kqlab.kafka._scan_py\n"
+    "(scan_batches, crc32c).",
     -1,
     crecords_methods,
     NULL,
@@ -890,6 +1547,7 @@ PyInit__crecords(void)
     if (PyType_Ready(&OwnedBuffer_Type) < 0) {
         return NULL;
     }
+    crc32c_init();
     if (np_frombuffer == NULL) {
         numpy = PyImport_ImportModule("numpy");
         if (numpy == NULL) {
@@ -899,12 +1557,19 @@ PyInit__crecords(void)
         dt_int64 = get_dtype(numpy, "int64");
         dt_int32 = get_dtype(numpy, "int32");
         dt_int8 = get_dtype(numpy, "int8");
+        dt_int16 = get_dtype(numpy, "int16");
+        dt_uint32 = get_dtype(numpy, "uint32");
+        dt_bool = get_dtype(numpy, "bool");
         Py_DECREF(numpy);
-        if (np_frombuffer == NULL || dt_int64 == NULL || dt_int32 == NULL || dt_int8 == NULL) {
+        if (np_frombuffer == NULL || dt_int64 == NULL || dt_int32 == NULL || dt_int8 == NULL ||
+            dt_int16 == NULL || dt_uint32 == NULL || dt_bool == NULL) {
             Py_CLEAR(np_frombuffer);
             Py_CLEAR(dt_int64);
             Py_CLEAR(dt_int32);
             Py_CLEAR(dt_int8);
+            Py_CLEAR(dt_int16);
+            Py_CLEAR(dt_uint32);
+            Py_CLEAR(dt_bool);
             return NULL;
         }
     }
@@ -912,7 +1577,8 @@ PyInit__crecords(void)
     if (m == NULL) {
         return NULL;
     }
-    if (PyModule_AddStringConstant(m, "IMPLEMENTATION", "c") < 0) {
+    if (PyModule_AddStringConstant(m, "IMPLEMENTATION", "c") < 0 ||
+        PyModule_AddObjectRef(m, "CRC32C_HARDWARE", crc32c_have_hw ? Py_True : Py_False) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -290,9 +290,14 @@ class TableBuilder:
         if bad_inner:
             errors.append(f"inner messages at offsets {bad_inner} have invalid CRCs")
         first = msgs[0].offset if msgs else w.offset
+        last_delta: int | None = w.offset - first
+        if not -(2**31) <= last_delta < 2**31:  # type: ignore[operator]
+            errors.append(f"wrapper offset {w.offset} is {last_delta} away from the first "
+                          f"inner offset {first}")
+            last_delta = None
         lat = w.magic >= 1 and w.timestamp_type == 1
         self._row(topic=self.topic, partition=self.partition, batch_offset=first,
-                  last_offset_delta=w.offset - first, magic=w.magic,
+                  last_offset_delta=last_delta, magic=w.magic,
                   compression=codec_label(w.codec), timestamp_type=w.timestamp_type,
                   is_transactional=False, is_control=False, producer_id=-1, producer_epoch=-1,
                   base_sequence=-1, partition_leader_epoch=-1, record_count=len(msgs),

@@ -18,7 +18,7 @@ if google_crc32c.implementation != "c":  # pragma: no cover - depends on the whe
 
 def crc32c(data: bytes | bytearray | memoryview) -> int:
     """CRC-32C (Castagnoli) of ``data`` as an unsigned int; v2 batches cover bytes [21, end)."""
-    return google_crc32c.value(bytes(data) if isinstance(data, memoryview) else data)
+    return google_crc32c.value(data if type(data) is bytes else bytes(data))
 
 
 def crc32(data: bytes | bytearray | memoryview) -> int:

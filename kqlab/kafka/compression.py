@@ -137,25 +137,35 @@ def _snappy_frame(data: bytes) -> bytes:
     return b"".join(parts)
 
 
+LZ4_FRAME_MAGIC = b"\x04\x22\x4d\x18"
+LZ4_BLOCK_INDEPENDENCE = 0x20
+
+
 def _lz4_decompress(data: bytes) -> bytes:
     try:
-        return bytes(cramjam.lz4.decompress(data))
+        out = bytes(cramjam.lz4.decompress(data))
     except cramjam.DecompressionError as exc:
         text = str(exc)
         lowered = text.lower()
         truncated = any(w in lowered for w in ("eof", "unexpected end", "truncated"))
         raise DecompressionError(Codec.LZ4, text, truncated=truncated) from None
+    if data[:4] == LZ4_FRAME_MAGIC and len(data) > 4 and \
+            not data[4] & LZ4_BLOCK_INDEPENDENCE:
+        # Kafka's Lz4BlockInputStream refuses linked blocks: the broker answers
+        # UNKNOWN_SERVER_ERROR and Java consumers cannot read the batch.  The bytes are still
+        # readable, so hand them back with the error (decoding keeps the records).
+        raise DecompressionError(Codec.LZ4, "Dependent block stream is unsupported (Kafka's "
+                                 "LZ4 codec needs independent blocks)", truncated=False,
+                                 partial=out)
+    return out
 
 
 _ZSTD = zstandard.ZstdDecompressor()
 
 
 def _zstd_decompress(data: bytes) -> bytes:
-    try:
-        return _ZSTD.decompress(data)
-    except zstandard.ZstdError:
-        pass  # no content size in the frame header, several frames, or corrupt: stream it
-    dobj = _ZSTD.decompressobj()
+    # A streaming decoder per frame: frames may lack a content size (zstd-jni's stream writes
+    # none) and a batch may hold several frames, which ZstdInputStream reads one after another.
     out = []
     rest = data
     try:
@@ -169,7 +179,7 @@ def _zstd_decompress(data: bytes) -> bytes:
     except zstandard.ZstdError as exc:
         raise DecompressionError(Codec.ZSTD, str(exc), truncated=False,
                                  partial=b"".join(out)) from None
-    return b"".join(out)
+    return out[0] if len(out) == 1 else b"".join(out)
 
 
 def decompress(codec: Codec | int, data: bytes) -> bytes:
@@ -203,5 +213,9 @@ def compress(codec: Codec | int, data: bytes, *, level: int | None = None,
             return bytes(cramjam.snappy.compress_raw(data))
         return _snappy_frame(data)
     if codec is Codec.LZ4:
-        return bytes(cramjam.lz4.compress(data, level=9 if level is None else level))
+        # independent blocks, as Kafka's Lz4BlockOutputStream writes and its reader requires
+        c = cramjam.lz4.Compressor(level=9 if level is None else level, content_checksum=False,
+                                   block_linked=False)
+        c.compress(data)
+        return bytes(c.finish())
     return zstandard.ZstdCompressor(level=3 if level is None else level).compress(data)

@@ -79,6 +79,8 @@ class LegacyEntry:
     #: ``"decompress"`` (codec failure), ``"truncated"`` (codec EOF) or ``"invalid"``
     error_kind: str | None = None
     inner_positions: list[int] = field(default_factory=list)
+    #: index of the first compressed inner message (the deep iterator stops there)
+    nested_at: int | None = None
 
     @property
     def messages(self) -> list[LegacyMessage]:
@@ -165,6 +167,11 @@ def open_entry(data: bytes) -> LegacyEntry:
         inner.append(msg)
         p = nxt
     entry.inner = inner
+    nested = next((i for i, m in enumerate(inner) if m.codec != Codec.NONE), None)
+    if nested is not None and entry.error is None:
+        # DeepRecordsIterator.makeNext throws when it reaches a compressed inner message
+        entry.error, entry.error_kind = "Inner messages must not be compressed", "invalid"
+        entry.nested_at = nested
     if not inner and entry.error is None:
         entry.error, entry.error_kind = "Found invalid compressed record set with no inner " \
             "records", "invalid"

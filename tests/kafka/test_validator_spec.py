@@ -662,17 +662,19 @@ class TestRecordChecks:
                         detail="Batch magic 1 is not the same as the first batch's magic byte 0 "
                                "in topic partition t-0")
 
-    def test_r0_inner_record_with_compression_attribute(self):
+    def test_compressed_inner_message_aborts_before_r0(self):
+        # §1.7 lists a compressed inner message as a deep-iteration error: upstream's
+        # AbstractLegacyRecordBatch.DeepRecordsIterator.makeNext throws InvalidRecordException
+        # ("Inner messages must not be compressed") before LogValidator's R0 check sees the
+        # record, so the verdict is a structural 87 with no record_errors (§3.D.3, §5.2).
         inner = [legacy.encode_message(i, b"k", b"v", magic=1, attributes=1, timestamp=NOW)
                  for i in range(2)]
         data = raw_wrapper(1, Codec.GZIP, inner, wrapper_offset=1, timestamp=NOW)
         out = old_validator(1).validate(data)
-        assert (out.error_code, out.error_name, out.check) == (87, "INVALID_RECORD", "R0"), out
-        assert [i for i, _ in out.record_errors] == [0, 1]
-        for _, message in out.record_errors:
-            assert message.startswith("Compressed outer record should not have an inner record "
-                                      "with a compression attribute set: ")
-        assert out.error_message == invalid_record_message(out.record_errors)
+        assert_rejected(out, 87, "INVALID_RECORD", "D3",
+                        detail="Inner messages must not be compressed")
+        assert out.record_errors == []
+        assert out.error_message is None
 
     def test_r3_r4_mix_gives_invalid_timestamp(self):
         # §3.D.5: INVALID_TIMESTAMP wins the top-level code even if other records failed R3
