@@ -24,10 +24,10 @@ import orjson
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from kqlab.kafka.batch import decode_records  # noqa: E402
-from kqlab.kafka.builder import BatchBuilder, Record  # noqa: E402
-from kqlab.kafka.compression import Codec  # noqa: E402
-from kqlab.kafka.records_parser import IMPLEMENTATION  # noqa: E402
+from kqlab.kafka.batch import decode_records
+from kqlab.kafka.builder import BatchBuilder, Record
+from kqlab.kafka.compression import Codec
+from kqlab.kafka.records_parser import IMPLEMENTATION
 
 WORDS = ("order customer status paid shipped amount currency EUR warehouse berlin parcel "
          "priority express standard discount coupon item sku quantity price total tax").split()
@@ -53,7 +53,7 @@ def make_segment(n_records: int, codec: Codec, value_size: int, batch_bytes: int
                 w = rng.choice(WORDS)
                 words.append(w)
                 size += len(w) + 1
-            value = ('{"id":%d,"text":"%s"}' % (offset + i, " ".join(words)))[:value_size]
+            value = f'{{"id":{offset + i},"text":"{" ".join(words)}"}}'[:value_size]
             b.append(Record(key=f"key-{rng.randrange(100000)}".encode(), value=value.encode(),
                             headers=(("trace", b"%016x" % rng.getrandbits(64)),),
                             timestamp=ts + i))

@@ -1,4 +1,4 @@
-"""Legacy message sets, magic v0 and v1 (spec §1.7; ``LegacyRecord``, ``AbstractLegacyRecordBatch``).
+"""Legacy message sets, magic v0 and v1 (spec §1.7; Java LegacyRecord, AbstractLegacyRecordBatch).
 
 Layout of one log entry::
 
