@@ -7,7 +7,7 @@ SETUP_INPUTS := pyproject.toml $(wildcard setup.py) $(wildcard kqlab/kafka/*.c)
 STAMP  := $(VENV)/.setup-$(shell cat $(SETUP_INPUTS) 2>/dev/null | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lab bench lint check-java clean
+.PHONY: setup demo test test-pure lab bench lint check-java clean
 
 setup: $(STAMP) check-java
 
@@ -31,6 +31,10 @@ test: setup
 	@$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
 	  exit $$rc
+
+# the pure-Python reference kernels (what runs where the C extension cannot be built)
+test-pure: setup
+	KQLAB_PURE_PYTHON=1 $(BIN)/python -m pytest tests/kafka $(PYTEST_ARGS)
 
 lint: setup
 	$(BIN)/ruff check kqlab tests benchmarks

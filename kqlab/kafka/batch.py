@@ -33,9 +33,14 @@ import numpy as np
 import pyarrow as pa
 
 from kqlab.kafka import legacy
-from kqlab.kafka.checksums import crc32c
 from kqlab.kafka.compression import Codec, DecompressionError, decompress
-from kqlab.kafka.records_parser import ParsedRecords, parse_records, render_parse_error
+from kqlab.kafka.records_parser import (
+    ParsedRecords,
+    crc32c,
+    parse_records,
+    render_parse_error,
+    scan_batches,
+)
 from kqlab.records import BATCHES_SCHEMA, HEADER_TYPE, RECORDS_SCHEMA
 
 V2_HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -58,6 +63,7 @@ NO_SEQUENCE = -1
 INT32_MAX = 2**31 - 1
 
 _CODEC_LABELS = {c.value: c.label for c in Codec}
+_CODEC_NAMES = np.array([_CODEC_LABELS[i] for i in range(5)], dtype=object)
 
 
 def codec_label(codec_id: int) -> str:
@@ -142,7 +148,7 @@ def batch_crc_valid(data: bytes) -> tuple[bool, int]:
     """``(valid, computed)`` for a v2 batch: size >= 61 and the stored CRC matches."""
     if len(data) < RECORD_BATCH_OVERHEAD:
         return False, 0
-    computed = crc32c(data[ATTRIBUTES_OFFSET:])
+    computed = crc32c(memoryview(data)[ATTRIBUTES_OFFSET:])
     (stored,) = struct.unpack_from(">I", data, CRC_OFFSET)
     return stored == computed, computed
 
@@ -170,6 +176,7 @@ def records_region(data: bytes, codec: int
 _BATCH_COLUMNS = [f.name for f in BATCHES_SCHEMA]
 # every column but the last (decode_error), which is kept apart because flush() amends it
 _ROW_COLUMNS = _BATCH_COLUMNS[:-1]
+_ROWS_SCHEMA = pa.schema(list(BATCHES_SCHEMA)[:-1])
 assert _BATCH_COLUMNS[-1] == "decode_error"
 
 
@@ -185,7 +192,9 @@ class TableBuilder:
         self.topic = topic
         self.partition = partition
         self.framing = framing
-        self._rows: list[tuple] = []
+        # batch rows in log order: blocks of tuples (slow path) or of numpy columns (fast path)
+        self._blocks: list[list[tuple] | dict[str, np.ndarray]] = []
+        self._nrows = 0
         self._decode_errors: list[str | None] = []
         self._record_tables: list[pa.Table] = []
         # pending v2 batches: region bytes, declared count, base offset, base ts, max ts, LAT
@@ -199,12 +208,24 @@ class TableBuilder:
         self._stream: list[bool] = []
         self.records_added = 0
 
+    @property
+    def rows(self) -> int:
+        """Batch rows accumulated since the last :meth:`take`."""
+        return self._nrows
+
     # -- batch rows ------------------------------------------------------------------------
+    def _tuple_row(self, row: tuple, error: str | None) -> int:
+        if not self._blocks or not isinstance(self._blocks[-1], list):
+            self._blocks.append([])
+        self._blocks[-1].append(row)  # type: ignore[union-attr]
+        self._decode_errors.append(error)
+        self._nrows += 1
+        return self._nrows - 1
+
     def _row(self, **values: object) -> int:
         """Add a batch row from keyword values (the slow path, for unusual batches)."""
-        self._rows.append(tuple(values.get(name) for name in _ROW_COLUMNS))
-        self._decode_errors.append(values.get("decode_error"))  # type: ignore[arg-type]
-        return len(self._rows) - 1
+        return self._tuple_row(tuple(values.get(name) for name in _ROW_COLUMNS),
+                               values.get("decode_error"))  # type: ignore[arg-type]
 
     def add(self, position: int | None, data: bytes) -> None:
         """Decode one batch (``data`` = its complete bytes, starting with baseOffset)."""
@@ -239,7 +260,7 @@ class TableBuilder:
             return
         (base_offset, _length, ple, _magic, crc, attributes, last_delta, base_ts, max_ts, pid,
          epoch, base_seq, count) = V2_HEADER.unpack_from(data, 0)
-        crc_ok = crc32c(data[ATTRIBUTES_OFFSET:]) == crc
+        crc_ok = crc32c(memoryview(data)[ATTRIBUTES_OFFSET:]) == crc
         attr = attributes & 0xFF
         codec = attr & CODEC_MASK
         lat = bool(attr & TIMESTAMP_TYPE_MASK)
@@ -254,14 +275,11 @@ class TableBuilder:
                 error = ("Failed to decompress record stream" if not exc.truncated else
                          "Incorrect declared batch size, premature EOF reached") + f" ({exc})"
             count_for_parse = count
-        # the hot path: one tuple in _ROW_COLUMNS order
-        self._rows.append((
+        row = self._tuple_row((
             self.topic, self.partition, base_offset, last_delta, 2, codec_label(codec),
             1 if lat else 0, bool(attr & TRANSACTIONAL_MASK), bool(attr & CONTROL_MASK), pid,
             epoch, base_seq, ple, count, size, base_ts, max_ts, crc_ok, self.framing, position,
-            attributes, crc))
-        self._decode_errors.append(error)
-        row = len(self._rows) - 1
+            attributes, crc), error)
         self._regions.append(region)
         self._counts.append(count_for_parse)
         self._pending_rows.append(row)
@@ -357,15 +375,138 @@ class TableBuilder:
         self.flush()
         records = (pa.concat_tables(self._record_tables) if self._record_tables
                    else RECORDS_SCHEMA.empty_table())
-        columns = list(zip(*self._rows, strict=True)) if self._rows else \
-            [()] * len(_ROW_COLUMNS)
-        columns.append(tuple(self._decode_errors))
-        batches = pa.table([pa.array(col, BATCHES_SCHEMA.field(i).type)
-                            for i, col in enumerate(columns)], schema=BATCHES_SCHEMA)
+        parts = []
+        for block in self._blocks:
+            if isinstance(block, list):
+                cols = list(zip(*block, strict=True))
+                arrays = [pa.array(col, BATCHES_SCHEMA.field(i).type)
+                          for i, col in enumerate(cols)]
+            else:
+                arrays = [pa.array(block[name], BATCHES_SCHEMA.field(name).type)
+                          for name in _ROW_COLUMNS]
+            parts.append(pa.Table.from_arrays(arrays, schema=_ROWS_SCHEMA))
+        rows = pa.concat_tables(parts) if parts else _ROWS_SCHEMA.empty_table()
+        batches = rows.append_column(BATCHES_SCHEMA.field("decode_error"),
+                                     pa.array(self._decode_errors, pa.string()))
         self._record_tables = []
-        self._rows = []
+        self._blocks = []
+        self._nrows = 0
         self._decode_errors = []
         return records, batches
+
+    # -- the bulk path ------------------------------------------------------------------------
+    def add_buffer(self, buf: bytes | bytearray | memoryview, base_position: int = 0, *,
+                   start: int = 0, final: bool = True, file: str | None = None,
+                   max_batches: int | None = None) -> tuple[int, int, list]:
+        """Decode the complete batches of ``buf[start:]`` (concatenated, as in a segment).
+
+        Returns ``(stop, stop_kind, issues)``: ``stop`` is the index in ``buf`` where decoding
+        stopped (bytes before it are consumed); ``stop_kind`` is 0 (all consumed), 1/3 (an
+        incomplete tail), 2 (an impossible length: nothing after it can be read) or -1
+        (``max_batches`` reached, more batches follow).  ``base_position`` is ``buf[0]``'s
+        position in its file.  With ``final=False`` an incomplete tail is left for the caller
+        to extend and resubmit; with ``final=True`` it becomes a
+        :class:`~kqlab.kafka.log.LogIssue`.
+        """
+        from kqlab.kafka.log import LogIssue
+
+        (positions, sizes, magic, base_offset, ple, crc, attributes, last_delta, base_ts,
+         max_ts, pid, epoch, base_seq, count, crc_valid, stop, stop_kind,
+         stop_length) = scan_batches(buf, start, len(buf))
+        n = len(positions)
+        if max_batches is not None and n > max_batches:
+            n = max(max_batches, 0)
+            stop, stop_kind = int(positions[n]), -1
+        attr = attributes.astype(np.int32) & 0xFF
+        codec = attr & 0x07
+        fast = ((magic == 2) & (sizes >= RECORD_BATCH_OVERHEAD) & (codec <= Codec.ZSTD))[:n]
+        i = 0
+        view = memoryview(buf)
+        while i < n:
+            # runs of fast batches go through numpy; anything else batch by batch
+            j = i
+            if fast[i]:
+                while j < n and fast[j]:
+                    j += 1
+                sl = slice(i, j)
+                self._add_v2_block(view, base_position, positions[sl], sizes[sl],
+                                   base_offset[sl], ple[sl], crc[sl], attributes[sl],
+                                   attr[sl], last_delta[sl], base_ts[sl], max_ts[sl], pid[sl],
+                                   epoch[sl], base_seq[sl], count[sl], crc_valid[sl])
+            else:
+                while j < n and not fast[j]:
+                    p = int(positions[j])
+                    self.add(base_position + p, bytes(view[p:p + int(sizes[j])]))
+                    j += 1
+            i = j
+        issues = []
+        remaining = len(buf) - stop
+        if stop_kind == 2:
+            issues.append(LogIssue("corrupt_length", base_position + stop,
+                                   f"Record size {stop_length} is less than the minimum record "
+                                   "overhead (14)", remaining, file))
+        elif stop_kind in (1, 3) and final:
+            if stop_kind == 1:
+                text = f"{remaining} trailing bytes are too few for a batch header (12 bytes)"
+            else:
+                text = (f"batch declares {12 + stop_length} bytes but only {remaining} remain "
+                        "(truncated tail)")
+            issues.append(LogIssue("truncated_tail", base_position + stop, text, remaining,
+                                   file))
+        return stop, stop_kind, issues
+
+    def _add_v2_block(self, view: memoryview, base_position: int, positions: np.ndarray,
+                      sizes: np.ndarray, base_offset: np.ndarray, ple: np.ndarray,
+                      crc: np.ndarray, attributes: np.ndarray, attr: np.ndarray,
+                      last_delta: np.ndarray, base_ts: np.ndarray, max_ts: np.ndarray,
+                      pid: np.ndarray, epoch: np.ndarray, base_seq: np.ndarray,
+                      count: np.ndarray, crc_valid: np.ndarray) -> None:
+        """Rows and pending record regions for a run of well-formed v2 batches."""
+        m = len(positions)
+        codec = attr & 0x07
+        lat = (attr & TIMESTAMP_TYPE_MASK) != 0
+        row0 = self._nrows
+        errors: list[str | None] = [None] * m
+        regions = self._regions
+        starts = (positions + RECORD_BATCH_OVERHEAD).tolist()
+        ends = (positions + sizes).tolist()
+        for k, c in enumerate(codec.tolist()):
+            if c == 0:
+                regions.append(view[starts[k]:ends[k]])
+                continue
+            try:
+                regions.append(decompress(c, bytes(view[starts[k]:ends[k]])))
+            except DecompressionError as exc:
+                regions.append(exc.partial)
+                errors[k] = ("Failed to decompress record stream" if not exc.truncated else
+                             "Incorrect declared batch size, premature EOF reached") + \
+                    f" ({exc})"
+        self._blocks.append({
+            "topic": np.full(m, self.topic, dtype=object),
+            "partition": np.full(m, self.partition, dtype=np.int32),
+            "batch_offset": base_offset, "last_offset_delta": last_delta,
+            "magic": np.full(m, 2, dtype=np.int8),
+            "compression": _CODEC_NAMES[codec],
+            "timestamp_type": lat.astype(np.int8),
+            "is_transactional": (attr & TRANSACTIONAL_MASK) != 0,
+            "is_control": (attr & CONTROL_MASK) != 0,
+            "producer_id": pid, "producer_epoch": epoch, "base_sequence": base_seq,
+            "partition_leader_epoch": ple, "record_count": count, "size_bytes": sizes,
+            "first_timestamp": base_ts, "max_timestamp": max_ts, "crc_valid": crc_valid,
+            "framing": np.full(m, self.framing, dtype=object),
+            "position": positions + base_position, "attributes": attributes, "crc": crc,
+        })
+        self._decode_errors.extend(errors)
+        self._nrows += m
+        self._counts.extend(count.tolist())
+        self._pending_rows.extend(range(row0, row0 + m))
+        self._base_offsets.extend(base_offset.tolist())
+        self._base_ts.extend(base_ts.tolist())
+        self._max_ts.extend(max_ts.tolist())
+        self._lat.extend(lat.tolist())
+        self._stream.extend((codec != 0).tolist())
+        if len(self._regions) >= 4096:
+            self.flush()
 
 
 def _validity(mask: np.ndarray) -> pa.Buffer | None:
@@ -450,14 +591,7 @@ def decode_batches(batches: Iterable[bytes], *, topic: str = "", partition: int 
 
 def decode_records(data: bytes, *, topic: str = "", partition: int = -1) -> Decoded:
     """Decode a buffer of concatenated batches (a produce request's records, a segment slice)."""
-    from kqlab.kafka.log import scan_buffer
-
     builder = TableBuilder(topic, partition)
-    issues = []
-    for item in scan_buffer(data):
-        if isinstance(item, tuple):
-            builder.add(item[0], item[1])
-        else:
-            issues.append(item)
+    _, _, issues = builder.add_buffer(data)
     records, table = builder.take()
     return Decoded(records, table, issues)

@@ -143,30 +143,50 @@ def iter_log_batches(path: str | Path) -> Iterator[RawBatch | LogIssue]:
         yield from _scan_file(f)
 
 
+#: bytes read from a segment per step of :func:`iter_log_tables`
+READ_CHUNK = 8 << 20
+
+
 def iter_log_tables(path: str | Path, *, topic: str | None = None, partition: int | None = None,
                     chunk_batches: int = 4096) -> Iterator:
     """Yield :class:`~kqlab.kafka.batch.Decoded` chunks of at most ``chunk_batches`` batches.
 
-    Memory stays bounded by the chunk size, whatever the size of the segments.
+    Segments are read :data:`READ_CHUNK` bytes at a time and decoded in bulk (headers and CRCs
+    by one kernel call per chunk), so memory stays bounded whatever the segment size.
     """
     from kqlab.kafka.batch import Decoded, TableBuilder
 
     t, p = topic_partition_of(path)
     builder = TableBuilder(t if topic is None else topic, p if partition is None else partition)
     issues: list[LogIssue] = []
-    pending = 0
-    for item in iter_log_batches(path):
-        if isinstance(item, LogIssue):
-            issues.append(item)
-            continue
-        builder.add(item.position, item.data)
-        pending += 1
-        if pending >= chunk_batches:
-            records, batches = builder.take()
-            yield Decoded(records, batches, issues)
-            issues, pending = [], 0
+    yielded = False
+    for f in segment_files(path):
+        name = str(f)
+        with f.open("rb", buffering=0) as fh:
+            buf, base, off = b"", 0, 0  # buf[0] is at file position base; off = consumed
+            eof, need = False, True
+            while True:
+                if need and not eof:
+                    more = fh.read(READ_CHUNK)
+                    if more:
+                        buf, base, off = buf[off:] + more, base + off, 0
+                    else:
+                        eof = True
+                off, kind, found = builder.add_buffer(
+                    buf, base, start=off, final=eof, file=name,
+                    max_batches=chunk_batches - builder.rows)
+                issues.extend(found)
+                if builder.rows >= chunk_batches:
+                    records, batches = builder.take()
+                    yield Decoded(records, batches, issues)
+                    issues, yielded = [], True
+                if kind == 2:  # a length we cannot step over: the rest is reported, not read
+                    break
+                need = kind != -1
+                if need and eof:
+                    break
     records, batches = builder.take()
-    if batches.num_rows or issues or pending == 0:
+    if batches.num_rows or issues or not yielded:
         yield Decoded(records, batches, issues)
 
 

@@ -39,11 +39,11 @@ from kqlab.kafka.batch import (
     V2_HEADER,
     increment_sequence,
 )
-from kqlab.kafka.checksums import crc32, crc32c
+from kqlab.kafka.checksums import crc32
 from kqlab.kafka.compression import Codec, DecompressionError, decompress
 from kqlab.kafka.configs import BrokerProfile, TopicConfig
 from kqlab.kafka.producer_state import BatchMetadata, ProducerCheckError, ProducerStateManager
-from kqlab.kafka.records_parser import parse_records, render_parse_error
+from kqlab.kafka.records_parser import crc32c, parse_records, render_parse_error
 from kqlab.kafka.varint import to_int64
 from kqlab.records import BATCH_VERDICTS_SCHEMA
 
@@ -319,7 +319,7 @@ class PartitionValidator:
             if b.magic == 2:
                 stored = struct.unpack_from(">I", b.data, 17)[0] if size >= 21 else 0
                 valid = size >= RECORD_BATCH_OVERHEAD and \
-                    crc32c(b.data[ATTRIBUTES_OFFSET:]) == stored
+                    crc32c(memoryview(b.data)[ATTRIBUTES_OFFSET:]) == stored
                 codec = b.data[ATTRIBUTES_OFFSET + 1] & 0x07 if size > 22 else 0
             else:
                 stored = struct.unpack_from(">I", b.data, 12)[0]

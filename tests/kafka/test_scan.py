@@ -493,10 +493,10 @@ def test_crc32c_small_lengths_and_alignments(crc):
 @needs_c
 @pytest.mark.parametrize("crc", CRCS[1:])
 def test_crc32c_interleave_block_boundaries(crc):
-    # the hardware path runs three streams of 4096 and of 256 bytes; cover every transition
+    # the hardware path runs three streams of 32768, then of 256 bytes; cover every transition
     rng = random.Random(2)
-    base = bytearray(rng.randbytes(3 * 4096 * 2 + 3 * 256 * 2 + 64))
-    lengths = {3 * 4096 * k + 3 * 256 * j + e for k in (0, 1, 2) for j in (0, 1, 2)
+    base = bytearray(rng.randbytes(3 * 32768 * 2 + 3 * 256 * 2 + 64))
+    lengths = {3 * 32768 * k + 3 * 256 * j + e for k in (0, 1, 2) for j in (0, 1, 2)
                for e in (-9, -8, -1, 0, 1, 7, 8, 15)}
     mv = memoryview(base)
     for n in sorted(x for x in lengths if 0 <= x <= len(base) - 8):
