@@ -1,1 +1,94 @@
-"""kqlab."""
+"""kqlab: a Jupyter-centred data-quality workbench for Apache Kafka topics.
+
+The public API is re-exported here and imported lazily, so ``import kqlab`` stays light (no
+pyarrow, pandas, Spark, Jupyter or Kafka client until something is used).
+
+Examples
+--------
+>>> import kqlab
+>>> kqlab.__version__
+'0.1.0'
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from kqlab._version import __version__
+
+#: public name -> module that defines it
+_EXPORTS = {
+    "read_log": "kqlab.kafka.log",
+    "iter_log_tables": "kqlab.kafka.log",
+    "iter_log_batches": "kqlab.kafka.log",
+    "LogIssue": "kqlab.kafka.log",
+    "decode_records": "kqlab.kafka.batch",
+    "decode_batches": "kqlab.kafka.batch",
+    "Decoded": "kqlab.kafka.batch",
+    "build_batch": "kqlab.kafka.builder",
+    "BatchBuilder": "kqlab.kafka.builder",
+    "Record": "kqlab.kafka.builder",
+    "Codec": "kqlab.kafka.compression",
+    "PartitionValidator": "kqlab.kafka.validator",
+    "BatchOutcome": "kqlab.kafka.validator",
+    "validate_batches": "kqlab.kafka.validator",
+    "TopicConfig": "kqlab.kafka.configs",
+    "BrokerProfile": "kqlab.kafka.configs",
+    "RECORDS_SCHEMA": "kqlab.records",
+    "BATCHES_SCHEMA": "kqlab.records",
+    "BATCH_VERDICTS_SCHEMA": "kqlab.records",
+    "KqlabError": "kqlab.errors",
+    "ConfigError": "kqlab.errors",
+    "LogPathError": "kqlab.errors",
+}
+
+__all__ = [
+    "BATCHES_SCHEMA",
+    "BATCH_VERDICTS_SCHEMA",
+    "RECORDS_SCHEMA",
+    "BatchBuilder",
+    "BatchOutcome",
+    "BrokerProfile",
+    "Codec",
+    "ConfigError",
+    "Decoded",
+    "KqlabError",
+    "LogIssue",
+    "LogPathError",
+    "PartitionValidator",
+    "Record",
+    "TopicConfig",
+    "__version__",
+    "build_batch",
+    "decode_batches",
+    "decode_records",
+    "iter_log_batches",
+    "iter_log_tables",
+    "read_log",
+    "validate_batches",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kqlab' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
+    from kqlab.errors import ConfigError, KqlabError, LogPathError
+    from kqlab.kafka.batch import Decoded, decode_batches, decode_records
+    from kqlab.kafka.builder import BatchBuilder, Record, build_batch
+    from kqlab.kafka.compression import Codec
+    from kqlab.kafka.configs import BrokerProfile, TopicConfig
+    from kqlab.kafka.log import LogIssue, iter_log_batches, iter_log_tables, read_log
+    from kqlab.kafka.validator import BatchOutcome, PartitionValidator, validate_batches
+    from kqlab.records import BATCH_VERDICTS_SCHEMA, BATCHES_SCHEMA, RECORDS_SCHEMA
