@@ -382,14 +382,14 @@ class PartitionValidator:
         path_label = path if path != "Z" else ("Z-inplace" if in_place else "Z-rebuild")
 
         # ---- stage E: post-validation sizes ---------------------------------------------
-        validated_size = total_size
+        validated_size: int | None = total_size
         if rebuilt:
             validated_size = self._rebuilt_size(batches, target, uncompressed_size)
-            if validated_size > cfg.max_message_bytes:
+            if validated_size is not None and validated_size > cfg.max_message_bytes:
                 raise _Reject(kerr.MESSAGE_TOO_LARGE, "E1", f"Message batch size is "
                               f"{validated_size} bytes in append topartition {tp} which exceeds "
                               f"the maximum configured size of {cfg.max_message_bytes}.")
-        if validated_size > cfg.segment_bytes:
+        if validated_size is not None and validated_size > cfg.segment_bytes:
             raise _Reject(kerr.RECORD_LIST_TOO_LARGE, "E2", f"Message batch size is "
                           f"{validated_size} bytes in append to partition {tp} which exceeds "
                           f"the maximum configured segment size of {cfg.segment_bytes}.")
@@ -653,15 +653,18 @@ class PartitionValidator:
                                    "should not set timestamp type to LogAppendTime.")
 
     # -- sizes after a rebuild (E1) ---------------------------------------------------------
-    def _rebuilt_size(self, batches: list[_Batch], target: Codec, uncompressed: int) -> int:
+    def _rebuilt_size(self, batches: list[_Batch], target: Codec, uncompressed: int
+                      ) -> int | None:
         """Size of the batch the broker would write when it re-encodes (paths X, Z-rebuild).
 
-        Only re-encodes when a cheap upper bound could exceed ``max.message.bytes``; the
-        compressed size comes from kqlab's codecs (Java's may differ by a few bytes).
+        ``None`` when a cheap upper bound (records + 10 % + framing: no codec expands more)
+        already fits both ``max.message.bytes`` and ``segment.bytes``; otherwise the batch is
+        re-encoded with the target codec (kqlab's codecs: Java's sizes may differ by a few
+        bytes at the boundary).
         """
         bound = RECORD_BATCH_OVERHEAD + int(uncompressed * 1.1) + 1024
-        if bound <= self.config.max_message_bytes:
-            return min(bound, sum(len(b.data) for b in batches) + bound)
+        if bound <= min(self.config.max_message_bytes, self.config.segment_bytes):
+            return None
         from kqlab.kafka.batch import decode_batches
         from kqlab.kafka.builder import BatchBuilder, Record
 
