@@ -408,7 +408,13 @@ class TableBuilder:
         to extend and resubmit; with ``final=True`` it becomes a
         :class:`~kqlab.kafka.log.LogIssue`.
         """
-        from kqlab.kafka.log import LogIssue
+        from kqlab.kafka.log import (
+            STOP_CORRUPT_LENGTH,
+            STOP_LIMIT,
+            STOP_SHORT,
+            STOP_TRUNCATED,
+            stop_issue,
+        )
 
         (positions, sizes, magic, base_offset, ple, crc, attributes, last_delta, base_ts,
          max_ts, pid, epoch, base_seq, count, crc_valid, stop, stop_kind,
@@ -416,7 +422,7 @@ class TableBuilder:
         n = len(positions)
         if max_batches is not None and n > max_batches:
             n = max(max_batches, 0)
-            stop, stop_kind = int(positions[n]), -1
+            stop, stop_kind = int(positions[n]), STOP_LIMIT
         attr = attributes.astype(np.int32) & 0xFF
         codec = attr & 0x07
         fast = ((magic == 2) & (sizes >= RECORD_BATCH_OVERHEAD) & (codec <= Codec.ZSTD))[:n]
@@ -440,19 +446,11 @@ class TableBuilder:
                     j += 1
             i = j
         issues = []
-        remaining = len(buf) - stop
-        if stop_kind == 2:
-            issues.append(LogIssue("corrupt_length", base_position + stop,
-                                   f"Record size {stop_length} is less than the minimum record "
-                                   "overhead (14)", remaining, file))
-        elif stop_kind in (1, 3) and final:
-            if stop_kind == 1:
-                text = f"{remaining} trailing bytes are too few for a batch header (12 bytes)"
-            else:
-                text = (f"batch declares {12 + stop_length} bytes but only {remaining} remain "
-                        "(truncated tail)")
-            issues.append(LogIssue("truncated_tail", base_position + stop, text, remaining,
-                                   file))
+        if stop_kind == STOP_CORRUPT_LENGTH or (final and stop_kind in (STOP_SHORT,
+                                                                        STOP_TRUNCATED)):
+            issue = stop_issue(stop_kind, base_position + stop, len(buf) - stop, stop_length,
+                               file)
+            issues.append(issue)
         return stop, stop_kind, issues
 
     def _add_v2_block(self, view: memoryview, base_position: int, positions: np.ndarray,

@@ -10,20 +10,16 @@ silently skipped.
 from __future__ import annotations
 
 import re
-import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from kqlab.errors import LogPathError
 
 LOG_OVERHEAD = 12
-HEADER_SIZE_UP_TO_MAGIC = 17
 MIN_RECORD_OVERHEAD = 14  # LegacyRecord.RECORD_OVERHEAD_V0
-_OFFSET_LENGTH = struct.Struct(">qi")
 _PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
-#: read segment files through a buffer this large
-READ_BUFFER = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +47,27 @@ class RawBatch:
     file: str | None = None
 
 
+# how a scan stopped (the scan kernel's stop kinds; see kqlab.kafka._scan_py)
+STOP_END, STOP_SHORT, STOP_CORRUPT_LENGTH, STOP_TRUNCATED = 0, 1, 2, 3
+#: more batches follow, but the caller's limit was reached (TableBuilder.add_buffer)
+STOP_LIMIT = -1
+
+
+def stop_issue(kind: int, position: int, remaining: int, length: int,
+               file: str | None = None) -> LogIssue | None:
+    """The :class:`LogIssue` for a scan that stopped with ``kind`` at ``position``, if any."""
+    if kind == STOP_CORRUPT_LENGTH:
+        return LogIssue("corrupt_length", position, f"Record size {length} is less than the "
+                        f"minimum record overhead ({MIN_RECORD_OVERHEAD})", remaining, file)
+    if kind == STOP_SHORT:
+        return LogIssue("truncated_tail", position, f"{remaining} trailing bytes are too few "
+                        "for a batch header (12 bytes)", remaining, file)
+    if kind == STOP_TRUNCATED:
+        return LogIssue("truncated_tail", position, f"batch declares {LOG_OVERHEAD + length} "
+                        f"bytes but only {remaining} remain (truncated tail)", remaining, file)
+    return None
+
+
 def scan_buffer(data: bytes, file: str | None = None) -> Iterator[tuple[int, bytes] | LogIssue]:
     """Yield ``(position, batch_bytes)`` for each complete batch in ``data``, then any issue.
 
@@ -59,57 +76,37 @@ def scan_buffer(data: bytes, file: str | None = None) -> Iterator[tuple[int, byt
     running past the end is a truncated tail.  An invalid magic byte is *yielded* (the decoder
     labels it) because its length still says where the next batch starts.
     """
-    pos = 0
-    end = len(data)
-    while True:
-        r = end - pos
-        if r == 0:
-            return
-        if r < LOG_OVERHEAD:
-            yield LogIssue("truncated_tail", pos, f"{r} trailing bytes are too few for a batch "
-                           "header (12 bytes)", r, file)
-            return
-        _, length = _OFFSET_LENGTH.unpack_from(data, pos)
-        if length < MIN_RECORD_OVERHEAD:
-            yield LogIssue("corrupt_length", pos, f"Record size {length} is less than the "
-                           f"minimum record overhead ({MIN_RECORD_OVERHEAD})", r, file)
-            return
-        if r < HEADER_SIZE_UP_TO_MAGIC or LOG_OVERHEAD + length > r:
-            yield LogIssue("truncated_tail", pos, f"batch declares {LOG_OVERHEAD + length} "
-                           f"bytes but only {r} remain (truncated tail)", r, file)
-            return
-        stop = pos + LOG_OVERHEAD + length
-        yield pos, data[pos:stop]
-        pos = stop
+    from kqlab.kafka.records_parser import scan_batches
+
+    scan = scan_batches(data, 0, len(data))
+    for p, n in zip(scan[0].tolist(), scan[1].tolist(), strict=True):
+        yield p, bytes(data[p:p + n])
+    stop, kind, length = scan[-3:]
+    issue = stop_issue(kind, stop, len(data) - stop, length, file)
+    if issue is not None:
+        yield issue
 
 
-def _scan_file(path: Path) -> Iterator[RawBatch | LogIssue]:
-    name = str(path)
-    with path.open("rb", buffering=READ_BUFFER) as fh:
-        pos = 0
-        while True:
-            head = fh.read(LOG_OVERHEAD)
-            if not head:
-                return
-            if len(head) < LOG_OVERHEAD:
-                yield LogIssue("truncated_tail", pos, f"{len(head)} trailing bytes are too few "
-                               "for a batch header (12 bytes)", len(head), name)
-                return
-            _, length = _OFFSET_LENGTH.unpack(head)
-            if length < MIN_RECORD_OVERHEAD:
-                rest = len(fh.read())
-                yield LogIssue("corrupt_length", pos, f"Record size {length} is less than the "
-                               f"minimum record overhead ({MIN_RECORD_OVERHEAD})",
-                               LOG_OVERHEAD + rest, name)
-                return
-            body = fh.read(length)
-            if len(body) < length:
-                yield LogIssue("truncated_tail", pos, f"batch declares {LOG_OVERHEAD + length} "
-                               f"bytes but only {LOG_OVERHEAD + len(body)} remain (truncated "
-                               "tail)", LOG_OVERHEAD + len(body), name)
-                return
-            yield RawBatch(pos, head + body, name)
-            pos += LOG_OVERHEAD + length
+class _Window:
+    """A sliding window over a segment file: ``buf[off:]`` is read but not yet consumed.
+
+    ``buf[0]`` sits at file position ``base``; :meth:`fill` appends the next read to the
+    unconsumed tail, so a batch larger than one read simply takes several.
+    """
+
+    def __init__(self, fh: BinaryIO):
+        self.fh = fh
+        self.buf = b""
+        self.base = 0
+        self.off = 0
+        self.eof = False
+
+    def fill(self) -> None:
+        more = self.fh.read(READ_CHUNK)
+        if more:
+            self.buf, self.base, self.off = self.buf[self.off:] + more, self.base + self.off, 0
+        else:
+            self.eof = True
 
 
 def segment_files(path: str | Path) -> list[Path]:
@@ -139,8 +136,25 @@ def topic_partition_of(path: str | Path) -> tuple[str, int]:
 
 def iter_log_batches(path: str | Path) -> Iterator[RawBatch | LogIssue]:
     """Stream every batch (and issue) of a segment file or partition folder, in log order."""
+    from kqlab.kafka.records_parser import scan_batches
+
     for f in segment_files(path):
-        yield from _scan_file(f)
+        name = str(f)
+        with f.open("rb", buffering=0) as fh:
+            w = _Window(fh)
+            while True:
+                w.fill()
+                scan = scan_batches(w.buf, w.off, len(w.buf))
+                for p, n in zip(scan[0].tolist(), scan[1].tolist(), strict=True):
+                    yield RawBatch(w.base + p, w.buf[p:p + n], name)
+                w.off, kind, length = scan[-3:]
+                if kind == STOP_CORRUPT_LENGTH or (w.eof and kind != STOP_END):
+                    issue = stop_issue(kind, w.base + w.off, len(w.buf) - w.off, length, name)
+                    if issue is not None:
+                        yield issue
+                    break
+                if w.eof:
+                    break
 
 
 #: bytes read from a segment per step of :func:`iter_log_tables`
@@ -163,27 +177,23 @@ def iter_log_tables(path: str | Path, *, topic: str | None = None, partition: in
     for f in segment_files(path):
         name = str(f)
         with f.open("rb", buffering=0) as fh:
-            buf, base, off = b"", 0, 0  # buf[0] is at file position base; off = consumed
-            eof, need = False, True
+            w = _Window(fh)
+            need = True
             while True:
-                if need and not eof:
-                    more = fh.read(READ_CHUNK)
-                    if more:
-                        buf, base, off = buf[off:] + more, base + off, 0
-                    else:
-                        eof = True
-                off, kind, found = builder.add_buffer(
-                    buf, base, start=off, final=eof, file=name,
+                if need and not w.eof:
+                    w.fill()
+                w.off, kind, found = builder.add_buffer(
+                    w.buf, w.base, start=w.off, final=w.eof, file=name,
                     max_batches=chunk_batches - builder.rows)
                 issues.extend(found)
                 if builder.rows >= chunk_batches:
                     records, batches = builder.take()
                     yield Decoded(records, batches, issues)
                     issues, yielded = [], True
-                if kind == 2:  # a length we cannot step over: the rest is reported, not read
+                if kind == STOP_CORRUPT_LENGTH:  # nothing after it can be found: reported
                     break
-                need = kind != -1
-                if need and eof:
+                need = kind != STOP_LIMIT
+                if need and w.eof:
                     break
     records, batches = builder.take()
     if batches.num_rows or issues or not yielded:
