@@ -7,7 +7,8 @@
 * lz4: the LZ4 frame format;
 * zstd: standard zstd frames, with or without a content size in the frame header.
 
-``zstandard`` decodes zstd (1.8 GB/s here against cramjam's 0.7), cramjam does the rest.
+``zstandard`` decodes zstd (1.8 GB/s here against cramjam's 0.7), ``lz4.frame`` decodes LZ4
+(3.3 GB/s against cramjam's 2.3 on 16 KB batches), zlib gzip, cramjam snappy and all encoding.
 Failures raise :class:`DecompressionError`, which says whether the stream was *truncated* (the
 broker sees an EOF: INVALID_RECORD) or *corrupt* (an IOException: UNKNOWN_SERVER_ERROR).
 """
@@ -19,6 +20,7 @@ import struct
 import zlib
 
 import cramjam
+import lz4.frame
 import zstandard
 
 
@@ -141,14 +143,23 @@ LZ4_FRAME_MAGIC = b"\x04\x22\x4d\x18"
 LZ4_BLOCK_INDEPENDENCE = 0x20
 
 
-def _lz4_decompress(data: bytes) -> bytes:
+def _lz4_salvage(data: bytes) -> bytes:
+    """What a streaming decoder gets out of a damaged frame before it fails."""
     try:
-        out = bytes(cramjam.lz4.decompress(data))
-    except cramjam.DecompressionError as exc:
+        return lz4.frame.LZ4FrameDecompressor().decompress(data)
+    except RuntimeError:
+        return b""
+
+
+def _lz4_decompress(data: bytes) -> bytes:
+    # python-lz4 decodes frames ~1.45x faster than cramjam here (3.3 vs 2.3 GB/s, 16 KB)
+    try:
+        out = lz4.frame.decompress(data)
+    except RuntimeError as exc:
         text = str(exc)
-        lowered = text.lower()
-        truncated = any(w in lowered for w in ("eof", "unexpected end", "truncated"))
-        raise DecompressionError(Codec.LZ4, text, truncated=truncated) from None
+        truncated = "incomplete" in text.lower()
+        raise DecompressionError(Codec.LZ4, text, truncated=truncated,
+                                 partial=_lz4_salvage(data)) from None
     if data[:4] == LZ4_FRAME_MAGIC and len(data) > 4 and \
             not data[4] & LZ4_BLOCK_INDEPENDENCE:
         # Kafka's Lz4BlockInputStream refuses linked blocks: the broker answers
