@@ -71,7 +71,3 @@ BATCH_VERDICTS_SCHEMA = pa.schema([
     ("position", pa.int64()),
 ])
 
-
-def empty_table(schema: pa.Schema) -> pa.Table:
-    """An empty table with ``schema`` (zero rows, right types)."""
-    return schema.empty_table()

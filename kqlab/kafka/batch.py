@@ -153,20 +153,21 @@ def batch_crc_valid(data: bytes) -> tuple[bool, int]:
     return stored == computed, computed
 
 
-def records_region(data: bytes, codec: int
-                   ) -> tuple[bytes | memoryview, DecompressionError | None]:
-    """The batch's (decompressed) records bytes and the codec failure, if any.
+def records_region(raw: bytes | memoryview, codec: int) -> tuple[bytes | memoryview, str | None]:
+    """A batch's records bytes (``raw`` = everything after the 61-byte header), decompressed.
 
-    Uncompressed records come back as a zero-copy ``memoryview`` of ``data``.
+    Returns ``(region, error)``: uncompressed records come back as given (zero copy); when the
+    codec fails, ``region`` holds what could be decoded before the failure and ``error`` says
+    what went wrong, in the broker's words.
     """
-    raw = memoryview(data)[RECORD_BATCH_OVERHEAD:]
     if codec == Codec.NONE:
         return raw, None
-    raw = data[RECORD_BATCH_OVERHEAD:]
     try:
-        return decompress(codec, raw), None
+        return decompress(codec, bytes(raw)), None
     except DecompressionError as exc:
-        return exc.partial, exc
+        head = ("Incorrect declared batch size, premature EOF reached" if exc.truncated else
+                "Failed to decompress record stream")
+        return exc.partial, f"{head} ({exc})"
 
 
 # --------------------------------------------------------------------------------------------
@@ -270,10 +271,7 @@ class TableBuilder:
             error = f"Unknown compression type id {codec}"
             count_for_parse = 0
         else:
-            region, exc = records_region(data, codec)
-            if exc is not None:
-                error = ("Failed to decompress record stream" if not exc.truncated else
-                         "Incorrect declared batch size, premature EOF reached") + f" ({exc})"
+            region, error = records_region(memoryview(data)[RECORD_BATCH_OVERHEAD:], codec)
             count_for_parse = count
         row = self._tuple_row((
             self.topic, self.partition, base_offset, last_delta, 2, codec_label(codec),
@@ -469,16 +467,11 @@ class TableBuilder:
         starts = (positions + RECORD_BATCH_OVERHEAD).tolist()
         ends = (positions + sizes).tolist()
         for k, c in enumerate(codec.tolist()):
-            if c == 0:
+            if c == 0:  # the common case, inline: a zero-copy view
                 regions.append(view[starts[k]:ends[k]])
-                continue
-            try:
-                regions.append(decompress(c, bytes(view[starts[k]:ends[k]])))
-            except DecompressionError as exc:
-                regions.append(exc.partial)
-                errors[k] = ("Failed to decompress record stream" if not exc.truncated else
-                             "Incorrect declared batch size, premature EOF reached") + \
-                    f" ({exc})"
+            else:
+                region, errors[k] = records_region(view[starts[k]:ends[k]], c)
+                regions.append(region)
         self._blocks.append({
             "topic": np.full(m, self.topic, dtype=object),
             "partition": np.full(m, self.partition, dtype=np.int32),
