@@ -475,19 +475,18 @@ class PartitionValidator:
                           f"be used with magic version {to_magic}")
         # records (3.D.3)
         codec = attr & 0x07
-        raw = b.data[RECORD_BATCH_OVERHEAD:]
+        raw = memoryview(b.data)[RECORD_BATCH_OVERHEAD:]
         stream = codec != Codec.NONE
+        region: bytes | memoryview = raw
         if stream:
             try:
-                region = decompress(codec, raw)
+                region = decompress(codec, bytes(raw))
             except DecompressionError as exc:
                 if not exc.truncated:
                     raise _Reject(kerr.UNKNOWN_SERVER_ERROR, "D3", f"Failed to decompress record "
                                   f"stream ({exc})") from None
                 raise _Reject(kerr.INVALID_RECORD, "D3", "Incorrect declared batch size, premature "
                               f"EOF reached ({exc})") from None
-        else:
-            region = raw
         strict = not (partial_reader and stream)
         parsed = parse_records([region], [count], strict, False)
         err = parsed.batch_error[0]
