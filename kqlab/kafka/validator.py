@@ -96,6 +96,26 @@ class BatchOutcome:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class PolicyErrors:
+    """A record policy's verdict on one batch, merged into LogValidator's record checks.
+
+    ``errors`` maps a record's batch index to the message of the first ``reject`` rule it
+    fails.  How it reaches the producer depends on ``profile`` (the seed KIPs):
+
+    * ``kip-940`` (default): each failing record becomes an INVALID_RECORD record error, after
+      R3/R4 and only for records without an earlier error; aggregated as in spec §3.D.5.
+    * ``kip-729``: the same per-record errors from the validator chain, but only where the
+      broker materialises records: KIP-729 does not handle compression, so compressed batches
+      appended in place (partial reader) are not validated.
+    * ``kip-686``: RecordsPolicy throws PolicyViolationException for the batch: POLICY_VIOLATION
+      (44) with the first failing record's message, no record errors (broker record errors win).
+    """
+
+    profile: str = "kip-940"
+    errors: dict[int, str] = field(default_factory=dict)
+
+
 class _Reject(Exception):
     """Internal: a check failed; carries the outcome."""
 
@@ -195,12 +215,20 @@ class PartitionValidator:
         self.next_offset = first_offset
         self.resync = source == "log" if resync is None else resync
         self.producers = ProducerStateManager(self.tp)
+        self._policy: PolicyErrors | None = None
 
     # -- public -----------------------------------------------------------------------------
-    def validate(self, records: bytes, *, position: int | None = None) -> BatchOutcome:
-        """Validate one partition's ``records`` field; update state when it is appended."""
+    def validate(self, records: bytes, *, position: int | None = None,
+                 policy: PolicyErrors | None = None) -> BatchOutcome:
+        """Validate one partition's ``records`` field; update state when it is appended.
+
+        ``policy`` carries a record policy's failures for this batch (see
+        :class:`PolicyErrors`); they are judged at the point of the broker's order where a
+        record-validation policy runs, so a policy rejection also leaves producer state alone.
+        """
         now = self.now if self.now is not None else int(time.time() * 1000)
         first_offset = struct.unpack_from(">q", records, 0)[0] if len(records) >= 8 else None
+        self._policy = policy
         try:
             outcome = self._validate(records, now)
         except _Reject as rej:
@@ -507,8 +535,23 @@ class PartitionValidator:
         self._check_timestamps(now, ts, lat, errors, parsed, base_offset, partial=not strict)
         in_place_ok = bool(np.array_equal(parsed.offset_delta,
                                           np.arange(count, dtype=np.int32)))
-        self._raise_record_errors(errors)
+        self._apply_policy(errors, count, skip_chain=partial_reader and stream)
         return h, count, in_place_ok, len(region)
+
+    def _apply_policy(self, errors: dict[int, tuple[int, str, str]], count: int, *,
+                      skip_chain: bool) -> None:
+        """Merge the record policy into the batch's record errors, then aggregate (3.D.5)."""
+        policy = self._policy
+        if policy is not None and policy.errors and policy.profile != "kip-686" and not (
+                policy.profile == "kip-729" and skip_chain):
+            for i, message in policy.errors.items():
+                if 0 <= i < count and i not in errors:
+                    errors[i] = (87, "P", message)
+        self._raise_record_errors(errors)
+        if policy is not None and policy.errors and policy.profile == "kip-686":
+            first = min(policy.errors)
+            message = policy.errors[first]
+            raise _Reject(kerr.POLICY_VIOLATION, "P", message, error_message=message)
 
     def _check_timestamps(self, now: int, ts: np.ndarray, lat: bool,
                           errors: dict[int, tuple[int, str, str]], parsed: Any,
@@ -619,7 +662,7 @@ class PartitionValidator:
                 continue
             ts = w.timestamp if lat_batch else m.timestamp
             self._legacy_timestamp(i, m, ts, lat_batch, now, errors)
-        self._raise_record_errors(errors)
+        self._apply_policy(errors, len(entry.messages), skip_chain=False)
         n = len(entry.messages)
         header = (None,) * 5 + (0,) + (n - 1, -1, w.timestamp, -1, -1, -1, n)
         return header, n, in_place_ok, usize

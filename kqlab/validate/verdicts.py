@@ -1,0 +1,176 @@
+"""Verdict tables and their summaries (ARCHITECTURE.md, "Verdicts").
+
+Record verdicts say for every record whether production would have ``accepted`` it,
+``rejected`` it (it failed itself, or its whole batch failed a batch-level check) or rejected it
+as ``collateral`` (it was fine, but a sibling in its batch failed), with every failure that
+applies (policy rules, ``observe`` rules included, and broker checks).  Batch verdicts are the
+broker's answer per batch plus the enforcement profile and what the Java producer does with it
+(spec §6: retried, split, or failed — records that are *delayed* versus *lost*).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kqlab.kafka.errors import error_for_code
+from kqlab.records import BATCH_VERDICTS_SCHEMA
+
+FAILURE_TYPE = pa.list_(pa.struct([("rule", pa.string()), ("code", pa.int16()),
+                                   ("message", pa.string())]))
+
+RECORD_VERDICTS_SCHEMA = pa.schema([
+    ("topic", pa.string()),
+    ("partition", pa.int32()),
+    ("offset", pa.int64()),
+    ("batch_offset", pa.int64()),
+    ("batch_index", pa.int32()),
+    ("timestamp", pa.int64()),
+    ("outcome", pa.string()),
+    ("failures", FAILURE_TYPE),
+])
+
+#: the broker's verdict columns, then kqlab's replay columns
+REPLAY_BATCHES_SCHEMA = pa.schema([
+    *BATCH_VERDICTS_SCHEMA,
+    ("producer_id", pa.int64()),
+    ("profile", pa.string()),
+    ("framing", pa.string()),
+    ("producer_action", pa.string()),
+])
+
+OUTCOMES = ("accepted", "rejected", "collateral")
+
+
+def producer_action(error_code: int, record_count: int | None, duplicate: bool = False) -> str:
+    """What the Java producer does with a batch's answer (spec §6).
+
+    ``appended`` / ``duplicate`` (acknowledged), ``split`` (MESSAGE_TOO_LARGE with more than one
+    record: halves re-enqueued), ``retried`` (a retriable error: the batch is resent unchanged
+    until delivery.timeout.ms, so its records are *delayed*, and lost only if the cause
+    persists), ``failed`` (not retriable: the records are *lost* to the application's callback).
+    """
+    if error_code == 0:
+        return "duplicate" if duplicate else "appended"
+    if error_code == 10 and (record_count or 0) > 1:
+        return "split"
+    try:
+        retriable = error_for_code(error_code).retriable
+    except KeyError:
+        retriable = False
+    return "retried" if retriable else "failed"
+
+
+@dataclass
+class Verdicts:
+    """The outcome of a replay: record and batch verdicts, rule results, and how it was run."""
+
+    records: pa.Table
+    batches: pa.Table
+    rules: pa.Table
+    profile: str
+    framing: str
+    now: int
+    policy_name: str | None = None
+    policy_hash: str | None = None
+    issues: list[Any] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    # -- summaries (Arrow group-bys, no per-record Python) ------------------------------------
+    def by_outcome(self) -> dict[str, int]:
+        """Records per outcome (every outcome listed, zeros included)."""
+        counts = dict.fromkeys(OUTCOMES, 0)
+        vc = pc.value_counts(self.records.column("outcome"))
+        for item in vc.to_pylist():
+            counts[item["values"]] = item["counts"]
+        return counts
+
+    def by_error(self) -> dict[str, dict[str, int]]:
+        """Per broker error name: batches and records."""
+        t = self.batches.group_by("error_name").aggregate([("record_count", "sum"),
+                                                           ("record_count", "count")])
+        return {r["error_name"]: {"batches": r["record_count_count"],
+                                  "records": r["record_count_sum"] or 0}
+                for r in t.to_pylist()}
+
+    def by_partition(self) -> pa.Table:
+        """Per topic-partition: records by outcome."""
+        return _pivot(self.records, ["topic", "partition"])
+
+    def by_time(self, bucket_ms: int = 60_000) -> pa.Table:
+        """Per time bucket (record timestamp floored to ``bucket_ms``): records by outcome."""
+        ts = self.records.column("timestamp")
+        bucket = pc.multiply(pc.divide(ts, pa.scalar(bucket_ms, pa.int64())),
+                             pa.scalar(bucket_ms, pa.int64()))
+        return _pivot(self.records.append_column("bucket", bucket), ["bucket"])
+
+    def by_producer(self) -> pa.Table:
+        """Per producer id: batches, rejected batches, and records per producer action."""
+        b = self.batches
+        rejected = pc.not_equal(b.column("error_code"), 0)
+        t = b.append_column("rejected", pc.cast(rejected, pa.int64()))
+        out = t.group_by("producer_id").aggregate([
+            ("record_count", "count"), ("rejected", "sum"), ("record_count", "sum"),
+        ])
+        names = {"record_count_count": "batches", "rejected_sum": "rejected_batches",
+                 "record_count_sum": "records"}
+        out = out.rename_columns([names.get(n, n) for n in out.column_names])
+        return out.select(["producer_id", "batches", "rejected_batches", "records"]).sort_by(
+            "producer_id")
+
+    def by_action(self) -> dict[str, int]:
+        """Records per producer action: how many would be appended, delayed (retried/split) or
+        lost (failed)."""
+        t = self.batches.group_by("producer_action").aggregate([("record_count", "sum")])
+        return {r["producer_action"]: r["record_count_sum"] or 0 for r in t.to_pylist()}
+
+    def summary(self) -> dict[str, Any]:
+        """Everything above as one JSON-ready dict (what ``kqlab replay --json`` prints)."""
+        actions = self.by_action()
+        return {
+            "policy": self.policy_name, "policy_hash": self.policy_hash,
+            "profile": self.profile, "framing": self.framing, "now": self.now,
+            "records": self.records.num_rows, "batches": self.batches.num_rows,
+            "outcomes": self.by_outcome(),
+            "by_rule": self.rules.to_pylist(),
+            "by_error": self.by_error(),
+            "by_partition": self.by_partition().to_pylist(),
+            "by_producer": self.by_producer().to_pylist(),
+            "producer_actions": actions,
+            "records_lost": actions.get("failed", 0),
+            "records_delayed": actions.get("retried", 0) + actions.get("split", 0),
+            "issues": [i.to_dict() for i in self.issues],
+            "notes": self.notes,
+        }
+
+
+def _pivot(records: pa.Table, keys: list[str]) -> pa.Table:
+    t = records.select([*keys, "outcome"])
+    cols = {}
+    for outcome in OUTCOMES:
+        cols[outcome] = pc.cast(pc.equal(t.column("outcome"), outcome), pa.int64())
+    t = t.drop_columns(["outcome"])
+    for name, col in cols.items():
+        t = t.append_column(name, col)
+    out = t.group_by(keys).aggregate([(o, "sum") for o in OUTCOMES])
+    out = out.rename_columns([n[:-4] if n.endswith("_sum") else n for n in out.column_names])
+    return out.select([*keys, *OUTCOMES]).sort_by([(k, "ascending") for k in keys])
+
+
+def failures_array(n: int, record_idx: np.ndarray, rules: list[str], codes: np.ndarray,
+                   messages: list[str]) -> pa.Array:
+    """The ``failures`` list column from flat (record, rule, code, message) rows."""
+    order = np.argsort(record_idx, kind="stable")
+    counts = np.bincount(record_idx, minlength=n) if len(record_idx) else np.zeros(n, np.int64)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    struct = pa.StructArray.from_arrays(
+        [pa.array([rules[i] for i in order.tolist()], pa.string()),
+         pa.array(codes[order], pa.int16()),
+         pa.array([messages[i] for i in order.tolist()], pa.string())],
+        fields=list(FAILURE_TYPE.value_type))
+    return pa.ListArray.from_arrays(pa.array(offsets), struct, type=FAILURE_TYPE)
