@@ -41,6 +41,18 @@ _EXPORTS = {
     "KqlabError": "kqlab.errors",
     "ConfigError": "kqlab.errors",
     "LogPathError": "kqlab.errors",
+    "Policy": "kqlab.policy",
+    "Rule": "kqlab.policy",
+    "load_policy": "kqlab.policy",
+    "loads_policy": "kqlab.policy",
+    "dump_policy": "kqlab.policy",
+    "save_policy": "kqlab.policy",
+    "PolicyError": "kqlab.policy",
+    "diff": "kqlab.policy",
+    "replay": "kqlab.validate",
+    "Replayer": "kqlab.validate",
+    "Verdicts": "kqlab.validate",
+    "broker_verdicts": "kqlab.kafka.table_checks",
 }
 
 __all__ = [
@@ -57,15 +69,27 @@ __all__ = [
     "LogIssue",
     "LogPathError",
     "PartitionValidator",
+    "Policy",
+    "PolicyError",
     "Record",
+    "Replayer",
+    "Rule",
     "TopicConfig",
+    "Verdicts",
     "__version__",
+    "broker_verdicts",
     "build_batch",
     "decode_batches",
     "decode_records",
+    "diff",
+    "dump_policy",
     "iter_log_batches",
     "iter_log_tables",
+    "load_policy",
+    "loads_policy",
     "read_log",
+    "replay",
+    "save_policy",
     "validate_batches",
 ]
 
@@ -90,5 +114,17 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from kqlab.kafka.compression import Codec
     from kqlab.kafka.configs import BrokerProfile, TopicConfig
     from kqlab.kafka.log import LogIssue, iter_log_batches, iter_log_tables, read_log
+    from kqlab.kafka.table_checks import broker_verdicts
     from kqlab.kafka.validator import BatchOutcome, PartitionValidator, validate_batches
+    from kqlab.policy import (
+        Policy,
+        PolicyError,
+        Rule,
+        diff,
+        dump_policy,
+        load_policy,
+        loads_policy,
+        save_policy,
+    )
     from kqlab.records import BATCH_VERDICTS_SCHEMA, BATCHES_SCHEMA, RECORDS_SCHEMA
+    from kqlab.validate import Replayer, Verdicts, replay

@@ -1,4 +1,4 @@
-"""The ``kqlab`` command line: ``kqlab inspect PATH`` and ``kqlab demo``.
+"""The ``kqlab`` command line: ``kqlab inspect PATH``, ``kqlab replay`` and ``kqlab demo``.
 
 Every command takes ``--json`` and then prints exactly one JSON document on stdout, for scripts.
 Errors in the request (a missing path, a bad ``--config``) exit with status 2 and one line on
@@ -12,6 +12,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from kqlab._version import __version__
@@ -52,6 +53,26 @@ def _parser() -> argparse.ArgumentParser:
     ins.add_argument("--partition", type=int, default=None,
                      help="partition (default: from the folder name)")
     ins.add_argument("--json", action="store_true", help="print one JSON document")
+
+    rep = sub.add_parser("replay", help="replay a sample through the broker checks and a "
+                         "policy", description="Replay a sample (a segment file or partition "
+                         "folder) through the broker's batch checks and a policy's rules, with "
+                         "the record-policy KIPs' semantics, and summarise what production "
+                         "would reject and why.")
+    rep.add_argument("source", help="a segment file (*.log) or a partition folder")
+    rep.add_argument("--policy", required=True, help="the policy file (YAML)")
+    rep.add_argument("--now", type=int, default=None, metavar="EPOCH_MS",
+                     help="broker clock (default: the wall clock)")
+    rep.add_argument("--framing", choices=("exact", "single", "linger"), default="exact",
+                     help="batch framing: exact (as read) or rebuilt producer-like batches")
+    rep.add_argument("--linger-ms", type=int, default=5, help="for --framing linger")
+    rep.add_argument("--batch-size", type=int, default=16384, help="for --framing linger")
+    rep.add_argument("--profile", choices=("kip-940", "kip-686", "kip-729"), default=None,
+                     help="enforcement profile (default: the policy's)")
+    rep.add_argument("--out", default=None, metavar="DIR",
+                     help="write records.parquet, batches.parquet, rules.parquet and "
+                     "summary.json there")
+    rep.add_argument("--json", action="store_true", help="print one JSON document")
 
     demo = sub.add_parser("demo", help="generate the demo partition, decode and validate it")
     demo.add_argument("--dir", default=None,
@@ -264,59 +285,131 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """``kqlab demo``: generate the demo partition, decode it, validate it, summarise."""
+    """``kqlab demo``: generate the demo partition, decode it, replay the demo policy over it."""
     import tempfile
 
     import orjson
 
-    from kqlab.kafka.configs import TopicConfig
-    from kqlab.kafka.log import RawBatch, iter_log_batches, read_log
-    from kqlab.kafka.validator import validate_batches
-    from kqlab.sources.demo import DEMO_CONFIGS, DEMO_PARTITION, DEMO_TOPIC, write_demo_segment
+    from kqlab.kafka.log import read_log
+    from kqlab.policy.io import load_policy
+    from kqlab.sources.demo import DEMO_PARTITION, DEMO_TOPIC, demo_policy_path, write_demo_segment
+    from kqlab.validate import replay
 
     now = args.now if args.now is not None else int(time.time() * 1000)
+    policy_file = demo_policy_path()
+    policy = load_policy(str(policy_file))
     with tempfile.TemporaryDirectory(prefix="kqlab-demo-") as tmp:
         folder = write_demo_segment(args.dir or tmp, now)
         t0 = time.perf_counter()
         log = read_log(folder)
         t1 = time.perf_counter()
-        verdicts = validate_batches(
-            (b for b in iter_log_batches(folder) if isinstance(b, RawBatch)),
-            topic=DEMO_TOPIC, partition=DEMO_PARTITION,
-            config=TopicConfig.from_dict(DEMO_CONFIGS), now=now)
+        verdicts = replay(folder, policy, now=now)
         t2 = time.perf_counter()
-    rows = verdicts.to_pylist()
-    counts = Counter(r["error_name"] for r in rows)
-    rejected = [r for r in rows if r["error_code"] != 0]
-    summary = {
-        "topic": DEMO_TOPIC, "partition": DEMO_PARTITION, "configs": DEMO_CONFIGS,
-        "segment": str(folder) if args.dir else None,
+    summary = verdicts.summary()
+    rejected = [b for b in verdicts.batches.to_pylist() if b["error_code"] != 0]
+    reasons: Counter[str] = Counter()
+    for fs, outcome in zip(verdicts.records.column("failures").to_pylist(),
+                           verdicts.records.column("outcome").to_pylist(), strict=True):
+        if outcome == "rejected" and fs:
+            reasons[fs[0]["rule"]] += 1
+    doc = {
+        "topic": DEMO_TOPIC, "partition": DEMO_PARTITION, "policy": policy.name,
+        "policy_file": str(policy_file), "segment": str(folder) if args.dir else None,
         "records": log.records.num_rows, "batches": log.batches.num_rows,
         "codecs": dict(Counter(log.batches["compression"].to_pylist())),
         "issues": [i.to_dict() for i in log.issues],
-        "verdicts": dict(sorted(counts.items())),
-        "rejected_records": sum(r["record_count"] or 0 for r in rejected),
-        "rejections": [{"batch_offset": r["batch_offset"], "error": r["error_name"],
-                        "check": r["check"], "record_errors": len(r["record_errors"]),
-                        "why": (r["record_errors"][0]["message"] if r["record_errors"]
-                                else r["detail"])} for r in rejected],
-        "decode_seconds": round(t1 - t0, 4), "validate_seconds": round(t2 - t1, 4),
+        "verdicts": {k: v["batches"] for k, v in summary["by_error"].items()},
+        "rejected_by_reason": dict(reasons.most_common()),
+        "rejections": [{"batch_offset": b["batch_offset"], "error": b["error_name"],
+                        "check": b["check"], "record_errors": len(b["record_errors"]),
+                        "why": (b["record_errors"][0]["message"] if b["record_errors"]
+                                else b["detail"])} for b in rejected],
+        "summary": summary,
+        "decode_seconds": round(t1 - t0, 4), "replay_seconds": round(t2 - t1, 4),
     }
+    if args.json:
+        sys.stdout.write(orjson.dumps(doc).decode() + "\n")
+        return 0
+    print(f"kqlab demo — topic {DEMO_TOPIC}-{DEMO_PARTITION}, a generated log segment")
+    print(f"  decoded {doc['records']} records in {doc['batches']} batches "
+          f"({', '.join(f'{k}: {v}' for k, v in sorted(doc['codecs'].items()))}) "
+          f"in {doc['decode_seconds'] * 1000:.1f} ms")
+    print(f"  replayed policy {policy.name!r} ({len(policy.rules)} rules, {policy_file.name}) "
+          f"with the broker's checks in {doc['replay_seconds'] * 1000:.1f} ms\n")
+    print_summary(summary)
+    print("  rejected records by first reason:")
+    for rule, n in reasons.most_common():
+        print(f"    {rule:<28} {n}")
+    print("  rejected batches:")
+    for r in doc["rejections"]:
+        print(f"    batch @{r['batch_offset']}: {r['error']} at {r['check']} — {r['why']}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# replay
+# ---------------------------------------------------------------------------------------------
+
+def print_summary(summary: dict[str, Any], *, out: Any = None) -> None:
+    """The human-readable replay summary (outcomes, rules, errors, partitions, producer)."""
+    w = out or sys.stdout
+    o = summary["outcomes"]
+    total = sum(o.values()) or 1
+    print(f"policy {summary['policy']} ({summary['profile']}, framing {summary['framing']}): "
+          f"{summary['records']} records in {summary['batches']} batches", file=w)
+    for name in ("accepted", "rejected", "collateral"):
+        print(f"  {name:<11} {o[name]:>8}  {100 * o[name] / total:5.1f} %", file=w)
+    print(f"  would be lost: {summary['records_lost']} records; delayed (retried): "
+          f"{summary['records_delayed']}", file=w)
+    if summary["by_rule"]:
+        print("  by rule:", file=w)
+        for r in summary["by_rule"]:
+            flag = "" if r["exportable"] else "  (not exportable)"
+            print(f"    {r['rule']:<24} {r['mode']:<8} failed {r['failed_records']:>7}  "
+                  f"rejected {r['rejected_records']:>7}{flag}", file=w)
+    print("  by broker error:", file=w)
+    for name, c in sorted(summary["by_error"].items()):
+        print(f"    {name:<30} {c['batches']:>6} batches {c['records']:>8} records", file=w)
+    if len(summary["by_partition"]) > 1:
+        print("  by partition:", file=w)
+        for p in summary["by_partition"]:
+            print(f"    {p['topic']}-{p['partition']:<6} accepted {p['accepted']:>7} rejected "
+                  f"{p['rejected']:>7} collateral {p['collateral']:>7}", file=w)
+    for note in summary["notes"]:
+        print(f"  note: {note}", file=w)
+    for issue in summary["issues"]:
+        print(f"  issue: {issue['kind']} at byte {issue['position']}: {issue['message']}",
+              file=w)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    """``kqlab replay``: the summary, or one JSON document; Parquet tables with ``--out``."""
+    import orjson
+
+    from kqlab.policy.io import load_policy
+    from kqlab.validate import replay
+
+    policy = load_policy(args.policy)
+    verdicts = replay(args.source, policy, now=args.now, framing=args.framing,
+                      profile=args.profile, linger_ms=args.linger_ms,
+                      batch_size=args.batch_size)
+    summary = verdicts.summary()
+    if args.out:
+        import pyarrow.parquet as pq
+
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        pq.write_table(verdicts.records, out / "records.parquet")
+        pq.write_table(verdicts.batches, out / "batches.parquet")
+        pq.write_table(verdicts.rules, out / "rules.parquet")
+        (out / "summary.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
+        summary["out"] = str(out)
     if args.json:
         sys.stdout.write(orjson.dumps(summary).decode() + "\n")
         return 0
-    print(f"kqlab demo — topic {DEMO_TOPIC}-{DEMO_PARTITION}, generated segment")
-    print(f"  decoded {summary['records']} records in {summary['batches']} batches "
-          f"({', '.join(f'{k}: {v}' for k, v in sorted(summary['codecs'].items()))}) "
-          f"in {summary['decode_seconds'] * 1000:.1f} ms")
-    for issue in log.issues:
-        print(f"  segment issue: {issue.kind} at byte {issue.position}: {issue.message}")
-    print(f"  validated against {DEMO_CONFIGS}")
-    for name, n in sorted(counts.items()):
-        print(f"    {name:<28} {n} batch(es)")
-    print(f"  {summary['rejected_records']} records would be rejected:")
-    for r in summary["rejections"]:
-        print(f"    batch @{r['batch_offset']}: {r['error']} at {r['check']} — {r['why']}")
+    print_summary(summary)
+    if args.out:
+        print(f"  verdict tables written to {args.out}/")
     return 0
 
 
@@ -326,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "inspect":
             return cmd_inspect(args)
+        if args.command == "replay":
+            return cmd_replay(args)
         return cmd_demo(args)
     except (KqlabError, ValueError) as exc:
         print(f"kqlab {args.command}: error: {exc}", file=sys.stderr)

@@ -112,14 +112,51 @@ def test_empty_folder_is_a_clear_error(tmp_path, capsys):
 
 def test_demo_json_shows_every_planted_fault(capsys):
     doc = _json(capsys, ["demo", "--json", "--now", str(NOW)])
-    assert doc["verdicts"] == {"CORRUPT_MESSAGE": 1, "INVALID_RECORD": 1,
-                               "INVALID_TIMESTAMP": 2, "MESSAGE_TOO_LARGE": 1, "NONE": 56,
+    # broker faults (one of each) plus the policy's content faults (INVALID_RECORD, check P)
+    assert doc["verdicts"] == {"CORRUPT_MESSAGE": 1, "INVALID_RECORD": 6,
+                               "INVALID_TIMESTAMP": 2, "MESSAGE_TOO_LARGE": 1, "NONE": 51,
                                "OUT_OF_ORDER_SEQUENCE_NUMBER": 1}
     assert set(doc["codecs"]) == {"none", "gzip", "snappy", "lz4", "zstd"}
     assert [i["kind"] for i in doc["issues"]] == ["truncated_tail"]
     checks = sorted(r["check"] for r in doc["rejections"])
-    assert checks == ["C2", "C3", "F4", "R3", "R4", "R4"]
-    assert doc["rejected_records"] > 0
+    assert checks == ["C2", "C3", "F4", "P", "P", "P", "P", "P", "R3", "R4", "R4"]
+    assert doc["rejected_by_reason"] == {
+        "broker:R4": 13, "broker:F4": 7, "broker:R3": 1, "broker:C3": 7, "trace-id": 1, "json": 1,
+        "status-known": 1, "amount-positive": 1, "has-currency": 1, "broker:C2": 1}
+    s = doc["summary"]
+    assert s["outcomes"] == {"accepted": 295, "rejected": 34, "collateral": 23}
+    rules = {r["rule"]: (r["mode"], r["failed_records"]) for r in s["by_rule"]}
+    assert rules["eur-only"] == ("observe", 2) and rules["trace-id"] == ("reject", 2)
+
+
+def test_replay_cli_text_json_and_parquet(tmp_path, capsys):
+    import pyarrow.parquet as pq
+
+    from kqlab.sources.demo import demo_policy_path, write_demo_segment
+
+    folder = write_demo_segment(tmp_path, NOW)
+    policy = str(demo_policy_path())
+    out = tmp_path / "out"
+    doc = _json(capsys, ["replay", str(folder), "--policy", policy, "--now", str(NOW),
+                         "--json", "--out", str(out)])
+    assert doc["outcomes"] == {"accepted": 295, "rejected": 34, "collateral": 23}
+    assert doc["profile"] == "kip-940" and doc["framing"] == "exact"
+    assert pq.read_table(out / "records.parquet").num_rows == 352
+    assert pq.read_table(out / "batches.parquet").num_rows == 62
+    assert {"summary.json", "rules.parquet"} <= {p.name for p in out.iterdir()}
+    assert main(["replay", str(folder), "--policy", policy, "--now", str(NOW),
+                 "--profile", "kip-686"]) == 0
+    text = capsys.readouterr().out
+    assert "policy orders-quality (kip-686, framing exact)" in text
+    assert "POLICY_VIOLATION" in text and "would be lost" in text
+
+
+def test_replay_cli_bad_policy_is_a_clear_error(tmp_path, capsys):
+    bad = tmp_path / "p.yaml"
+    bad.write_text("kqlab: 1\nname: x\nrules:\n  - {id: a, kind: key_requird}\n")
+    assert main(["replay", str(tmp_path), "--policy", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "p.yaml:4" in err and "key_required" in err and err.count("\n") == 1
 
 
 def test_console_script_runs(tmp_path):

@@ -112,6 +112,10 @@ KINDS: dict[str, RuleKind] = {k.name: k for k in (
        (Param("subject", "str"), _TARGET),
        "schema id {schema_id} is not registered", ("value",)),
     # schemas / syntax
+    _k("decodable", "schema", "The value (or key) decodes with the policy's declared format. "
+       "Applied implicitly, first, whenever the format decodes and no decode rule is given.",
+       (Param("target", "str", default="value", choices=("value", "key")),),
+       "{target} cannot be decoded: {error}", ("decoded_value",)),
     _k("avro_valid", "schema", "The value decodes with its Avro writer schema.",
        (_TARGET,),
        "value is not valid Avro: {error}", ("decoded_value",)),

@@ -33,6 +33,24 @@ def _order(rng: random.Random, i: int) -> Record:
     return Record(value=value, key=key, headers=headers)
 
 
+#: batch -> (record, what, new value): faults in content, for the demo policy to find
+_CONTENT_FAULTS: dict[int, tuple[int, str, object]] = {
+    3: (0, "value", b'{"id":3,"status":"REFUNDED","amount":12.50,"currency":"EUR"}'),
+    9: (0, "value", b'{"id":9,"status":"NEW","amount":,"currency":"EUR"}'),
+    16: (0, "value", b'{"id":16,"status":"PAID","amount":-4.99,"currency":"EUR"}'),
+    24: (0, "headers", (("source", b"checkout"),)),
+    31: (0, "value", b'{"id":31,"status":"PAID","amount":20.00,"currency":"USD"}'),
+    47: (0, "value", b'{"id":47,"status":"SHIPPED","amount":7.25}'),
+}
+
+
+def demo_policy_path():
+    """The demo policy shipped with the package (``orders-quality``)."""
+    from importlib.resources import files
+
+    return files("kqlab.sources") / "demo_policy.yaml"
+
+
 def demo_batches(now_ms: int, *, seed: int = 7, batches: int = 60) -> list[bytes]:
     """The demo partition's batches, in log order, as a broker would have stored them."""
     rng = random.Random(seed)
@@ -43,6 +61,7 @@ def demo_batches(now_ms: int, *, seed: int = 7, batches: int = 60) -> list[bytes
     faults = {7: "no_key", 13: "old_timestamp", 21: "future_timestamp", 29: "sequence_gap",
               37: "bad_crc", 44: "too_large"}
     txn_open = False
+    content = _CONTENT_FAULTS
     for i in range(batches):
         pid = 1001 if i % 2 == 0 else 1002
         n = rng.randrange(1, 12)
@@ -60,6 +79,13 @@ def demo_batches(now_ms: int, *, seed: int = 7, batches: int = 60) -> list[bytes
             n = 1
         if fault == "sequence_gap":
             seq[pid] += 5
+        if i in content:  # a record-level fault only a policy can see (the RNG is untouched)
+            k, field, value = content[i]
+            r = records[k]
+            if field == "headers":
+                records[k] = Record(value=r.value, key=r.key, headers=value)
+            else:
+                records[k] = Record(value=value, key=r.key, headers=r.headers)
         transactional = pid == 1002 and 20 <= i < 40
         b = BatchBuilder(codec=codecs[i % len(codecs)], base_offset=offset, base_timestamp=ts,
                          producer_id=pid, producer_epoch=0, base_sequence=seq[pid],

@@ -113,6 +113,15 @@ class EvalContext:
             self._memo[key] = decode(self.column(target), fmt, self.resolver)
         return self._memo[key]
 
+    def decode_failed(self, target: str = "value") -> np.ndarray:
+        """Records whose ``target`` could not be decoded (tombstones are not failures)."""
+        key = f"decode_failed:{target}"
+        if key not in self._memo:
+            errors = self.decoded(target).errors
+            self._memo[key] = pc.is_valid(errors).to_numpy(zero_copy_only=False) \
+                if len(errors) else np.zeros(0, dtype=bool)
+        return self._memo[key]
+
     def python_values(self, target: str = "value") -> list[Any]:
         """Decoded values as Python objects (for per-record consumers: CEL, plugins)."""
         return self.decoded(target).python_values()

@@ -34,7 +34,6 @@ import pyarrow.compute as pc
 
 from kqlab.errors import KqlabError
 from kqlab.kafka.configs import TopicConfig
-from kqlab.kafka.validator import PartitionValidator, PolicyErrors
 from kqlab.policy.model import Policy, Rule
 from kqlab.validate.context import EvalContext
 from kqlab.validate.rules import RuleResult, evaluate_rule
@@ -176,30 +175,14 @@ def reconstruct_framing(records: pa.Table, strategy: str, *, linger_ms: int = 5,
 # ---------------------------------------------------------------------------------------------
 
 def _record_batch_rows(records: pa.Table, batches: pa.Table) -> np.ndarray:
-    """For every record, the row of its batch in ``batches`` (records come in batch order)."""
-    n = records.num_rows
-    rows = np.full(n, -1, dtype=np.int64)
-    if n == 0:
-        return rows
-    r_off = records.column("batch_offset").to_numpy(zero_copy_only=False)
-    r_idx = records.column("batch_index").to_numpy(zero_copy_only=False)
-    r_part = records.column("partition").to_numpy(zero_copy_only=False)
-    starts = np.flatnonzero((r_idx == 0) | np.r_[True, (r_off[1:] != r_off[:-1]) |
-                                                 (r_part[1:] != r_part[:-1])])
-    b_off = batches.column("batch_offset").to_pylist()
-    b_part = batches.column("partition").to_pylist()
-    j = 0
-    bounds = [*starts.tolist(), n]
-    for k in range(len(starts)):
-        s = bounds[k]
-        while j < len(b_off) and (b_off[j] != int(r_off[s]) or b_part[j] != int(r_part[s])):
-            j += 1
-        if j == len(b_off):
-            raise ReplayError("records and batches tables do not line up (record at "
-                              f"offset {int(r_off[s])} has no batch row)")
-        rows[s:bounds[k + 1]] = j
-        j += 1
-    return rows
+    """For every record, the row of its batch in ``batches`` (the decoder's own accounting)."""
+    from kqlab.kafka.table_checks import records_per_batch
+
+    try:
+        n_r = records_per_batch(batches, records.num_rows)
+    except ValueError as exc:
+        raise ReplayError(str(exc)) from None
+    return np.repeat(np.arange(batches.num_rows, dtype=np.int64), n_r)
 
 
 @dataclass
@@ -265,8 +248,25 @@ class Replayer:
     def run(self, policy: Policy, *, profile: str | None = None) -> Verdicts:
         """Replay the sample under ``policy``; see the module docstring for the semantics."""
         profile = profile or policy.enforcement
-        results = self.evaluate(policy)
-        return _assemble(self.sample, policy, results, self._rows, self.now, profile)
+        effective = with_implicit_rules(policy)
+        results = self.evaluate(effective)
+        return _assemble(self.sample, effective, results, self._rows, self.now, profile)
+
+
+def with_implicit_rules(policy: Policy) -> Policy:
+    """``policy`` with the decode rule first when its value format decodes and it has none.
+
+    A record whose value cannot be decoded as declared is a rejection reason of its own
+    (``decode:value``, with the schema id or parse error), whatever rules follow.
+    """
+    from kqlab.validate.rules import DECODE_KINDS, decodes
+
+    if not decodes(policy.value) or any(r.kind in DECODE_KINDS and r.param("target") != "key"
+                                        for r in policy.rules):
+        return policy
+    implicit = Rule(id="decode:value", kind="decodable",
+                    message=f"value cannot be decoded as {policy.value.format}: {{error}}")
+    return policy.with_rules((implicit, *policy.rules))
 
 
 def _without(result: RuleResult, excluded: np.ndarray) -> RuleResult:
@@ -308,103 +308,131 @@ def _policy_errors(rules: Sequence[Rule], results: dict[str, RuleResult], n: int
     return first, messages
 
 
+def _broker_pass(sample: Sample, config: TopicConfig, now: int, profile: str,
+                 record_messages: np.ndarray, rows: np.ndarray) -> pa.Table:
+    """Batch verdicts with the policy injected, partition by partition (producer state is per
+    partition), vectorised over the tables; rows the tables cannot judge go to the exact
+    byte-level validator (``raw``)."""
+    from kqlab.kafka.table_checks import RecordPolicy, broker_verdicts
+
+    records, batches = sample.records, sample.batches
+    nb = batches.num_rows
+    if nb == 0:
+        from kqlab.records import BATCH_VERDICTS_SCHEMA
+
+        return BATCH_VERDICTS_SCHEMA.empty_table()
+    keys = pc.binary_join_element_wise(
+        pc.cast(batches.column("topic"), pa.string()),
+        pc.cast(batches.column("partition"), pa.string()), "\x00")
+    groups = pc.unique(keys).to_pylist()
+    if len(groups) == 1:
+        return broker_verdicts(records, batches, config, now=now, source=sample.source,
+                               raw=sample.raw,
+                               policy=RecordPolicy(profile, record_messages.tolist()))
+    key_np = np.asarray(keys.to_pylist(), dtype=object)
+    parts, order = [], []
+    for g in groups:
+        b_idx = np.flatnonzero(key_np == g)
+        r_idx = np.flatnonzero(np.isin(rows, b_idx))
+        parts.append(broker_verdicts(
+            records.take(pa.array(r_idx)), batches.take(pa.array(b_idx)), config, now=now,
+            source=sample.source, raw=[sample.raw[i] for i in b_idx.tolist()],
+            policy=RecordPolicy(profile, record_messages[r_idx].tolist())))
+        order.append(b_idx)
+    merged = pa.concat_tables(parts)
+    return merged.take(pa.array(np.argsort(np.concatenate(order), kind="stable")))
+
+
+def _record_check(message: str) -> str:
+    """The broker check behind a record error's text (spec §3.D.4)."""
+    if message.startswith(("Timestamp ", "Invalid timestamp type")):
+        return "broker:R4"
+    if message.startswith("Compacted topic"):
+        return "broker:R3"
+    if message.startswith("Record ") and "magic does not match" in message:
+        return "broker:R1"
+    return "broker"
+
+
 def _assemble(sample: Sample, policy: Policy, results: dict[str, RuleResult], rows: np.ndarray,
               now: int, profile: str) -> Verdicts:
     records, batches = sample.records, sample.batches
     n, nb = records.num_rows, batches.num_rows
     first, messages = _policy_errors(policy.rules, results, n)
-    batch_index = records.column("batch_index").to_numpy(zero_copy_only=False)
-    # policy errors per batch row
-    per_batch: dict[int, dict[int, str]] = {}
-    for i in np.flatnonzero(first >= 0).tolist():
-        per_batch.setdefault(int(rows[i]), {})[int(batch_index[i])] = messages[first[i]]
-    # broker pass, partition by partition (producer state is per partition)
+    record_messages = np.full(n, None, dtype=object)
+    has = first >= 0
+    if has.any():
+        record_messages[has] = np.asarray(messages, dtype=object)[first[has]]
     config = TopicConfig.from_dict(dict(policy.broker.configs), policy.broker.version)
-    b_topic = batches.column("topic").to_pylist()
-    b_part = batches.column("partition").to_pylist()
-    b_pos = batches.column("position").to_pylist()
-    validators: dict[tuple[str, int], PartitionValidator] = {}
-    outcomes = []
-    for j in range(nb):
-        tp = (b_topic[j], b_part[j])
-        v = validators.get(tp)
-        if v is None:
-            v = validators[tp] = PartitionValidator(tp[0], tp[1], config, now=now,
-                                                    source=sample.source)
-        errs = per_batch.get(j)
-        outcomes.append(v.validate(sample.raw[j], position=b_pos[j],
-                                   policy=PolicyErrors(profile, errs) if errs else None))
-    batch_codes = np.array([o.error_code for o in outcomes], dtype=np.int64)
-    batch_table = _batch_table(batches, outcomes, profile, sample.framing)
-    # record outcomes
-    rec_codes = batch_codes[rows] if n else np.zeros(0, dtype=np.int64)
+    verdicts = _broker_pass(sample, config, now, profile, record_messages, rows)
+    codes = verdicts.column("error_code").to_numpy(zero_copy_only=False).astype(np.int64)
+    checks = np.asarray(verdicts.column("check").to_pylist(), dtype=object)
+    rec_errs = verdicts.column("record_errors").combine_chunks() if nb else \
+        pa.array([], verdicts.schema.field("record_errors").type)
+    n_rec_errs = pc.list_value_length(rec_errs).to_numpy(zero_copy_only=False)
+    policy_batch = checks == "P"
+    batch_level = (n_rec_errs == 0) & ~policy_batch & (codes != 0)
+    row_start = np.zeros(nb + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=nb), out=row_start[1:])
+    # culprits named in record_errors (KIP-467)
+    flat = pc.list_flatten(rec_errs)
+    err_row = pc.list_parent_indices(rec_errs).to_numpy(zero_copy_only=False)
+    err_idx = flat.field("batch_index").to_numpy(zero_copy_only=False).astype(np.int64) \
+        if len(flat) else np.zeros(0, dtype=np.int64)
+    err_msg = np.asarray(flat.field("message").to_pylist(), dtype=object) if len(flat) else \
+        np.zeros(0, dtype=object)
+    culprit_rec = row_start[err_row] + err_idx if len(err_row) else np.zeros(0, dtype=np.int64)
     culprit = np.zeros(n, dtype=bool)
-    batch_level = np.array([not o.record_errors for o in outcomes], dtype=bool)
-    row_start = np.full(nb, -1, dtype=np.int64)
-    if n:
-        first_of = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
-        row_start[rows[first_of]] = first_of
-    f_rec: list[int] = []
-    f_rule: list[str] = []
-    f_code: list[int] = []
-    f_msg: list[str] = []
-    for j, o in enumerate(outcomes):
-        if o.error_code == 0:
-            continue
-        if o.record_errors:
-            for bi, msg in o.record_errors:
-                if row_start[j] < 0:
-                    continue
-                r = int(row_start[j] + bi)
-                culprit[r] = True
-                if first[r] >= 0 and messages[first[r]] == msg:
-                    continue  # the policy's own error: listed under its rule below
-                timestamp = msg.startswith(("Timestamp", "Invalid timestamp"))
-                f_rec.append(r)
-                f_rule.append("broker")
-                f_code.append(32 if timestamp else 87)
-                f_msg.append(msg)
-        elif row_start[j] >= 0 and o.check != "P":
-            for r in range(int(row_start[j]), n):
-                if rows[r] != j:
-                    break
-                f_rec.append(r)
-                f_rule.append(f"broker:{o.check}")
-                f_code.append(o.error_code)
-                f_msg.append(o.detail or o.error_name)
-    # every policy failure (reject and observe) is listed on its record
+    culprit[culprit_rec] = True
+    # failures: broker record errors that are not the policy's own message ...
+    broker_own = err_msg != record_messages[culprit_rec] if len(culprit_rec) else \
+        np.zeros(0, dtype=bool)
+    f_rec = [culprit_rec[broker_own]]
+    f_msg = err_msg[broker_own].tolist()
+    f_rule = [_record_check(m) for m in f_msg]
+    f_code = [np.array([32 if r == "broker:R4" else 87 for r in f_rule], dtype=np.int64)]
+    # ... batch-level broker errors on every record of their batch ...
+    rec_code = codes[rows] if n else np.zeros(0, dtype=np.int64)
+    level_rec = np.flatnonzero(batch_level[rows]) if n else np.zeros(0, dtype=np.int64)
+    if len(level_rec):
+        details = verdicts.column("detail").to_pylist()
+        names = verdicts.column("error_name").to_pylist()
+        f_rec.append(level_rec)
+        b_of = rows[level_rec].tolist()
+        f_rule.extend(f"broker:{checks[b]}" for b in b_of)
+        f_code.append(codes[rows[level_rec]])
+        f_msg.extend(details[b] or names[b] for b in b_of)
+    # ... and every policy failure (reject and observe) on its record
     rule_rows = []
+    reject_code = 44 if profile == "kip-686" else 87
     for rule in policy.rules:
         res = results[rule.id]
         idx = res.failing
-        if rule.mode == "reject":
-            code = 44 if profile == "kip-686" else 87
-        else:
-            code = 0
-        f_rec.extend(idx.tolist())
+        f_rec.append(idx)
         f_rule.extend([rule.id] * len(idx))
-        f_code.extend([code] * len(idx))
+        f_code.append(np.full(len(idx), reject_code if rule.mode == "reject" else 0))
         f_msg.extend(res.messages)
-        rejected_here = rec_codes[idx] != 0 if len(idx) else np.zeros(0, dtype=bool)
+        rejected_here = rec_code[idx] != 0 if len(idx) else np.zeros(0, dtype=bool)
+        is_reject = rule.mode == "reject"
         rule_rows.append({
             "rule": rule.id, "kind": rule.kind, "mode": rule.mode, "severity": rule.severity,
             "exportable": rule.exportable, "failed_records": res.count,
-            "rejected_records": int(rejected_here.sum()) if rule.mode == "reject" else 0,
+            "rejected_records": int(rejected_here.sum()) if is_reject else 0,
             "rejected_batches": len(np.unique(rows[idx][rejected_here]))
-            if rule.mode == "reject" and len(idx) else 0,
+            if is_reject and len(idx) else 0,
             "evaluation_errors": res.errors,
         })
     # KIP-686 rejects the batch (check "P") without record errors: its culprits are the records
     # that failed the policy, the others are collateral
-    policy_batch = np.array([o.check == "P" for o in outcomes], dtype=bool)
     if n:
-        own = culprit | (batch_level[rows] & ~policy_batch[rows]) | \
-            ((first >= 0) & policy_batch[rows])
+        own = culprit | batch_level[rows] | (has & policy_batch[rows])
     else:
         own = culprit
-    outcome = np.where(rec_codes == 0, "accepted", np.where(own, "rejected", "collateral"))
-    failures = failures_array(n, np.asarray(f_rec, dtype=np.int64), f_rule,
-                              np.asarray(f_code, dtype=np.int64), f_msg)
+    outcome = np.where(rec_code == 0, "accepted", np.where(own, "rejected", "collateral"))
+    failures = failures_array(n, np.concatenate(f_rec).astype(np.int64) if f_rec else
+                              np.zeros(0, np.int64), f_rule,
+                              np.concatenate(f_code).astype(np.int64) if f_code else
+                              np.zeros(0, np.int64), f_msg)
     record_table = pa.table([
         records.column("topic"), records.column("partition"), records.column("offset"),
         records.column("batch_offset"), records.column("batch_index"),
@@ -423,25 +451,21 @@ def _assemble(sample: Sample, policy: Policy, results: dict[str, RuleResult], ro
     not_exportable = [r.id for r in policy.rules if not r.exportable]
     if not_exportable:
         notes.append(f"not exportable (Python plugins): {', '.join(not_exportable)}")
-    return Verdicts(record_table, batch_table, pa.Table.from_pylist(rule_rows, RULES_SCHEMA),
-                    profile, sample.framing, now, policy.name, policy.content_hash(),
-                    list(sample.issues), notes)
+    return Verdicts(record_table, _batch_table(batches, verdicts, profile, sample.framing),
+                    pa.Table.from_pylist(rule_rows, RULES_SCHEMA), profile, sample.framing,
+                    now, policy.name, policy.content_hash(), list(sample.issues), notes)
 
 
-def _batch_table(batches: pa.Table, outcomes: list[Any], profile: str, framing: str
+def _batch_table(batches: pa.Table, verdicts: pa.Table, profile: str, framing: str
                  ) -> pa.Table:
-    from kqlab.kafka.validator import outcomes_table
-
     nb = batches.num_rows
-    base = outcomes_table(outcomes, "", -1)
-    base = base.set_column(0, "topic", batches.column("topic"))
-    base = base.set_column(1, "partition", batches.column("partition"))
-    base = base.set_column(2, "batch_offset", batches.column("batch_offset"))
-    base = base.set_column(base.schema.get_field_index("position"), "position",
-                           batches.column("position"))
-    actions = [producer_action(o.error_code, o.record_count, o.duplicate) for o in outcomes]
+    codes = verdicts.column("error_code").to_pylist()
+    counts = verdicts.column("record_count").to_pylist()
+    checks = verdicts.column("check").to_pylist()
+    actions = [producer_action(c, k, ch == "F1") for c, k, ch in zip(codes, counts, checks,
+                                                                      strict=True)]
     return pa.table([
-        *base.columns,
+        *verdicts.columns,
         batches.column("producer_id"),
         pa.array([profile] * nb, pa.string()),
         pa.array([framing] * nb, pa.string()),

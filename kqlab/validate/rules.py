@@ -78,6 +78,11 @@ def evaluate_rule(ctx: EvalContext, rule: Rule) -> RuleResult:
         raise RuleEvaluationError(f"rule {rule.id!r}: kind {rule.kind!r} has no implementation "
                                   "in the local engine")
     result = impl(ctx, rule)
+    if "decoded_value" in rule.spec.needs and rule.kind not in DECODE_KINDS and \
+            decodes(ctx.value_format):
+        # an undecodable value is its own rejection reason (the decode rule): rules that read
+        # the decoded value do not judge it again
+        result = _restrict(result, ~ctx.decode_failed("value"))
     if rule.when is None:
         return result
     applies, when_errors = _when_mask(ctx, rule)
@@ -89,6 +94,25 @@ def evaluate_rule(ctx: EvalContext, rule: Rule) -> RuleResult:
         msgs.setdefault(int(i), f"precondition of rule {rule.id!r} could not be evaluated")
     return RuleResult(failed, tuple(msgs[int(i)] for i in np.flatnonzero(failed)),
                       errors=int(when_errors.sum()))
+
+
+#: rules that judge decoding itself
+DECODE_KINDS = frozenset({"decodable", "avro_valid", "json_valid"})
+
+
+def decodes(fmt: Any) -> bool:
+    """Whether a format is decoded (json, avro, string) rather than taken as bytes."""
+    return fmt is not None and fmt.format in ("json", "avro", "string")
+
+
+def _restrict(result: RuleResult, keep: np.ndarray) -> RuleResult:
+    """``result`` with failures only where ``keep`` is true."""
+    if keep.all() or not result.failed.any():
+        return result
+    k = keep[result.failing]
+    return RuleResult(result.failed & keep,
+                      tuple(m for m, ok in zip(result.messages, k, strict=True) if ok),
+                      result.errors)
 
 
 def _when_mask(ctx: EvalContext, rule: Rule) -> tuple[np.ndarray, np.ndarray]:
@@ -329,10 +353,15 @@ def _schema_id_registered(ctx: EvalContext, rule: Rule) -> RuleResult:
 def _decode_failures(ctx: EvalContext, rule: Rule) -> RuleResult:
     decoded = ctx.decoded(rule.param("target"))
     errors = decoded.errors
-    failed = (~pc.is_null(errors)).to_numpy(zero_copy_only=False) if len(errors) else \
+    failed = pc.is_valid(errors).to_numpy(zero_copy_only=False) if len(errors) else \
         np.zeros(0, dtype=bool)
     texts = errors.to_pylist()
     return _result(rule, failed, lambda i: {"error": texts[i]})
+
+
+@implements("decodable")
+def _decodable(ctx: EvalContext, rule: Rule) -> RuleResult:
+    return _decode_failures(ctx, rule)
 
 
 @implements("avro_valid")
@@ -386,8 +415,15 @@ def _field_rule(ctx: EvalContext, rule: Rule) -> RuleResult:
     from kqlab.validate.fields import evaluate_field_rule
 
     decoded = ctx.decoded("value")
-    res = evaluate_field_rule(rule, decoded.values, python_values=decoded.python_values)
-    return RuleResult(np.asarray(res.failed, dtype=bool), tuple(res.messages))
+    # a JSON column whose records disagree on types falls back to text: use the objects
+    values = decoded.python_values() if getattr(decoded, "fallback", None) else decoded.values
+    res = evaluate_field_rule(rule, values)
+    failed = np.asarray(res.failed, dtype=bool)
+    if ctx.n and (ctx.value_size < 0).any():
+        failed &= ctx.value_size >= 0  # tombstones carry no value: value_required judges them
+    per_row = res.messages()
+    return RuleResult(failed, tuple(per_row[i] or rule.render_message()
+                                    for i in np.flatnonzero(failed).tolist()))
 
 
 for _name in ("field_not_null", "field_range", "field_in", "field_regex", "field_length",

@@ -118,7 +118,7 @@ def test_broker_record_errors_come_first_and_timestamp_wins(tmp_path):
     assert msgs[2] == "trace-id header is required"
     assert b["error_message"] == "One or more records have been rejected due to invalid timestamp"
     rules = [[f["rule"] for f in fs] for fs in v.records.column("failures").to_pylist()]
-    assert rules == [["broker"], ["broker", "trace"], ["trace"]]
+    assert rules == [["broker:R3"], ["broker:R4", "trace"], ["trace"]]
 
 
 def test_observe_rules_count_but_never_reject(three_batches):

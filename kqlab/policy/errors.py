@@ -1,0 +1,63 @@
+"""The one exception a malformed policy raises: :class:`PolicyError`, naming file, line and key.
+
+"Your policy is wrong" is a load-time error, kept apart from "your data is wrong" (verdicts,
+never exceptions).  Every malformation — YAML syntax, unknown keys, wrong types, bad rule
+parameters, invalid broker configs — becomes a ``PolicyError`` whose message reads like a
+compiler's::
+
+    orders.yaml:14: rules[2].min: expected a number, got 'ten' — write min: 10
+"""
+
+from __future__ import annotations
+
+from kqlab.errors import KqlabError
+
+
+class PolicyError(KqlabError, ValueError):
+    """A policy file (or dict) is malformed; the message says where and what to write instead.
+
+    Attributes
+    ----------
+    file : str
+        The file name (or ``"<string>"`` / ``"<dict>"``) the policy came from.
+    line, column : int or None
+        1-based position of the offending key or value, when known.
+    key : str or None
+        Dotted path of the offending key, e.g. ``rules[2].min`` or
+        ``broker.configs.cleanup.polcy``; None for file-level problems (YAML syntax).
+    reason : str
+        What is wrong and, after " — ", what to do about it.
+
+    Examples
+    --------
+    >>> err = PolicyError("expected a number, got 'ten' — write min: 10", file="orders.yaml",
+    ...                   line=14, key="rules[2].min")
+    >>> str(err)
+    "orders.yaml:14: rules[2].min: expected a number, got 'ten' — write min: 10"
+    """
+
+    def __init__(self, reason: str, *, file: str = "<string>", line: int | None = None,
+                 column: int | None = None, key: str | None = None) -> None:
+        self.reason = reason
+        self.file = file
+        self.line = line
+        self.column = column
+        self.key = key
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        """``file:line: key: reason`` (line and key left out when unknown)."""
+        where = self.file if self.line is None else f"{self.file}:{self.line}"
+        key = f" {self.key}:" if self.key else ""
+        return f"{where}:{key} {self.reason}"
+
+    def __str__(self) -> str:
+        return self.render()
+
+    def __reduce__(self):  # pickles across process boundaries (Spark executors)
+        return (_rebuild, (self.reason, self.file, self.line, self.column, self.key))
+
+
+def _rebuild(reason: str, file: str, line: int | None, column: int | None,
+             key: str | None) -> PolicyError:
+    return PolicyError(reason, file=file, line=line, column=column, key=key)

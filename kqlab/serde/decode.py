@@ -1,0 +1,353 @@
+"""Decode a key or value column into an Arrow column plus one error message per record.
+
+:func:`decode` is a pure function of (binary column, :class:`~kqlab.policy.model.Format`,
+schema resolver).  Bad *data* never raises: a value that cannot be decoded gets a null value
+and a precise message in ``errors`` (the validator turns it into a rejection reason of its
+own).  Only bad *configuration* raises (Avro without a schema source, unknown format, an
+unreachable registry).  Null input (no key / tombstone) decodes to null without an error.
+
+Per format:
+
+- ``none`` — not interpreted: ``values`` is the raw binary column, no checks.
+- ``bytes`` — the raw payload (after the 5-byte header with ``wire: confluent``).
+- ``string`` — UTF-8 text (Arrow's vectorised cast; invalid rows are located only when the
+  cast fails).
+- ``json`` — one ``orjson.loads`` per value, then ``pa.array`` (type inferred, or
+  ``arrow_type=``).  When records disagree on types (``1`` vs ``"1"``, object vs number)
+  inference fails and ``values`` falls back to the JSON text of each record (a string
+  column; ``fallback`` says so); ``python_values()`` still holds the parsed objects.
+  A JSON ``null`` document decodes to a null value without an error.
+- ``avro`` — fastavro ``schemaless_reader`` per value on the pre-parsed writer schema, reading
+  all values from one in-memory copy of the column's data buffer (no per-value slicing); the
+  result becomes a struct column with one ``pa.array`` call.  Several writer schemas in one
+  column are unified field-wise (``pa.unify_schemas``, permissive); if they conflict,
+  ``values`` falls back to JSON text.  A datum that does not end exactly at the end of its
+  value (trailing bytes, or one that needs bytes past it) is an error.
+
+With ``wire: confluent`` a value without the header (magic byte 0 + 4-byte id) is an error,
+and ``schema_ids`` holds the id of every framed value.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+from fastavro import schemaless_reader
+
+from kqlab.errors import KqlabError
+from kqlab.serde.avro_arrow import to_json_text
+from kqlab.serde.schemas import ParsedSchema, SchemaNotFound, SchemaResolver
+from kqlab.serde.wire import HEADER_SIZE, WireInfo, as_binary, parse_wire
+
+__all__ = ["FORMATS", "WIRES", "DecodeConfigError", "DecodedColumn", "decode"]
+
+FORMATS = ("none", "bytes", "string", "json", "avro")
+WIRES = ("raw", "confluent")
+
+_ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError,
+                 OverflowError, TypeError, ValueError)
+
+
+class DecodeConfigError(KqlabError, ValueError):
+    """The decode request itself is wrong (unknown format, Avro without a schema source)."""
+
+
+@dataclass(eq=False)
+class DecodedColumn:
+    """A decoded key/value column: ``values``, ``errors`` (null = fine), ``schema_ids``.
+
+    ``fallback`` is ``None``, or says why ``values`` holds JSON text instead of typed values.
+    ``python_values()`` gives one Python object per record (dicts for Avro records and JSON
+    objects, ``None`` for nulls and errors) for per-record consumers such as CEL.
+    """
+
+    values: pa.Array
+    errors: pa.StringArray
+    schema_ids: pa.Int32Array | None = None
+    fallback: str | None = None
+    _python: list | None = field(default=None, repr=False)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    @property
+    def error_count(self) -> int:
+        """How many records failed to decode."""
+        return len(self.errors) - self.errors.null_count
+
+    @property
+    def ok(self) -> pa.BooleanArray:
+        """True where the record decoded (or was null)."""
+        return self.errors.is_null()
+
+    def python_values(self) -> list:
+        """One Python object per record (computed once)."""
+        if self._python is None:
+            self._python = self.values.to_pylist()
+        return self._python
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _framing_errors(info: WireInfo, errors: list) -> None:
+    """Messages for non-null values without the Confluent header."""
+    bad = np.flatnonzero(info.valid & ~info.framed.to_numpy(zero_copy_only=False))
+    if not len(bad):
+        return
+    lengths = (info.ends - info.starts)[bad].tolist()
+    magic = info.magic.to_numpy()[bad].tolist()
+    for i, n, m in zip(bad.tolist(), lengths, magic, strict=True):
+        if n == 0:
+            errors[i] = "empty value: not in the Confluent wire format"
+        elif m != 0:
+            errors[i] = f"not in the Confluent wire format: magic byte {m}, expected 0"
+        else:
+            errors[i] = (f"too short for the Confluent wire format: {n} bytes, "
+                         f"need at least {HEADER_SIZE}")
+
+
+def _payloads(values: pa.Array, info: WireInfo | None) -> pa.Array:
+    """The payload of each value (header stripped; null where not framed)."""
+    if info is None:
+        return values
+    # An explicit stop: pyarrow 26's binary_slice mis-sizes its output without one.
+    stop = max(int(info.lengths.max(initial=0)), HEADER_SIZE)
+    sliced = pc.binary_slice(values, HEADER_SIZE, stop)
+    return pc.if_else(info.framed, sliced, pa.scalar(None, sliced.type))
+
+
+def _mask_errors(arr: pa.Array, errors: list) -> pa.Array:
+    err = np.array([e is not None for e in errors], dtype=bool)
+    if not err.any():
+        return arr
+    return pc.if_else(pa.array(~err), arr, pa.scalar(None, arr.type))
+
+
+def _build(objs: list, arrow_type: pa.DataType | None, errors: list) -> pa.Array:
+    """``pa.array(objs, type)``; on failure find the rows that do not fit and null them."""
+    try:
+        return pa.array(objs, type=arrow_type)
+    except _ARROW_ERRORS:
+        if arrow_type is None:
+            raise
+    for i, v in enumerate(objs):
+        if v is None:
+            continue
+        try:
+            pa.array([v], type=arrow_type)
+        except _ARROW_ERRORS as e:
+            errors[i] = f"decoded value does not fit Arrow type {arrow_type}: {e}"
+            objs[i] = None
+    return pa.array(objs, type=arrow_type)
+
+
+# -- formats ---------------------------------------------------------------------------------
+def _decode_string(values, info, errors) -> DecodedColumn:
+    payload = _mask_errors(_payloads(values, info), errors)
+    target = pa.large_string() if pa.types.is_large_binary(payload.type) else pa.string()
+    try:
+        out = payload.cast(target)
+    except pa.ArrowInvalid:
+        shift = 0 if info is None else HEADER_SIZE
+        for i, b in enumerate(payload.to_pylist()):
+            if b is None:
+                continue
+            try:
+                b.decode("utf-8")
+            except UnicodeDecodeError as e:
+                errors[i] = f"not valid UTF-8 at byte {e.start + shift}: {e.reason}"
+        out = _mask_errors(payload, errors).cast(target)
+    return DecodedColumn(out, pa.array(errors, pa.string()),
+                         None if info is None else info.schema_id)
+
+
+def _decode_json(values, info, errors, arrow_type) -> DecodedColumn:
+    framing = info
+    if framing is None:
+        info = parse_wire(values)  # only for the buffer positions
+        starts, rows = info.starts, info.valid
+    else:
+        starts, rows = info.starts + HEADER_SIZE, info.framed.to_numpy(zero_copy_only=False)
+    mv = memoryview(info.data)
+    objs: list[Any] = [None] * len(values)
+    loads = orjson.loads
+    idx = np.flatnonzero(rows)
+    for i, s, e in zip(idx.tolist(), starts[idx].tolist(), info.ends[idx].tolist(),
+                       strict=True):
+        try:
+            objs[i] = loads(mv[s:e])
+        except orjson.JSONDecodeError as ex:
+            errors[i] = f"invalid JSON: {ex}"
+    fallback = None
+    try:
+        out = _build(list(objs), arrow_type, errors)
+    except _ARROW_ERRORS as ex:
+        # Records disagree on types: keep each record's JSON text (valid UTF-8: it parsed).
+        fallback = f"JSON values do not share one Arrow type ({ex}); values are JSON text"
+        out = _mask_errors(_payloads(values, framing), errors).cast(pa.string())
+    schema_ids = None if framing is None else framing.schema_id
+    return DecodedColumn(out, pa.array(errors, pa.string()), schema_ids, fallback, objs)
+
+
+def _read_group(reader_data: io.BytesIO, ps: ParsedSchema, label: str, rows: np.ndarray,
+                starts: np.ndarray, ends: np.ndarray, out: list, errors: list) -> int:
+    """Decode the values at ``rows`` with one writer schema; returns how many decoded."""
+    seek, tell = reader_data.seek, reader_data.tell
+    parsed = ps.parsed
+    done = 0
+    for i, s, e in zip(rows.tolist(), starts[rows].tolist(), ends[rows].tolist(), strict=True):
+        seek(s)
+        try:
+            rec = schemaless_reader(reader_data, parsed)
+        except Exception as ex:  # any fastavro failure on bad bytes is a decode error
+            errors[i] = f"invalid Avro payload for {label}: {_describe(ex)}"
+            continue
+        end = tell()
+        if end != e:
+            errors[i] = (f"invalid Avro payload for {label}: {e - end} unread bytes after "
+                         f"the datum" if end < e else
+                         f"invalid Avro payload for {label}: datum runs {end - e} bytes past "
+                         f"the end of the value")
+            continue
+        out[i] = rec
+        done += 1
+    return done
+
+
+def _unify(types: list[pa.DataType]) -> pa.DataType | None:
+    """One Arrow type for values of several writer schemas (None: they conflict)."""
+    if len(set(types)) == 1:
+        return types[0]
+    if all(pa.types.is_struct(t) for t in types):
+        try:
+            schema = pa.unify_schemas([pa.schema(list(t)) for t in types],
+                                      promote_options="permissive")
+        except _ARROW_ERRORS:
+            return None
+        return pa.struct(list(schema))
+    return None
+
+
+def _decode_avro(values, info, errors, resolver) -> DecodedColumn:
+    n = len(values)
+    out: list[Any] = [None] * n
+    if info is None:
+        ps = resolver.unframed()
+        pos = parse_wire(values)
+        groups = [(ps, f"schema {ps.origin}", np.flatnonzero(pos.valid))]
+        starts, ends, data = pos.starts, pos.ends, pos.data
+    else:
+        starts, ends, data = info.starts + HEADER_SIZE, info.ends, info.data
+        framed = np.flatnonzero(info.framed.to_numpy(zero_copy_only=False))
+        ids = info.schema_id.to_numpy(zero_copy_only=False)
+        groups = []
+        if len(framed):
+            fid = ids[framed].astype(np.int64)
+            order = np.argsort(fid, kind="stable")
+            bounds = np.flatnonzero(np.diff(fid[order])) + 1
+            for chunk in np.split(framed[order], bounds):
+                sid = int(ids[chunk[0]])
+                try:
+                    ps = resolver.schema(sid)
+                except SchemaNotFound as ex:
+                    msg = str(ex)
+                    for i in chunk.tolist():
+                        errors[i] = msg
+                    continue
+                groups.append((ps, f"schema id {sid}", np.sort(chunk)))
+    buf = io.BytesIO(data)  # one copy of the data buffer; each value read in place
+    types = []  # Arrow types of the schemas that decoded at least one value
+    convert = []
+    for ps, label, rows in groups:
+        if _read_group(buf, ps, label, rows, starts, ends, out, errors):
+            types.append(ps.arrow_type)
+        if ps.arrow.converter is not None:
+            convert.append((ps.arrow.converter, rows))
+    fallback = None
+    arrow_in = out
+    if convert:
+        arrow_in = list(out)
+        for conv, rows in convert:
+            for i in rows.tolist():
+                if arrow_in[i] is not None:
+                    arrow_in[i] = conv(arrow_in[i])
+    if not types:  # nothing decoded: keep the column typed when a schema was found
+        types = [groups[0][0].arrow_type] if groups else [pa.null()]
+    target = _unify(types)
+    if target is None:
+        fallback = ("writer schemas map to conflicting Arrow types "
+                    f"({', '.join(sorted({str(t) for t in types}))}); values are JSON text")
+        arr = pa.array([to_json_text(v) for v in out], pa.string())
+    else:
+        if arrow_in is out:
+            arrow_in = list(out)  # _build may null rows that do not fit
+        arr = _build(arrow_in, target, errors)
+        for i, v in enumerate(arrow_in):
+            if v is None and out[i] is not None:
+                out[i] = None
+    schema_ids = None if info is None else info.schema_id
+    return DecodedColumn(arr, pa.array(errors, pa.string()), schema_ids, fallback, out)
+
+
+def decode(values: pa.Array | pa.ChunkedArray, fmt: Any,
+           resolver: SchemaResolver | None = None, *,
+           arrow_type: pa.DataType | None = None) -> DecodedColumn:
+    """Decode a binary key/value column as ``fmt`` says (see the module docstring).
+
+    Parameters
+    ----------
+    values
+        The records table's ``key`` or ``value`` column (binary; null = no key/tombstone).
+    fmt
+        A :class:`~kqlab.policy.model.Format` (``format``, ``wire``, ``schemas``).
+    resolver
+        Writer schemas for Avro; built from ``fmt.schemas`` when omitted.
+    arrow_type
+        JSON only: the Arrow type to build instead of inferring one.
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> from kqlab.policy.model import Format
+    >>> col = decode(pa.array([b'{"a": 1}', b'{"a": ', None]), Format(format="json"))
+    >>> col.values.to_pylist(), col.errors.to_pylist()[1][:13]
+    ([{'a': 1}, None, None], 'invalid JSON:')
+    """
+    kind = getattr(fmt, "format", None)
+    wire = getattr(fmt, "wire", "raw")
+    if kind not in FORMATS:
+        raise DecodeConfigError(f"unknown format {kind!r}; expected one of {', '.join(FORMATS)}")
+    if wire not in WIRES:
+        raise DecodeConfigError(f"unknown wire format {wire!r}; expected raw or confluent")
+    values = as_binary(values)
+    n = len(values)
+    if kind == "none":
+        return DecodedColumn(values, pa.nulls(n, pa.string()))
+    if kind == "avro" and resolver is None:
+        if getattr(fmt, "schemas", None) is None:
+            raise DecodeConfigError("Avro decoding needs writer schemas: give the format a "
+                                    "schema source (registry URL or folder) or a resolver")
+        resolver = SchemaResolver.from_source(fmt.schemas)
+    errors: list[str | None] = [None] * n
+    info = None
+    if wire == "confluent":
+        info = parse_wire(values)
+        _framing_errors(info, errors)
+    if kind == "bytes":
+        payload = _payloads(values, info)
+        return DecodedColumn(payload, pa.array(errors, pa.string()),
+                             None if info is None else info.schema_id)
+    if kind == "string":
+        return _decode_string(values, info, errors)
+    if kind == "json":
+        return _decode_json(values, info, errors, arrow_type)
+    return _decode_avro(values, info, errors, resolver)

@@ -1,0 +1,72 @@
+"""The corpus: every malformed file raises PolicyError with its message, file, line and key;
+every good file loads, round-trips and validates against the shipped JSON Schema."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kqlab.policy import KINDS, PolicyError, dump_policy, load_policy, loads_policy
+
+CORPUS = Path(__file__).parent / "corpus"
+GOOD = sorted((CORPUS / "good").glob("*.yaml"))
+BAD = sorted((CORPUS / "bad").glob("*.yaml"))
+
+
+def expectations(path: Path) -> dict[str, str]:
+    """The ``# expect:``, ``# line:`` and ``# key:`` header comments of a corpus file."""
+    meta: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("# "):
+            break
+        name, sep, value = line[2:].partition(": ")
+        if sep and name in ("expect", "line", "key"):
+            meta[name] = value
+    return meta
+
+
+def test_corpus_is_big_enough():
+    assert len(BAD) >= 55
+    assert all("expect" in expectations(path) for path in BAD)
+
+
+@pytest.mark.parametrize("path", BAD, ids=lambda p: p.stem)
+def test_malformed_policy_is_reported_precisely(path):
+    meta = expectations(path)
+    with pytest.raises(PolicyError) as info:
+        load_policy(path)
+    err = info.value
+    message = str(err)
+    assert meta["expect"] in message
+    assert path.name in message
+    assert err.file == str(path)
+    if "line" in meta:
+        assert err.line == int(meta["line"]), message
+        assert message.startswith(f"{path}:{meta['line']}: ")
+    if "key" in meta:
+        assert err.key == meta["key"], message
+        assert f": {meta['key']}: " in message
+
+
+@pytest.mark.parametrize("path", BAD, ids=lambda p: p.stem)
+def test_malformed_text_fails_the_same_way_from_a_string(path):
+    with pytest.raises(PolicyError) as info:
+        loads_policy(path.read_text(encoding="utf-8"), source="inline.yaml")
+    assert expectations(path)["expect"] in str(info.value)
+    assert str(info.value).startswith("inline.yaml")
+
+
+@pytest.mark.parametrize("path", GOOD, ids=lambda p: p.stem)
+def test_good_policy_round_trips(path):
+    policy = load_policy(path)
+    text = dump_policy(policy)
+    again = loads_policy(text)
+    assert again == policy
+    assert dump_policy(again) == text
+    assert again.content_hash() == policy.content_hash()
+
+
+def test_good_corpus_uses_every_rule_kind():
+    used = {rule.kind for path in GOOD for rule in load_policy(path).rules}
+    assert used == set(KINDS)
