@@ -54,6 +54,8 @@ _FIELD = Param("field", "str", required=True,
                doc="dotted path into the decoded value, e.g. customer.id")
 _MIN = Param("min", "number", doc="smallest allowed value (inclusive)")
 _MAX = Param("max", "number", doc="largest allowed value (inclusive)")
+_NULLS = Param("allow_null", "bool", default=True,
+               doc="a null or absent field passes (require presence with field_not_null)")
 _TARGET = Param("target", "str", default="value", doc="value | key", choices=("value", "key"))
 
 KINDS: dict[str, RuleKind] = {k.name: k for k in (
@@ -129,16 +131,17 @@ KINDS: dict[str, RuleKind] = {k.name: k for k in (
     # field checks (sugar over expressions)
     _k("field_not_null", "field", "The field is present and not null.", (_FIELD,),
        "{field} is null or missing", ("decoded_value",)),
-    _k("field_range", "field", "The numeric field lies within [min, max].", (_FIELD, _MIN, _MAX),
+    _k("field_range", "field", "The numeric field lies within [min, max].",
+       (_FIELD, _MIN, _MAX, _NULLS),
        "{field}={value} is outside [{min}, {max}]", ("decoded_value",)),
     _k("field_in", "field", "The field's value is one of a set.",
-       (_FIELD, Param("values", "list", required=True)),
+       (_FIELD, Param("values", "list", required=True), _NULLS),
        "{field}={value} is not one of the allowed values", ("decoded_value",)),
     _k("field_regex", "field", "The string field matches a regular expression.",
-       (_FIELD, Param("pattern", "str", required=True)),
+       (_FIELD, Param("pattern", "str", required=True), _NULLS),
        "{field}={value} does not match {pattern!r}", ("decoded_value",)),
     _k("field_length", "field", "The string/list field's length lies within [min, max].",
-       (_FIELD, Param("min", "int", default=0), Param("max", "int")),
+       (_FIELD, Param("min", "int", default=0), Param("max", "int"), _NULLS),
        "{field} has length {length}, outside [{min}, {max}]", ("decoded_value",)),
     _k("field_type", "field", "The field has this JSON type.",
        (_FIELD, Param("type", "str", required=True,

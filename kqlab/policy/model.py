@@ -93,6 +93,11 @@ class Rule:
         """The failure message: the rule's own, or the catalog default filled in."""
         template = self.message or self.spec.message
         fill = {p.name: self.param(p.name) for p in self.spec.params}
+        # an open bound reads as infinity, not None
+        if fill.get("min", 0) is None:
+            fill["min"] = "-inf"
+        if fill.get("max", 0) is None:
+            fill["max"] = "inf"
         fill.update(values)
         fill.setdefault("rule", self.id)
         try:
@@ -210,6 +215,8 @@ class Policy:
         needs: set[str] = set()
         for r in self.rules:
             needs |= r.needs
+        if self.value.format in ("json", "avro", "string"):
+            needs.add("decoded_value")  # replay decodes the value (the implicit decode rule)
         return frozenset(n for n in NEEDS if n in needs)
 
     def with_rules(self, rules: tuple[Rule, ...] | list[Rule]) -> Policy:

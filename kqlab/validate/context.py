@@ -44,20 +44,27 @@ class EvalContext:
         return self.records.num_rows
 
     def column(self, name: str) -> pa.Array:
-        """A records-table column as one contiguous Arrow array."""
-        col = self.records.column(name)
-        return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        """A records-table column as one contiguous Arrow array (copied once, then cached)."""
+        key = f"column:{name}"
+        if key not in self._memo:
+            col = self.records.column(name)
+            self._memo[key] = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        return self._memo[key]
+
+    def chunked(self, name: str) -> pa.ChunkedArray:
+        """A records-table column as it is (kernels that accept chunks need no copy)."""
+        return self.records.column(name)
 
     # -- bytes-level ---------------------------------------------------------------------------
     @cached_property
     def key_size(self) -> np.ndarray:
         """Key length in bytes, -1 for a null key."""
-        return _sizes(self.column("key"))
+        return _sizes(self.chunked("key"))
 
     @cached_property
     def value_size(self) -> np.ndarray:
         """Value length in bytes, -1 for a tombstone."""
-        return _sizes(self.column("value"))
+        return _sizes(self.chunked("value"))
 
     @cached_property
     def headers(self) -> FlatHeaders:
@@ -79,12 +86,12 @@ class EvalContext:
     @cached_property
     def timestamps(self) -> np.ndarray:
         """Record timestamps (ms)."""
-        return self.column("timestamp").to_numpy(zero_copy_only=False)
+        return self.chunked("timestamp").to_numpy()
 
     @cached_property
     def batch_first_timestamp(self) -> np.ndarray:
         """Per record, the first timestamp of its batch (the ``relative_to: batch`` reference)."""
-        idx = self.column("batch_index").to_numpy(zero_copy_only=False)
+        idx = self.chunked("batch_index").to_numpy()
         starts = np.flatnonzero(idx == 0)
         ts = self.timestamps
         if len(starts) == 0 or starts[0] != 0:
@@ -127,9 +134,11 @@ class EvalContext:
         return self.decoded(target).python_values()
 
 
-def _sizes(arr: pa.Array) -> np.ndarray:
+def _sizes(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """Byte length of each binary/string value, -1 for null (Arrow kernel, no Python loop)."""
     if len(arr) == 0:
         return np.zeros(0, dtype=np.int64)
-    lengths = pc.binary_length(arr)
-    return pc.fill_null(lengths, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    lengths = pc.fill_null(pc.binary_length(arr), -1)
+    out = lengths.to_numpy() if isinstance(lengths, pa.ChunkedArray) else \
+        lengths.to_numpy(zero_copy_only=False)
+    return out.astype(np.int64)

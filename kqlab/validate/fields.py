@@ -12,9 +12,11 @@ Semantics, the same on all three paths (Arrow, Python per record, CEL):
   Arrow struct columns cannot tell a missing key from a null one, and Avro has no missing
   fields, so kqlab does not distinguish them.  Dots always separate steps (a key containing a
   dot cannot be addressed).
-* An absent field **fails** every kind except ``field_type`` with ``type: null`` (passes) and
-  ``field_in`` whose ``values`` contain ``null`` (passes).  Require presence with
-  ``field_not_null``; make a check optional with a ``when`` precondition.
+* An absent (or null) field **passes** ``field_range``, ``field_in``, ``field_regex`` and
+  ``field_length`` — they check values, and presence is ``field_not_null``'s job, as in
+  pandera (``ignore_na``) and Great Expectations — unless the rule says ``allow_null: false``,
+  when it fails them (``field_in`` with ``null`` among its ``values`` still passes).  An absent
+  field fails ``field_not_null`` and ``field_type`` (except ``type: null``).
 * ``field_range``: the value is a number — int, uint, double or decimal; **not** a boolean —
   and ``min <= value <= max`` (either bound optional), compared as float64 (doubles), so
   integers beyond 2**53 are rounded before comparing.  NaN fails.
@@ -49,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -68,6 +71,8 @@ __all__ = [
 
 FIELD_KINDS = ("field_not_null", "field_range", "field_in", "field_regex", "field_length",
                "field_type")
+#: kinds whose null/absent values pass unless ``allow_null: false``
+NULLABLE_KINDS = ("field_range", "field_in", "field_regex", "field_length")
 JSON_TYPES = ("string", "number", "integer", "boolean", "object", "array", "null")
 
 _INT64 = (-(2**63), 2**63 - 1)
@@ -130,7 +135,10 @@ class FieldResult:
 
 
 def _show(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False, default=str)
+    try:
+        text = orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:
+        text = json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -170,11 +178,16 @@ def _spec(rule: Rule) -> _Spec:
                              f"not {dotted!r}")
     path = tuple(dotted.split("."))
     kind = rule.kind
+    # value checks pass a null/absent field unless allow_null is false (presence is
+    # field_not_null's job), as pandera's ignore_na and Great Expectations do
+    nullable = kind in NULLABLE_KINDS and rule.param("allow_null") is not False
     if kind == "field_range":
-        return _Spec(kind, path, lo=_finite(rule, "min"), hi=_finite(rule, "max"))
+        return _Spec(kind, path, lo=_finite(rule, "min"), hi=_finite(rule, "max"),
+                     null_ok=nullable)
     if kind == "field_length":
         lo = _finite(rule, "min")
-        return _Spec(kind, path, lo=0.0 if lo is None else lo, hi=_finite(rule, "max"))
+        return _Spec(kind, path, lo=0.0 if lo is None else lo, hi=_finite(rule, "max"),
+                     null_ok=nullable)
     if kind == "field_in":
         values = rule.param("values")
         if isinstance(values, str | bytes) or not isinstance(values, Sequence):
@@ -198,7 +211,7 @@ def _spec(rule: Rule) -> _Spec:
                                      f"booleans or null, not {v!r}")
         return _Spec(kind, path, strings=tuple(dict.fromkeys(strings)),
                      ints=tuple(dict.fromkeys(ints)), floats=tuple(dict.fromkeys(floats)),
-                     bools=tuple(dict.fromkeys(bools)), null_ok=null_ok)
+                     bools=tuple(dict.fromkeys(bools)), null_ok=null_ok or nullable)
     if kind == "field_regex":
         pattern = rule.param("pattern")
         if not isinstance(pattern, str):
@@ -208,7 +221,7 @@ def _spec(rule: Rule) -> _Spec:
         except pa.ArrowInvalid as exc:
             raise FieldRuleError(f"rule {rule.id!r}: pattern {pattern!r} is not valid RE2 "
                                  f"syntax: {exc}") from None
-        return _Spec(kind, path, pattern=pattern)
+        return _Spec(kind, path, pattern=pattern, null_ok=nullable)
     if kind == "field_type":
         jtype = rule.param("type")
         if jtype not in JSON_TYPES:
@@ -244,9 +257,10 @@ def field_rule_to_cel(rule: Rule) -> str:
     >>> from kqlab.policy.model import Rule
     >>> rule = Rule(id="r", kind="field_range", params={"field": "a.b", "min": 0, "max": 10})
     >>> field_rule_to_cel(rule)  # doctest: +NORMALIZE_WHITESPACE
-    'type(value) == map && has(value.a) && type(value.a) == map && has(value.a.b)
-     && (type(value.a.b) == int || type(value.a.b) == uint || type(value.a.b) == double)
-     && double(value.a.b) >= 0.0 && double(value.a.b) <= 10.0'
+    '!(type(value) == map && has(value.a) && type(value.a) == map && has(value.a.b))
+     || type(value.a.b) == null_type
+     || ((type(value.a.b) == int || type(value.a.b) == uint || type(value.a.b) == double)
+     && double(value.a.b) >= 0.0 && double(value.a.b) <= 10.0)'
     """
     spec = _spec(rule)
     guards, v = [], "value"
@@ -303,9 +317,9 @@ def field_rule_to_cel(rule: Rule) -> str:
             parts.append(f"type({v}) == bool && {v} in "
                          f"{_cel_list(['true' if b else 'false' for b in spec.bools])}")
         body = " || ".join(f"({p})" for p in parts) or "false"
-        if spec.null_ok:
-            return f"!({present}) || type({v}) == null_type || {body}"
         checks = [f"({body})"]
+    if spec.null_ok:
+        return f"!({present}) || type({v}) == null_type || ({' && '.join(checks)})"
     return " && ".join([present, *checks])
 
 
@@ -379,6 +393,8 @@ def evaluate_python_values(rule: Rule, values: Sequence[Any]) -> FieldResult:
         ok[:] = [n_ is not None and lo <= n_ <= hi for n_ in lengths]
     else:  # field_type
         ok[:] = [_json_type_ok(v, spec.type) for v in leaves]
+    if spec.null_ok:
+        ok |= np.array([v is None for v in leaves], dtype=bool)
     return FieldResult(failed=~ok, observed=_observed_array(leaves), rule=rule,
                        lengths=None if lengths is None else pa.array(lengths, pa.int64()),
                        python_observed=leaves)
@@ -505,10 +521,10 @@ def evaluate_field_rule(rule: Rule, values: pa.Array | pa.ChunkedArray | Sequenc
     >>> from kqlab.policy.model import Rule
     >>> rule = Rule(id="amount", kind="field_range", params={"field": "amount", "min": 0})
     >>> res = evaluate_field_rule(rule, pa.array([{"amount": 5}, {"amount": -1}, None]))
-    >>> res.failed.tolist()
-    [False, True, True]
+    >>> res.failed.tolist()  # a null record has no amount: field_not_null judges presence
+    [False, True, False]
     >>> res.messages()[1]
-    'amount=-1 is outside [0, None]'
+    'amount=-1 is outside [0, inf]'
     """
     spec = _spec(rule)
     if not isinstance(values, pa.Array | pa.ChunkedArray):
@@ -563,5 +579,8 @@ def evaluate_field_rule(rule: Rule, values: pa.Array | pa.ChunkedArray | Sequenc
         ok = ~valid
     else:
         ok = valid & (spec.type in _arrow_json_types(t))
-    return FieldResult(failed=~np.asarray(ok, dtype=bool), observed=v, rule=rule,
+    ok = np.asarray(ok, dtype=bool)
+    if spec.null_ok:
+        ok = ok | ~valid
+    return FieldResult(failed=~ok, observed=v, rule=rule,
                        lengths=lengths)

@@ -197,9 +197,19 @@ class Replayer:
 
     Examples
     --------
-    >>> r = Replayer("data/orders-0", now=1763700000000)  # doctest: +SKIP
-    >>> v = r.run(policy)  # doctest: +SKIP
-    >>> v2 = r.run(policy.with_rules(edited))  # only the edited rule is evaluated again
+    >>> import tempfile
+    >>> from kqlab.policy import Rule, loads_policy
+    >>> from kqlab.sources.demo import write_demo_segment
+    >>> folder = write_demo_segment(tempfile.mkdtemp(), 1763700000000)
+    >>> policy = loads_policy("kqlab: 1\\nname: p\\nrules: "
+    ...                       "[{id: trace, kind: header_required, name: trace-id}]")
+    >>> r = Replayer(folder, now=1763700000000)
+    >>> r.run(policy).by_outcome()
+    {'accepted': 323, 'rejected': 25, 'collateral': 4}
+    >>> small = Rule(id="small", kind="value_size", params={"max": 100}, mode="observe")
+    >>> _ = r.run(policy.with_rules([*policy.rules, small]))
+    >>> r.evaluations  # the unchanged rule came from the cache
+    2
     """
 
     def __init__(self, source: Any, *, now: int | None = None, framing: str = "exact",
@@ -410,7 +420,11 @@ def _assemble(sample: Sample, policy: Policy, results: dict[str, RuleResult], ro
         idx = res.failing
         f_rec.append(idx)
         f_rule.extend([rule.id] * len(idx))
-        f_code.append(np.full(len(idx), reject_code if rule.mode == "reject" else 0))
+        # a reject rule's failure carries the code its batch got; 0 where the policy was not
+        # enforced (KIP-729 never sees compressed batches kept in place)
+        enforced = rec_code[idx] != 0 if len(idx) else np.zeros(0, dtype=bool)
+        f_code.append(np.where(enforced, reject_code, 0) if rule.mode == "reject"
+                      else np.zeros(len(idx), dtype=np.int64))
         f_msg.extend(res.messages)
         rejected_here = rec_code[idx] != 0 if len(idx) else np.zeros(0, dtype=bool)
         is_reject = rule.mode == "reject"
@@ -428,7 +442,10 @@ def _assemble(sample: Sample, policy: Policy, results: dict[str, RuleResult], ro
         own = culprit | batch_level[rows] | (has & policy_batch[rows])
     else:
         own = culprit
-    outcome = np.where(rec_code == 0, "accepted", np.where(own, "rejected", "collateral"))
+    # outcome codes -> dictionary -> string (no per-record Python strings)
+    outcome_idx = np.where(rec_code == 0, 0, np.where(own, 1, 2)).astype(np.int8)
+    outcome = pa.DictionaryArray.from_arrays(
+        pa.array(outcome_idx), pa.array(["accepted", "rejected", "collateral"])).cast(pa.string())
     failures = failures_array(n, np.concatenate(f_rec).astype(np.int64) if f_rec else
                               np.zeros(0, np.int64), f_rule,
                               np.concatenate(f_code).astype(np.int64) if f_code else
@@ -436,7 +453,7 @@ def _assemble(sample: Sample, policy: Policy, results: dict[str, RuleResult], ro
     record_table = pa.table([
         records.column("topic"), records.column("partition"), records.column("offset"),
         records.column("batch_offset"), records.column("batch_index"),
-        records.column("timestamp"), pa.array(outcome, pa.string()), failures,
+        records.column("timestamp"), outcome, failures,
     ], schema=RECORD_VERDICTS_SCHEMA)
     notes = []
     if policy.topics.names or policy.topics.patterns:

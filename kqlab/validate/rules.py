@@ -78,14 +78,14 @@ def evaluate_rule(ctx: EvalContext, rule: Rule) -> RuleResult:
         raise RuleEvaluationError(f"rule {rule.id!r}: kind {rule.kind!r} has no implementation "
                                   "in the local engine")
     result = impl(ctx, rule)
-    if "decoded_value" in rule.spec.needs and rule.kind not in DECODE_KINDS and \
-            decodes(ctx.value_format):
-        # an undecodable value is its own rejection reason (the decode rule): rules that read
-        # the decoded value do not judge it again
-        result = _restrict(result, ~ctx.decode_failed("value"))
+    keep = _judged(ctx, rule)
+    if keep is not None:
+        result = _restrict(result, keep)
     if rule.when is None:
         return result
     applies, when_errors = _when_mask(ctx, rule)
+    if keep is not None:  # a precondition cannot bring back a record the rule does not judge
+        when_errors &= keep
     failed = (result.failed & applies) | when_errors
     keep = applies[result.failing] if len(result.failing) else np.zeros(0, dtype=bool)
     msgs = {int(i): m for i, m, k in zip(result.failing, result.messages, keep, strict=True)
@@ -103,6 +103,22 @@ DECODE_KINDS = frozenset({"decodable", "avro_valid", "json_valid"})
 def decodes(fmt: Any) -> bool:
     """Whether a format is decoded (json, avro, string) rather than taken as bytes."""
     return fmt is not None and fmt.format in ("json", "avro", "string")
+
+
+def _judged(ctx: EvalContext, rule: Rule) -> np.ndarray | None:
+    """The records a rule judges (None: all of them).
+
+    An undecodable value is its own rejection reason (the decode rule), so rules that read the
+    decoded value do not judge it again; field checks do not judge tombstones (no value).
+    """
+    keep = None
+    if "decoded_value" in rule.spec.needs and rule.kind not in DECODE_KINDS and \
+            decodes(ctx.value_format):
+        keep = ~ctx.decode_failed("value")
+    if rule.kind.startswith("field_") and ctx.n and (ctx.value_size < 0).any():
+        present = ctx.value_size >= 0
+        keep = present if keep is None else keep & present
+    return keep
 
 
 def _restrict(result: RuleResult, keep: np.ndarray) -> RuleResult:
@@ -139,7 +155,17 @@ def _result(rule: Rule, failed: np.ndarray, render: Callable[[int], dict[str, An
     if render is None:
         text = rule.render_message()
         return RuleResult(failed, (text,) * len(idx))
-    return RuleResult(failed, tuple(rule.render_message(**render(int(i))) for i in idx))
+    # failures often share their values (the same size, the same header): render each once
+    cache: dict[tuple, str] = {}
+    out = []
+    for i in idx.tolist():
+        values = render(i)
+        key = tuple(values.items())
+        text = cache.get(key)
+        if text is None:
+            text = cache[key] = rule.render_message(**values)
+        out.append(text)
+    return RuleResult(failed, tuple(out))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -419,8 +445,6 @@ def _field_rule(ctx: EvalContext, rule: Rule) -> RuleResult:
     values = decoded.python_values() if getattr(decoded, "fallback", None) else decoded.values
     res = evaluate_field_rule(rule, values)
     failed = np.asarray(res.failed, dtype=bool)
-    if ctx.n and (ctx.value_size < 0).any():
-        failed &= ctx.value_size >= 0  # tombstones carry no value: value_required judges them
     per_row = res.messages()
     return RuleResult(failed, tuple(per_row[i] or rule.render_message()
                                     for i in np.flatnonzero(failed).tolist()))

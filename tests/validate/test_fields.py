@@ -19,6 +19,7 @@ from kqlab.policy.cel import available_engines, compile_cel
 from kqlab.policy.model import Rule
 from kqlab.validate.fields import (
     JSON_TYPES,
+    NULLABLE_KINDS,
     FieldRuleError,
     evaluate_field_rule,
     evaluate_python_values,
@@ -27,6 +28,10 @@ from kqlab.validate.fields import (
 
 
 def _rule(kind: str, **params) -> Rule:
+    # these table-driven cases pin the strict reading (a null/absent field fails the value
+    # checks); the default (allow_null: true) is covered by test_null_and_absent_pass_by_default
+    if kind in NULLABLE_KINDS:
+        params.setdefault("allow_null", False)
     return Rule(id=f"r-{kind}", kind=kind, params=params)
 
 
@@ -145,7 +150,7 @@ def test_non_struct_column_falls_back_to_python():
     result = evaluate_field_rule(rule, mixed)
     assert result.failed.tolist() == [False, True, True, True, True, False]
     assert result.observed.type == pa.string()  # mixed values shown as JSON text
-    assert result.messages()[1] == 'n="1" is outside [0, None]'
+    assert result.messages()[1] == 'n="1" is outside [0, inf]'
 
 
 def test_map_column_falls_back_to_python():
@@ -305,3 +310,25 @@ def test_nan_and_signed_zero():
     for rule, expected in ((in_rule, [True, False, True]), (range_rule, [True, False, False])):
         assert evaluate_field_rule(rule, pa.array(values)).failed.tolist() == expected
         assert _cel_failed(rule, values) == expected
+
+
+@pytest.mark.parametrize(("kind", "params"), [
+    ("field_range", {"min": 0, "max": 10}),
+    ("field_in", {"values": ["NEW"]}),
+    ("field_regex", {"pattern": "^[A-Z]+$"}),
+    ("field_length", {"max": 3}),
+])
+def test_null_and_absent_pass_by_default(kind, params):
+    # value checks skip nulls (presence is field_not_null's job); allow_null: false fails them
+    rows = [{"a": {"x": None}}, {"a": {}}, {"b": 1}, None, {"a": {"x": "NOPE-TOO-LONG"}}]
+    lenient = Rule(id="r", kind=kind, params={"field": "a.x", **params})
+    strict = Rule(id="r", kind=kind, params={"field": "a.x", "allow_null": False, **params})
+    for rule, want in ((lenient, [False, False, False, False, True]),
+                       (strict, [True, True, True, True, True])):
+        assert evaluate_python_values(rule, rows).failed.tolist() == want
+        struct = pa.array([{"a": {"x": None}}, {"a": {"x": None}}, {"a": None}, None,
+                           {"a": {"x": "NOPE-TOO-LONG"}}])
+        assert evaluate_field_rule(rule, struct).failed.tolist() == want
+        program = compile_cel(field_rule_to_cel(rule))
+        got = [program.evaluate({"value": r}) is not True for r in rows]
+        assert got == want
