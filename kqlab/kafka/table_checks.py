@@ -242,8 +242,8 @@ class _Verdicts:
                  positions: list, policy: RecordPolicy | None = None):
         self.records = records
         self.policy = policy
-        self.pmask = np.zeros(records.num_rows, dtype=bool) if policy is None else np.array(
-            [m is not None for m in policy.messages], dtype=bool)
+        self.pmask = np.zeros(records.num_rows, dtype=bool) if policy is None else \
+            pc.is_valid(pa.array(policy.messages, pa.string())).to_numpy(zero_copy_only=False)
         self.batches = batches
         self.cfg = cfg
         self.v = validator

@@ -198,9 +198,106 @@ def _decode_json(values, info, errors, arrow_type) -> DecodedColumn:
     return DecodedColumn(out, pa.array(errors, pa.string()), schema_ids, fallback, objs)
 
 
+#: groups smaller than this are decoded value by value (the block set-up would not pay)
+BLOCK_MIN = 64
+_SYNC = b"kqlab-block-sync"  # 16 bytes
+
+
+def _zigzag(n: int) -> bytes:
+    n = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while n & ~0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _minimal_datum(schema: Any, named: dict[str, Any]) -> Any:
+    """The smallest valid datum of an Avro schema (the block decoder's end sentinel)."""
+    if isinstance(schema, str):
+        prim = {"null": None, "boolean": False, "int": 0, "long": 0, "float": 0.0,
+                "double": 0.0, "bytes": b"", "string": ""}
+        if schema in prim:
+            return prim[schema]
+        return _minimal_datum(named[schema], named)
+    if isinstance(schema, list):
+        return _minimal_datum(schema[0], named)
+    t = schema["type"]
+    if isinstance(t, dict | list) or (t in ("null", "boolean", "int", "long", "float", "double",
+                                           "bytes", "string") and "logicalType" not in schema):
+        return _minimal_datum(t, named)
+    if "name" in schema:
+        named[schema["name"]] = schema
+        if "namespace" in schema:
+            named[f"{schema['namespace']}.{schema['name']}"] = schema
+    if t == "record":
+        return {f["name"]: _minimal_datum(f["type"], named) for f in schema["fields"]}
+    if t == "enum":
+        return schema["symbols"][0]
+    if t == "fixed":
+        return bytes(schema["size"])
+    if t == "array":
+        return []
+    if t == "map":
+        return {}
+    return _minimal_datum(t, named)  # a logical type over a primitive: its raw form
+
+
+def _read_block(data: memoryview, ps: ParsedSchema, rows: np.ndarray, starts: np.ndarray,
+                ends: np.ndarray) -> list | None:
+    """Decode ``rows`` in one call of fastavro's container-block reader, or None.
+
+    fastavro's block loop runs in C and beats one ``schemaless_reader`` call per value by
+    ~1.3x.  The values' payloads become one block, followed by a sentinel datum: a trailing
+    byte, a short value or any misalignment makes the read fail or the sentinel differ, and the
+    caller falls back to the exact value-by-value path (which names the bad value).
+    """
+    import fastavro
+
+    try:
+        schema_json = ps.schema if isinstance(ps.schema, str) else orjson.dumps(ps.schema)
+        schema_obj = orjson.loads(schema_json)
+        sentinel = _minimal_datum(schema_obj, {})
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, ps.parsed, sentinel)
+        tail = buf.getvalue()
+        expect = schemaless_reader(io.BytesIO(tail), ps.parsed)
+    except Exception:
+        return None
+    # gather every payload in one numpy pass: mark each [start, end) range, keep marked bytes
+    s_, e_ = starts[rows].astype(np.int64), ends[rows].astype(np.int64)
+    if (e_ < s_).any():
+        return None
+    size = len(data) + 1
+    marks = np.bincount(s_, minlength=size) - np.bincount(e_, minlength=size)
+    inside = np.cumsum(marks[:-1]) > 0
+    payload = np.frombuffer(data, dtype=np.uint8)[inside].tobytes()
+    count = len(rows)
+    raw_schema = schema_json if isinstance(schema_json, bytes) else schema_json.encode()
+    meta = (_zigzag(2) + _zigzag(11) + b"avro.schema" + _zigzag(len(raw_schema)) + raw_schema
+            + _zigzag(10) + b"avro.codec" + _zigzag(4) + b"null" + _zigzag(0))
+    block = b"".join([b"Obj\x01", meta, _SYNC, _zigzag(count + 1),
+                      _zigzag(len(payload) + len(tail)), payload, tail, _SYNC])
+    try:
+        recs = list(fastavro.reader(io.BytesIO(block)))
+    except Exception:
+        return None
+    if len(recs) != count + 1 or recs[-1] != expect:
+        return None
+    recs.pop()
+    return recs
+
+
 def _read_group(reader_data: io.BytesIO, ps: ParsedSchema, label: str, rows: np.ndarray,
                 starts: np.ndarray, ends: np.ndarray, out: list, errors: list) -> int:
     """Decode the values at ``rows`` with one writer schema; returns how many decoded."""
+    if len(rows) >= BLOCK_MIN:
+        recs = _read_block(reader_data.getbuffer(), ps, rows, starts, ends)
+        if recs is not None:
+            for i, rec in zip(rows.tolist(), recs, strict=True):
+                out[i] = rec
+            return len(recs)
     seek, tell = reader_data.seek, reader_data.tell
     parsed = ps.parsed
     done = 0

@@ -168,9 +168,10 @@ def failures_array(n: int, record_idx: np.ndarray, rules: list[str], codes: np.n
     counts = np.bincount(record_idx, minlength=n) if len(record_idx) else np.zeros(n, np.int64)
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(counts, out=offsets[1:])
+    take = pa.array(order)
     struct = pa.StructArray.from_arrays(
-        [pa.array([rules[i] for i in order.tolist()], pa.string()),
+        [pa.array(rules, pa.string()).take(take),
          pa.array(codes[order], pa.int16()),
-         pa.array([messages[i] for i in order.tolist()], pa.string())],
+         pa.array(messages, pa.string()).take(take)],
         fields=list(FAILURE_TYPE.value_type))
     return pa.ListArray.from_arrays(pa.array(offsets), struct, type=FAILURE_TYPE)
