@@ -1037,7 +1037,8 @@ def test_summaries_by_time_bucket_and_producer(tmp_path):
 
 # -------------------------------------------------------------------- kinds coverage
 def test_every_catalog_kind_was_replayed(request):
-    here = [item.name for item in request.session.items if item.module is request.module]
+    here = [item.name for item in request.session.items
+            if getattr(item, "module", None) is request.module]
     tests = [name for name in dir(request.module) if name.startswith("test_")]
     if sorted(here) != sorted(tests) or here[-1] != request.node.name:
         pytest.skip("needs the whole module to run first (in file order)")
