@@ -72,6 +72,9 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", default=None, metavar="DIR",
                      help="write records.parquet, batches.parquet, rules.parquet and "
                      "summary.json there")
+    rep.add_argument("--vet", default=None, metavar="FILE",
+                     help="write the policy with its provenance (sample, counts, content hash, "
+                     "date) to FILE")
     rep.add_argument("--json", action="store_true", help="print one JSON document")
 
     demo = sub.add_parser("demo", help="generate the demo partition, decode and validate it")
@@ -394,6 +397,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
                       profile=args.profile, linger_ms=args.linger_ms,
                       batch_size=args.batch_size)
     summary = verdicts.summary()
+    if args.vet:
+        from kqlab.policy.io import save_policy
+
+        save_policy(verdicts.vet(policy, source=str(args.source)), args.vet)
+        summary["vetted_policy"] = str(args.vet)
     if args.out:
         import pyarrow.parquet as pq
 
@@ -410,6 +418,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     print_summary(summary)
     if args.out:
         print(f"  verdict tables written to {args.out}/")
+    if args.vet:
+        print(f"  vetted policy (with provenance) written to {args.vet}")
     return 0
 
 

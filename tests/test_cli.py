@@ -164,3 +164,25 @@ def test_console_script_runs(tmp_path):
     out = subprocess.run([sys.executable, "-m", "kqlab.cli", "inspect", str(folder), "--json"],
                          capture_output=True, text=True, check=True).stdout
     assert json.loads(out)["totals"]["batches"] == 3
+
+
+def test_replay_vet_writes_provenance_that_round_trips(tmp_path, capsys):
+    from kqlab.policy import diff, load_policy
+    from kqlab.sources.demo import demo_policy_path, write_demo_segment
+
+    folder = write_demo_segment(tmp_path, NOW)
+    vetted = tmp_path / "vetted.yaml"
+    assert main(["replay", str(folder), "--policy", str(demo_policy_path()), "--now", str(NOW),
+                 "--vet", str(vetted)]) == 0
+    assert "vetted policy (with provenance) written to" in capsys.readouterr().out
+    original = load_policy(str(demo_policy_path()))
+    got = load_policy(str(vetted))
+    p = got.provenance
+    assert (p.records, p.batches, p.rejected_records) == (352, 62, 34)
+    assert p.content_hash == original.content_hash() == got.content_hash()
+    from kqlab.policy.model import thaw
+
+    assert thaw(p.sample["partitions"]) == [{"topic": "orders", "partition": 0,
+                                             "offsets": [0, 351]}]
+    assert p.sample["now"] == NOW and p.sample["framing"] == "exact"
+    assert not diff(original, got)  # provenance is not content

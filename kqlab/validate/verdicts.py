@@ -128,6 +128,37 @@ class Verdicts:
         t = self.batches.group_by("producer_action").aggregate([("record_count", "sum")])
         return {r["producer_action"]: r["record_count_sum"] or 0 for r in t.to_pylist()}
 
+    def vet(self, policy: Any, *, source: str | None = None, today: str | None = None) -> Any:
+        """``policy`` with its provenance: where it was replayed, the counts, its content hash.
+
+        Write the result with :func:`kqlab.policy.save_policy`; the hash lets anyone check the
+        rules are the ones that were vetted (it ignores the provenance itself).
+        """
+        import datetime
+        from dataclasses import replace
+
+        from kqlab.policy.model import Provenance
+
+        r = self.records
+        sample: dict[str, Any] = {"framing": self.framing, "now": self.now,
+                                  "profile": self.profile}
+        if source is not None:
+            sample["source"] = source
+        if r.num_rows:
+            parts = []
+            for row in r.group_by(["topic", "partition"]).aggregate(
+                    [("offset", "min"), ("offset", "max")]).sort_by(
+                    [("topic", "ascending"), ("partition", "ascending")]).to_pylist():
+                parts.append({"topic": row["topic"], "partition": row["partition"],
+                              "offsets": [row["offset_min"], row["offset_max"]]})
+            sample["partitions"] = parts
+        provenance = Provenance(
+            sample=sample, records=r.num_rows, batches=self.batches.num_rows,
+            rejected_records=self.by_outcome()["rejected"],
+            content_hash=policy.content_hash(),
+            vetted_at=today or datetime.date.today().isoformat())
+        return replace(policy, provenance=provenance)
+
     def summary(self) -> dict[str, Any]:
         """Everything above as one JSON-ready dict (what ``kqlab replay --json`` prints)."""
         actions = self.by_action()
