@@ -385,12 +385,15 @@ def _decode_avro(values, info, errors, resolver) -> DecodedColumn:
                     f"({', '.join(sorted({str(t) for t in types}))}); values are JSON text")
         arr = pa.array([to_json_text(v) for v in out], pa.string())
     else:
-        if arrow_in is out:
-            arrow_in = list(out)  # _build may null rows that do not fit
-        arr = _build(arrow_in, target, errors)
-        for i, v in enumerate(arrow_in):
-            if v is None and out[i] is not None:
-                out[i] = None
+        try:  # the common case: every decoded value fits the Arrow type at once
+            arr = pa.array(arrow_in, type=target)
+        except _ARROW_ERRORS:
+            if arrow_in is out:
+                arrow_in = list(out)  # _build nulls the rows that do not fit
+            arr = _build(arrow_in, target, errors)
+            for i, v in enumerate(arrow_in):
+                if v is None and out[i] is not None:
+                    out[i] = None
     schema_ids = None if info is None else info.schema_id
     return DecodedColumn(arr, pa.array(errors, pa.string()), schema_ids, fallback, out)
 
