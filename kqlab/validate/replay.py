@@ -46,6 +46,8 @@ from kqlab.validate.verdicts import (
 )
 
 FRAMINGS = ("exact", "single", "linger")
+#: stand-in error code of a batch the tables alone could not judge
+UNDECIDED = -1000
 RULES_SCHEMA = pa.schema([
     ("rule", pa.string()), ("kind", pa.string()), ("mode", pa.string()),
     ("severity", pa.string()), ("exportable", pa.bool_()), ("failed_records", pa.int64()),
@@ -64,7 +66,7 @@ class Sample:
 
     records: pa.Table
     batches: pa.Table
-    raw: list[bytes]
+    raw: list[bytes] | None  # None: a snapshot (tables only; no batch bytes were kept)
     framing: str = "exact"
     source: str = "log"  # "log": stored by a broker; "producer": as a producer sends them
     issues: list[Any] = field(default_factory=list)
@@ -77,6 +79,11 @@ def load_sample(source: Any, *, framing: str = "exact", linger_ms: int = 5,
         raise ReplayError(f"framing must be one of {', '.join(FRAMINGS)}, not {framing!r}")
     if isinstance(source, Sample):
         return source
+    from kqlab.sources.files import Snapshot, is_snapshot
+
+    if isinstance(source, Snapshot) or (isinstance(source, str | Path) and is_snapshot(source)):
+        snap = source if isinstance(source, Snapshot) else Snapshot.open(source)
+        return _sample_from_snapshot(snap, framing, linger_ms, batch_size)
     if isinstance(source, str | Path):
         from kqlab.kafka.log import RawBatch, iter_log_batches, read_log
 
@@ -103,6 +110,25 @@ def load_sample(source: Any, *, framing: str = "exact", linger_ms: int = 5,
         return reconstruct_framing(source, framing, linger_ms=linger_ms, batch_size=batch_size)
     raise ReplayError(f"cannot replay a {type(source).__name__}: pass a segment path, a "
                       "records table or a Sample")
+
+
+def _sample_from_snapshot(snap: Any, framing: str, linger_ms: int, batch_size: int) -> Sample:
+    """A snapshot as a sample: its tables (no raw bytes) or rebuilt producer-like batches."""
+    exact = snap.framing == "exact"
+    if framing == "exact":
+        if not exact:
+            raise ReplayError(f"snapshot {snap.path} has {snap.framing} framing: pass "
+                              "framing='single' or 'linger'")
+        return Sample(snap.records(), snap.batches(), None, "exact", "log", list(snap.issues))
+    records = snap.records()
+    if exact:  # a consumer never sees transaction markers: rebuild from the data records only
+        batches = snap.batches()
+        rows = _record_batch_rows(records, batches)
+        control = batches.column("is_control").to_numpy(zero_copy_only=False).astype(bool)
+        records = records.filter(pa.array(~control[rows]))
+    rebuilt = reconstruct_framing(records, framing, linger_ms=linger_ms, batch_size=batch_size)
+    rebuilt.issues = list(snap.issues)
+    return rebuilt
 
 
 def reconstruct_framing(records: pa.Table, strategy: str, *, linger_ms: int = 5,
@@ -346,7 +372,8 @@ def _broker_pass(sample: Sample, config: TopicConfig, now: int, profile: str,
         r_idx = np.flatnonzero(np.isin(rows, b_idx))
         parts.append(broker_verdicts(
             records.take(pa.array(r_idx)), batches.take(pa.array(b_idx)), config, now=now,
-            source=sample.source, raw=[sample.raw[i] for i in b_idx.tolist()],
+            source=sample.source,
+            raw=None if sample.raw is None else [sample.raw[i] for i in b_idx.tolist()],
             policy=RecordPolicy(profile, record_messages[r_idx].tolist())))
         order.append(b_idx)
     merged = pa.concat_tables(parts)
@@ -375,13 +402,15 @@ def _assemble(sample: Sample, policy: Policy, results: dict[str, RuleResult], ro
         record_messages[has] = np.asarray(messages, dtype=object)[first[has]]
     config = TopicConfig.from_dict(dict(policy.broker.configs), policy.broker.version)
     verdicts = _broker_pass(sample, config, now, profile, record_messages, rows)
-    codes = verdicts.column("error_code").to_numpy(zero_copy_only=False).astype(np.int64)
+    # a null code: the tables alone could not decide (a snapshot without batch bytes)
+    codes = pc.fill_null(verdicts.column("error_code"), UNDECIDED).to_numpy(
+        zero_copy_only=False).astype(np.int64)
     checks = np.asarray(verdicts.column("check").to_pylist(), dtype=object)
     rec_errs = verdicts.column("record_errors").combine_chunks() if nb else \
         pa.array([], verdicts.schema.field("record_errors").type)
     n_rec_errs = pc.list_value_length(rec_errs).to_numpy(zero_copy_only=False)
     policy_batch = checks == "P"
-    batch_level = (n_rec_errs == 0) & ~policy_batch & (codes != 0)
+    batch_level = (n_rec_errs == 0) & ~policy_batch & (codes != 0) & (codes != UNDECIDED)
     row_start = np.zeros(nb + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows, minlength=nb), out=row_start[1:])
     # culprits named in record_errors (KIP-467)
@@ -444,8 +473,10 @@ def _assemble(sample: Sample, policy: Policy, results: dict[str, RuleResult], ro
         own = culprit
     # outcome codes -> dictionary -> string (no per-record Python strings)
     outcome_idx = np.where(rec_code == 0, 0, np.where(own, 1, 2)).astype(np.int8)
+    outcome_idx[rec_code == UNDECIDED] = 3
     outcome = pa.DictionaryArray.from_arrays(
-        pa.array(outcome_idx), pa.array(["accepted", "rejected", "collateral"])).cast(pa.string())
+        pa.array(outcome_idx),
+        pa.array(["accepted", "rejected", "collateral", "undetermined"])).cast(pa.string())
     failures = failures_array(n, np.concatenate(f_rec).astype(np.int64) if f_rec else
                               np.zeros(0, np.int64), f_rule,
                               np.concatenate(f_code).astype(np.int64) if f_code else
@@ -465,6 +496,10 @@ def _assemble(sample: Sample, policy: Policy, results: dict[str, RuleResult], ro
         if unbound:
             notes.append(f"policy {policy.name!r} does not bind topic(s) {', '.join(unbound)}; "
                          "replayed anyway")
+    undetermined = int(sum(1 for c in checks if c == "undetermined"))
+    if undetermined:
+        notes.append(f"{undetermined} batch(es) could not be judged from the tables alone "
+                     "(the sample kept no batch bytes): their verdict is 'undetermined'")
     not_exportable = [r.id for r in policy.rules if not r.exportable]
     if not_exportable:
         notes.append(f"not exportable (Python plugins): {', '.join(not_exportable)}")
@@ -479,8 +514,8 @@ def _batch_table(batches: pa.Table, verdicts: pa.Table, profile: str, framing: s
     codes = verdicts.column("error_code").to_pylist()
     counts = verdicts.column("record_count").to_pylist()
     checks = verdicts.column("check").to_pylist()
-    actions = [producer_action(c, k, ch == "F1") for c, k, ch in zip(codes, counts, checks,
-                                                                      strict=True)]
+    actions = ["undetermined" if c is None else producer_action(c, k, ch == "F1")
+               for c, k, ch in zip(codes, counts, checks, strict=True)]
     return pa.table([
         *verdicts.columns,
         batches.column("producer_id"),

@@ -82,7 +82,8 @@ class Verdicts:
 
     # -- summaries (Arrow group-bys, no per-record Python) ------------------------------------
     def by_outcome(self) -> dict[str, int]:
-        """Records per outcome (every outcome listed, zeros included)."""
+        """Records per outcome (every outcome listed, zeros included; ``undetermined`` only
+        when some batch could not be judged from the tables alone)."""
         counts = dict.fromkeys(OUTCOMES, 0)
         vc = pc.value_counts(self.records.column("outcome"))
         for item in vc.to_pylist():
@@ -174,22 +175,25 @@ class Verdicts:
             "producer_actions": actions,
             "records_lost": actions.get("failed", 0),
             "records_delayed": actions.get("retried", 0) + actions.get("split", 0),
-            "issues": [i.to_dict() for i in self.issues],
+            "issues": [i.to_dict() if hasattr(i, "to_dict") else dict(i) for i in self.issues],
             "notes": self.notes,
         }
 
 
 def _pivot(records: pa.Table, keys: list[str]) -> pa.Table:
     t = records.select([*keys, "outcome"])
+    outcomes = OUTCOMES
+    if pc.any(pc.equal(t.column("outcome"), "undetermined")).as_py():
+        outcomes = (*OUTCOMES, "undetermined")
     cols = {}
-    for outcome in OUTCOMES:
+    for outcome in outcomes:
         cols[outcome] = pc.cast(pc.equal(t.column("outcome"), outcome), pa.int64())
     t = t.drop_columns(["outcome"])
     for name, col in cols.items():
         t = t.append_column(name, col)
-    out = t.group_by(keys).aggregate([(o, "sum") for o in OUTCOMES])
+    out = t.group_by(keys).aggregate([(o, "sum") for o in outcomes])
     out = out.rename_columns([n[:-4] if n.endswith("_sum") else n for n in out.column_names])
-    return out.select([*keys, *OUTCOMES]).sort_by([(k, "ascending") for k in keys])
+    return out.select([*keys, *outcomes]).sort_by([(k, "ascending") for k in keys])
 
 
 def failures_array(n: int, record_idx: np.ndarray, rules: list[str], codes: np.ndarray,
