@@ -1,4 +1,4 @@
-"""The ``kqlab`` command line: ``kqlab inspect PATH``, ``kqlab replay`` and ``kqlab demo``.
+"""The ``kqlab`` command line: ``kqlab inspect``, ``replay``, ``snapshot`` and ``demo``.
 
 Every command takes ``--json`` and then prints exactly one JSON document on stdout, for scripts.
 Errors in the request (a missing path, a bad ``--config``) exit with status 2 and one line on
@@ -59,7 +59,8 @@ def _parser() -> argparse.ArgumentParser:
                          "folder) through the broker's batch checks and a policy's rules, with "
                          "the record-policy KIPs' semantics, and summarise what production "
                          "would reject and why.")
-    rep.add_argument("source", help="a segment file (*.log) or a partition folder")
+    rep.add_argument("source", help="a segment file (*.log), a partition folder or a snapshot "
+                     "folder (kqlab snapshot)")
     rep.add_argument("--policy", required=True, help="the policy file (YAML)")
     rep.add_argument("--now", type=int, default=None, metavar="EPOCH_MS",
                      help="broker clock (default: the wall clock)")
@@ -76,6 +77,17 @@ def _parser() -> argparse.ArgumentParser:
                      help="write the policy with its provenance (sample, counts, content hash, "
                      "date) to FILE")
     rep.add_argument("--json", action="store_true", help="print one JSON document")
+
+    snap = sub.add_parser("snapshot", help="save log segments as a snapshot (Parquet + "
+                          "metadata) that replays anywhere")
+    snap.add_argument("path", help="a segment file (*.log) or a partition folder")
+    snap.add_argument("out", help="the snapshot folder to create")
+    snap.add_argument("--topic", default=None, help="topic (default: from the folder name)")
+    snap.add_argument("--partition", type=int, default=None, help="partition (default: from "
+                      "the folder name)")
+    snap.add_argument("--overwrite", action="store_true",
+                      help="replace an existing snapshot at OUT")
+    snap.add_argument("--json", action="store_true", help="print one JSON document")
 
     demo = sub.add_parser("demo", help="generate the demo partition, decode and validate it")
     demo.add_argument("--dir", default=None,
@@ -423,6 +435,25 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    """``kqlab snapshot``: stream segments into a snapshot folder; print its metadata."""
+    import orjson
+
+    from kqlab.sources.segments import snapshot_from_segments
+
+    snap = snapshot_from_segments(args.path, args.out, topic=args.topic,
+                                  partition=args.partition, overwrite=args.overwrite)
+    meta = snap.metadata
+    if args.json:
+        sys.stdout.write(orjson.dumps(meta).decode() + "\n")
+        return 0
+    print(f"snapshot {args.out}: topic {meta['topic']}, {meta['num_records']} records in "
+          f"{meta['num_batches']} batches, framing {meta['framing']}")
+    for issue in meta.get("issues", []):
+        print(f"  issue: {issue['kind']} at byte {issue['position']}: {issue['message']}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``kqlab`` console script."""
     args = _parser().parse_args(argv)
@@ -431,6 +462,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_inspect(args)
         if args.command == "replay":
             return cmd_replay(args)
+        if args.command == "snapshot":
+            return cmd_snapshot(args)
         return cmd_demo(args)
     except (KqlabError, ValueError) as exc:
         print(f"kqlab {args.command}: error: {exc}", file=sys.stderr)

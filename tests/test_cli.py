@@ -186,3 +186,17 @@ def test_replay_vet_writes_provenance_that_round_trips(tmp_path, capsys):
                                              "offsets": [0, 351]}]
     assert p.sample["now"] == NOW and p.sample["framing"] == "exact"
     assert not diff(original, got)  # provenance is not content
+
+
+def test_snapshot_cli_then_replay_the_snapshot(tmp_path, capsys):
+    from kqlab.sources.demo import demo_policy_path, write_demo_segment
+
+    folder = write_demo_segment(tmp_path, NOW)
+    meta = _json(capsys, ["snapshot", str(folder), str(tmp_path / "snap"), "--json"])
+    assert (meta["topic"], meta["num_records"], meta["num_batches"]) == ("orders", 352, 62)
+    assert meta["framing"] == "exact"
+    assert main(["snapshot", str(folder), str(tmp_path / "snap")]) == 2  # no silent overwrite
+    assert "snap" in capsys.readouterr().err
+    doc = _json(capsys, ["replay", str(tmp_path / "snap"), "--policy", str(demo_policy_path()),
+                         "--now", str(NOW), "--json"])
+    assert doc["outcomes"] == {"accepted": 295, "rejected": 34, "collateral": 23}
