@@ -1,0 +1,516 @@
+"""Live sampling from a Kafka topic with confluent-kafka, read-only.
+
+:func:`sample` reads a bounded slice of a topic into a ``RECORDS_SCHEMA`` table:
+
+* **offset ranges** per partition (``start_offset`` inclusive, ``end_offset`` exclusive; an int
+  for every partition or a ``{partition: offset}`` dict),
+* the **latest N** records per partition (``latest=N``),
+* the **whole topic with a cap** (``max_records``; the cap is split evenly over the partitions,
+  lowest partitions first for the remainder, and the earliest records of each share are read),
+* **seeded random sampling** (``random_fraction``): a record is kept when a hash of
+  ``(seed, partition, offset)`` falls below the fraction, so the same seed over the same range
+  always gives the same records, whatever order the broker delivers them in.
+
+It never commits offsets and never joins a consumer group: the consumer uses ``assign()`` (not
+``subscribe()``), ``enable.auto.commit=false`` and ``enable.auto.offset.store=false``, with a
+``group.id`` of its own, ``kqlab-sample-<random hex>`` (librdkafka wants one; it is never used
+to join or commit, see :data:`GROUP_PREFIX`).
+
+The ranges are resolved once, at the start: earliest and latest offsets per partition, where
+the latest comes from a Fetch response (see :func:`_true_high_watermarks`; ListOffsets(latest)
+is wrong on some brokers, e.g. Tansu, for multi-record batches).  Records appended afterwards
+are not read.
+
+**Framing.**  The consumer hands over records, not batches, so the batch framing is lost.  The
+result says so: ``framing == "reconstructed:single"`` and every record is treated as its own
+batch (``batch_offset = offset``, ``batch_index = 0``).
+
+**Configs** pass through to librdkafka unchanged (SASL, SSL, ...).  They are never printed: the
+result keeps only :func:`redact` of them, and error messages name only ``bootstrap.servers``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from kqlab.errors import KqlabError
+from kqlab.records import HEADER_TYPE, RECORDS_SCHEMA
+
+#: every sampling consumer's ``group.id`` starts with this, followed by 16 random hex digits
+GROUP_PREFIX = "kqlab-sample-"
+#: the framing label of sampled records (see the module docstring)
+FRAMING = "reconstructed:single"
+REDACTED = "[redacted]"
+
+_SECRET_KEY = re.compile(r"password|secret|token|jaas|credential|ssl\.key|keystore|"
+                         r"private|sasl\.oauthbearer\.config|\.pem$|api\.key", re.IGNORECASE)
+_CONSUME_BATCH = 10_000
+_PROGRESS_EVERY_S = 0.5
+
+
+class KafkaSourceError(KqlabError):
+    """Sampling a live topic failed; the message names the broker and what to do."""
+
+
+class BrokerUnreachableError(KafkaSourceError, ConnectionError):
+    """No broker in ``bootstrap.servers`` answered."""
+
+
+class UnknownTopicError(KafkaSourceError, LookupError):
+    """The topic (or a requested partition) does not exist."""
+
+
+class NotAuthorizedError(KafkaSourceError, PermissionError):
+    """The broker refused access to the topic or cluster."""
+
+
+class EmptyRangeError(KafkaSourceError, ValueError):
+    """The requested range holds no records (pass ``allow_empty=True`` for an empty table)."""
+
+
+class KafkaTimeoutError(KafkaSourceError, TimeoutError):
+    """The broker stopped delivering before the range was read."""
+
+
+def redact(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a librdkafka config with secret values replaced.
+
+    >>> redact({"bootstrap.servers": "b:9092", "sasl.password": "hunter2",
+    ...         "ssl.key.pem": "-----BEGIN"})
+    {'bootstrap.servers': 'b:9092', 'sasl.password': '[redacted]', 'ssl.key.pem': '[redacted]'}
+    """
+    return {k: (REDACTED if _SECRET_KEY.search(str(k)) and v is not None else v)
+            for k, v in config.items()}
+
+
+@dataclass(frozen=True)
+class PartitionRange:
+    """What was asked of one partition and what came back (``end`` is exclusive)."""
+
+    partition: int
+    low: int       # earliest offset on the broker
+    high: int      # high watermark when sampling started
+    start: int     # first offset read
+    end: int       # one past the last offset read
+    records: int   # records returned (after the random filter)
+
+
+@dataclass(frozen=True, repr=False)
+class SampleResult:
+    """The sampled records plus how they were obtained."""
+
+    records: pa.Table
+    topic: str
+    bootstrap: str
+    ranges: list[PartitionRange]
+    framing: str = FRAMING
+    group_id: str = ""
+    bytes: int = 0
+    elapsed_s: float = 0.0
+    config: dict[str, Any] = field(default_factory=dict)  # redacted
+
+    @property
+    def counts(self) -> dict[int, int]:
+        """Records per partition."""
+        return {r.partition: r.records for r in self.ranges}
+
+    def __repr__(self) -> str:
+        return (f"SampleResult(topic={self.topic!r}, bootstrap={self.bootstrap!r}, "
+                f"records={self.records.num_rows}, partitions={len(self.ranges)}, "
+                f"framing={self.framing!r})")
+
+
+Progress = Callable[[int, int, int, float], None]
+
+
+def sample(config_or_bootstrap: str | Mapping[str, Any], topic: str, *,
+           partitions: list[int] | None = None,
+           start_offset: int | Mapping[int, int] | None = None,
+           end_offset: int | Mapping[int, int] | None = None,
+           latest: int | None = None, max_records: int | None = None,
+           random_fraction: float | None = None, seed: int = 0, timeout_s: float = 30.0,
+           allow_empty: bool = False, progress: Progress | None = None) -> SampleResult:
+    """Read a bounded sample of ``topic`` into a ``RECORDS_SCHEMA`` table (see the module doc).
+
+    ``timeout_s`` bounds each metadata/offset request and the time without any new record while
+    reading.  ``progress(records, bytes, partitions_done, records_per_s)`` is called about
+    twice a second and once at the end.
+    """
+    config = ({"bootstrap.servers": config_or_bootstrap}
+              if isinstance(config_or_bootstrap, str) else dict(config_or_bootstrap))
+    bootstrap = str(config.get("bootstrap.servers") or config.get("metadata.broker.list") or "")
+    if not bootstrap:
+        raise KafkaSourceError("no bootstrap.servers given: pass 'host:port' or a config dict "
+                               "with 'bootstrap.servers'")
+    if latest is not None and (start_offset is not None or end_offset is not None):
+        raise KafkaSourceError("latest= cannot be combined with start_offset/end_offset")
+    if random_fraction is not None and not 0.0 <= random_fraction <= 1.0:
+        raise KafkaSourceError(f"random_fraction must be within [0, 1], got {random_fraction}")
+    for name, v in (("latest", latest), ("max_records", max_records)):
+        if v is not None and v < 0:
+            raise KafkaSourceError(f"{name} must be >= 0, got {v}")
+
+    from confluent_kafka import Consumer
+
+    t0 = time.monotonic()
+    errors: list[str] = []
+    group_id = GROUP_PREFIX + secrets.token_hex(8)
+    conf = dict(config)
+    # a bounded read: don't let an empty fetch (the end of a partition) park for 500 ms
+    conf.setdefault("fetch.wait.max.ms", 50)
+    conf.update({
+        "group.id": group_id,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "error",
+        "allow.auto.create.topics": False,
+        "error_cb": lambda err: errors.append(str(err)) if len(errors) < 20 else None,
+        "logger": _quiet_logger(),
+    })
+    consumer = Consumer(conf)
+    try:
+        parts = _partitions(consumer, topic, partitions, bootstrap, timeout_s, errors)
+        lows, highs = _watermarks(consumer, topic, parts, bootstrap, timeout_s)
+        highs = _true_high_watermarks(consumer, topic, lows, highs, bootstrap, timeout_s)
+        plan = _plan(parts, lows, highs, start_offset, end_offset, latest,
+                     max_records if random_fraction is None else None)
+        total = sum(e - s for s, e in plan.values())
+        if total == 0:
+            if not allow_empty:
+                raise EmptyRangeError(_empty_message(topic, bootstrap, lows, highs, plan))
+            table = RECORDS_SCHEMA.empty_table()
+            nbytes = 0
+        else:
+            table, nbytes = _read(consumer, topic, plan, bootstrap, timeout_s, progress, t0)
+    finally:
+        with contextlib.suppress(Exception):
+            consumer.close()  # never commits: auto commit is off and nothing is stored
+
+    if random_fraction is not None:
+        table = table.filter(pa.array(_keep(table, random_fraction, seed)))
+        if max_records is not None and table.num_rows > max_records:
+            table = _cap_table(table, parts, max_records)
+    counts = dict.fromkeys(parts, 0)
+    for p, n in zip(*np.unique(table.column("partition").to_numpy(), return_counts=True),
+                    strict=True):
+        counts[int(p)] = int(n)
+    ranges = [PartitionRange(p, lows[p], highs[p], plan[p][0], plan[p][1], counts[p])
+              for p in parts]
+    return SampleResult(table, topic, bootstrap, ranges, FRAMING, group_id, nbytes,
+                        time.monotonic() - t0, redact(config))
+
+
+# -- metadata and offsets -------------------------------------------------------------------
+def _hint(bootstrap: str, errors: list[str]) -> str:
+    last = f" Last client error: {errors[-1]}." if errors else ""
+    return (f"could not reach the Kafka broker at {bootstrap}.{last} Check that the address and "
+            "port are right, that the broker is running and reachable from here, and that "
+            "security.protocol / SASL / SSL settings match the listener.")
+
+
+def _partitions(consumer: Any, topic: str, wanted: list[int] | None, bootstrap: str,
+                timeout_s: float, errors: list[str]) -> list[int]:
+    from confluent_kafka import KafkaError, KafkaException
+
+    try:
+        # all topics: asking for one topic by name could auto-create it on some brokers
+        md = consumer.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else None
+        code = err.code() if isinstance(err, KafkaError) else None
+        if code in (KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+                    KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED):
+            raise NotAuthorizedError(f"not authorised on {bootstrap}: {err}. Check the SASL "
+                                     "credentials and the ACLs for this principal.") from None
+        raise BrokerUnreachableError(_hint(bootstrap, errors)) from None
+    tmd = md.topics.get(topic)
+    if tmd is None:
+        sample_names = sorted(t for t in md.topics if not t.startswith("__"))[:10]
+        raise UnknownTopicError(f"topic {topic!r} does not exist on {bootstrap} (topics there "
+                                f"include: {', '.join(sample_names) or 'none'})")
+    if tmd.error is not None:
+        if tmd.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            raise NotAuthorizedError(f"not authorised to describe topic {topic!r} on "
+                                     f"{bootstrap}: grant DESCRIBE and READ on it")
+        if tmd.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            raise UnknownTopicError(f"topic {topic!r} does not exist on {bootstrap}")
+        raise KafkaSourceError(f"metadata for topic {topic!r} on {bootstrap}: {tmd.error}")
+    have = sorted(tmd.partitions)
+    if wanted is None:
+        return have
+    missing = sorted(set(wanted) - set(have))
+    if missing:
+        raise UnknownTopicError(f"topic {topic!r} on {bootstrap} has partitions {have}; "
+                                f"{missing} do not exist")
+    return sorted(set(wanted))
+
+
+def _watermarks(consumer: Any, topic: str, parts: list[int], bootstrap: str,
+                timeout_s: float) -> tuple[dict[int, int], dict[int, int]]:
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+    lows, highs = {}, {}
+    for p in parts:
+        try:
+            lows[p], highs[p] = consumer.get_watermark_offsets(TopicPartition(topic, p),
+                                                               timeout=timeout_s)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else exc
+            if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                raise NotAuthorizedError(f"not authorised to read topic {topic!r} on "
+                                         f"{bootstrap}: grant READ on it") from None
+            if isinstance(err, KafkaError) and err.code() == KafkaError._TIMED_OUT:
+                raise KafkaTimeoutError(f"no offsets for {topic}[{p}] from {bootstrap} within "
+                                        f"{timeout_s:g}s") from None
+            raise KafkaSourceError(f"offsets of {topic}[{p}] on {bootstrap}: {err}") from None
+    return lows, highs
+
+
+def _true_high_watermarks(consumer: Any, topic: str, lows: dict[int, int],
+                          highs: dict[int, int], bootstrap: str, timeout_s: float
+                          ) -> dict[int, int]:
+    """The high watermarks as a Fetch response reports them.
+
+    ListOffsets(latest) can be low (Tansu answers "base offset of the last batch + 1"), so each
+    non-empty partition is fetched from ``high - 1`` to its end: one batch per partition, and
+    the Fetch response's high watermark (or the last offset seen + 1) is the true end.
+    """
+    from confluent_kafka import KafkaError, TopicPartition
+
+    probe = {p: max(highs[p] - 1, lows[p]) for p in highs if highs[p] > lows[p]}
+    if not probe:
+        return dict(highs)
+    true = dict(highs)
+    consumer.assign([TopicPartition(topic, p, o) for p, o in probe.items()])
+    pending = set(probe)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while pending:
+            if time.monotonic() > deadline:
+                raise KafkaTimeoutError(f"no end of partitions {sorted(pending)} of {topic!r} "
+                                        f"from {bootstrap} within {timeout_s:g}s")
+            for msg in consumer.consume(1000, 0.05):
+                err = msg.error()
+                p = msg.partition()
+                if err is None:
+                    true[p] = max(true[p], msg.offset() + 1)
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    true[p] = max(true[p], msg.offset())
+                    pending.discard(p)
+                else:
+                    _raise_consume_error(err, topic, bootstrap)
+        for p in probe:
+            _, hi = consumer.get_watermark_offsets(TopicPartition(topic, p), cached=True)
+            if hi is not None and hi >= 0:
+                true[p] = max(true[p], hi)
+    finally:
+        consumer.unassign()
+    return true
+
+
+def _plan(parts: list[int], lows: dict[int, int], highs: dict[int, int],
+          start: int | Mapping[int, int] | None, end: int | Mapping[int, int] | None,
+          latest: int | None, cap: int | None) -> dict[int, tuple[int, int]]:
+    def pick(v: int | Mapping[int, int] | None, p: int, default: int) -> int:
+        if v is None:
+            return default
+        if isinstance(v, Mapping):
+            return int(v.get(p, default))
+        return int(v)
+
+    plan = {}
+    for p in parts:
+        lo, hi = lows[p], highs[p]
+        if latest is not None:
+            s, e = max(lo, hi - latest), hi
+        else:
+            s = min(max(pick(start, p, lo), lo), hi)
+            e = min(max(pick(end, p, hi), s), hi)
+        plan[p] = (s, e)
+    if cap is not None:
+        shares = _split(cap, {p: e - s for p, (s, e) in plan.items()})
+        plan = {p: (s, s + shares[p]) for p, (s, e) in plan.items()}
+    return plan
+
+
+def _split(cap: int, avail: dict[int, int]) -> dict[int, int]:
+    """Split ``cap`` over partitions as evenly as their sizes allow (deterministic)."""
+    share = dict.fromkeys(avail, 0)
+    left = cap
+    open_parts = sorted(p for p, n in avail.items() if n > 0)
+    while left > 0 and open_parts:
+        each, extra = divmod(left, len(open_parts))
+        for i, p in enumerate(open_parts):
+            share[p] += min(each + (1 if i < extra else 0), avail[p] - share[p])
+        left = cap - sum(share.values())
+        open_parts = [p for p in open_parts if share[p] < avail[p]]
+    return share
+
+
+def _empty_message(topic: str, bootstrap: str, lows: dict[int, int], highs: dict[int, int],
+                   plan: dict[int, tuple[int, int]]) -> str:
+    have = ", ".join(f"{p}: [{lows[p]}, {highs[p]})" for p in sorted(plan))
+    asked = ", ".join(f"{p}: [{s}, {e})" for p, (s, e) in sorted(plan.items()))
+    return (f"the requested range of {topic!r} on {bootstrap} holds no records (partitions "
+            f"hold {have}; the request resolved to {asked}). Widen the range or pass "
+            "allow_empty=True for an empty table.")
+
+
+# -- reading --------------------------------------------------------------------------------
+def _raise_consume_error(err: Any, topic: str, bootstrap: str) -> None:
+    from confluent_kafka import KafkaError
+
+    code = err.code()
+    if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+        raise NotAuthorizedError(f"not authorised to read topic {topic!r} on {bootstrap}: "
+                                 "grant READ on it")
+    if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC,
+                KafkaError._UNKNOWN_PARTITION):
+        raise UnknownTopicError(f"topic {topic!r} disappeared from {bootstrap}: {err}")
+    if err.fatal() or not err.retriable():
+        raise KafkaSourceError(f"reading {topic!r} from {bootstrap}: {err}")
+    # retriable errors: librdkafka retries; the idle timeout catches a broker that never recovers
+
+
+def _read(consumer: Any, topic: str, plan: dict[int, tuple[int, int]], bootstrap: str,
+          timeout_s: float, progress: Progress | None, t0: float) -> tuple[pa.Table, int]:
+    from confluent_kafka import KafkaError, TopicPartition
+
+    todo = {p: (s, e) for p, (s, e) in plan.items() if e > s}
+    done = len(plan) - len(todo)
+    cols: dict[str, list[Any]] = {k: [] for k in ("partition", "offset", "timestamp",
+                                                  "timestamp_type", "key", "value", "headers")}
+    nbytes = 0
+    a_part, a_off, a_ts, a_tst, a_key, a_val, a_hdr = (cols[k].append for k in (
+        "partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers"))
+    consumer.assign([TopicPartition(topic, p, s) for p, (s, _) in todo.items()])
+    last_msg = last_progress = time.monotonic()
+    eof = KafkaError._PARTITION_EOF
+    try:
+        while todo:
+            msgs = consumer.consume(_CONSUME_BATCH, 0.05)
+            now = time.monotonic()
+            if msgs:
+                last_msg = now
+            elif now - last_msg > timeout_s:
+                raise KafkaTimeoutError(
+                    f"no records from {bootstrap} for {timeout_s:g}s while reading {topic!r}; "
+                    f"still waiting on partitions "
+                    f"{', '.join(f'{p} (up to offset {e})' for p, (_, e) in sorted(todo.items()))}"
+                    f". {len(cols['offset'])} records were read.")
+            finished = []
+            for msg in msgs:
+                err = msg.error()
+                p = msg.partition()
+                if p not in todo:
+                    continue
+                end = todo[p][1]
+                if err is not None:
+                    if err.code() == eof:
+                        finished.append(p)  # the end moved back (truncation): stop here
+                        continue
+                    _raise_consume_error(err, topic, bootstrap)
+                    continue
+                off = msg.offset()
+                if off >= end:
+                    finished.append(p)
+                    continue
+                key, value, headers = msg.key(), msg.value(), msg.headers()
+                ts_type, ts = msg.timestamp()
+                a_part(p)
+                a_off(off)
+                a_ts(ts if ts_type else -1)
+                a_tst(1 if ts_type == 2 else 0)
+                a_key(key)
+                a_val(value)
+                if headers:
+                    a_hdr([{"key": k, "value": v} for k, v in headers])
+                    nbytes += sum(len(k) + (len(v) if v else 0) for k, v in headers)
+                else:
+                    a_hdr(())
+                nbytes += (len(key) if key else 0) + (len(value) if value else 0)
+                if off >= end - 1:
+                    finished.append(p)
+            for p in dict.fromkeys(finished):
+                if p in todo:
+                    del todo[p]
+                    done += 1
+                    consumer.pause([TopicPartition(topic, p)])
+            if progress is not None and (now - last_progress >= _PROGRESS_EVERY_S or not todo):
+                last_progress = now
+                n = len(cols["offset"])
+                progress(n, nbytes, done, n / max(now - t0, 1e-9))
+    finally:
+        consumer.unassign()
+    n = len(cols["offset"])
+    offsets = pa.array(cols["offset"], pa.int64())
+    table = pa.table([
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.array(cols["partition"], pa.int32()),
+        offsets,
+        pa.array(cols["timestamp"], pa.int64()),
+        pa.array(cols["timestamp_type"], pa.int8()),
+        pa.array(cols["key"], pa.binary()),
+        pa.array(cols["value"], pa.binary()),
+        pa.array(cols["headers"], HEADER_TYPE),
+        offsets,  # batch_offset: each record is its own reconstructed batch
+        pa.repeat(pa.scalar(0, pa.int32()), n),
+    ], schema=RECORDS_SCHEMA)
+    table = table.take(pa.array(np.lexsort((table.column("offset").to_numpy(),
+                                            table.column("partition").to_numpy()))))
+    return table, nbytes
+
+
+# -- seeded random sampling -----------------------------------------------------------------
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser, vectorised (uint64 wraps silently)."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * np.uint64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> np.uint64(27))
+    x = x * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def _keep(table: pa.Table, fraction: float, seed: int) -> np.ndarray:
+    """Deterministic per-record keep mask: hash(seed, partition, offset) < fraction."""
+    part = table.column("partition").to_numpy().astype(np.uint64)
+    off = table.column("offset").to_numpy().astype(np.uint64)
+    with np.errstate(over="ignore"):
+        s = _mix(np.full(len(off), np.uint64(seed & 0xFFFFFFFFFFFFFFFF)))
+        h = _mix(s ^ _mix(part + np.uint64(0x9E3779B97F4A7C15)) ^ off)
+    u = (h >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+    return u < fraction
+
+
+def _cap_table(table: pa.Table, parts: list[int], cap: int) -> pa.Table:
+    pcol = table.column("partition").to_numpy()
+    avail = {p: int((pcol == p).sum()) for p in parts}
+    shares = _split(cap, avail)
+    rank = np.zeros(len(pcol), dtype=np.int64)
+    for p in parts:  # rows are sorted by (partition, offset): rank within the partition
+        idx = np.flatnonzero(pcol == p)
+        rank[idx] = np.arange(len(idx))
+    limit = np.array([shares.get(int(p), 0) for p in pcol], dtype=np.int64)
+    return table.filter(pa.array(rank < limit))
+
+
+def _quiet_logger() -> logging.Logger:
+    logger = logging.getLogger("kqlab.sources.kafka.librdkafka")
+    if not logger.handlers:
+        logger.propagate = False
+        logger.addHandler(logging.NullHandler())
+    return logger
