@@ -118,6 +118,10 @@ class SampleResult:
     bytes: int = 0
     elapsed_s: float = 0.0
     config: dict[str, Any] = field(default_factory=dict)  # redacted
+    #: with ``exact_framing=True``: the real batches (``BATCHES_SCHEMA``), else ``None``
+    batches: pa.Table | None = None
+    #: with ``exact_framing=True``: what the batch parser reported (``LogIssue`` objects)
+    issues: list = field(default_factory=list)
 
     @property
     def counts(self) -> dict[int, int]:
@@ -139,8 +143,14 @@ def sample(config_or_bootstrap: str | Mapping[str, Any], topic: str, *,
            end_offset: int | Mapping[int, int] | None = None,
            latest: int | None = None, max_records: int | None = None,
            random_fraction: float | None = None, seed: int = 0, timeout_s: float = 30.0,
-           allow_empty: bool = False, progress: Progress | None = None) -> SampleResult:
+           allow_empty: bool = False, progress: Progress | None = None,
+           exact_framing: bool = False) -> SampleResult:
     """Read a bounded sample of ``topic`` into a ``RECORDS_SCHEMA`` table (see the module doc).
+
+    ``exact_framing=True`` reads the resolved ranges with raw Fetch requests instead of the
+    consumer (:mod:`kqlab.sources.fetch`): the result then has ``framing == "exact"`` and a
+    ``batches`` table with the real batch framing (batches overlapping the range are kept
+    whole; ``progress`` is called once at the end).
 
     ``timeout_s`` bounds each metadata/offset request and the time without any new record while
     reading.  ``progress(records, bytes, partitions_done, records_per_s)`` is called about
@@ -164,6 +174,8 @@ def sample(config_or_bootstrap: str | Mapping[str, Any], topic: str, *,
 
     t0 = time.monotonic()
     errors: list[str] = []
+    batches: pa.Table | None = None
+    issues: list = []
     group_id = GROUP_PREFIX + secrets.token_hex(8)
     conf = dict(config)
     # a bounded read: don't let an empty fetch (the end of a partition) park for 500 ms
@@ -191,6 +203,13 @@ def sample(config_or_bootstrap: str | Mapping[str, Any], topic: str, *,
                 raise EmptyRangeError(_empty_message(topic, bootstrap, lows, highs, plan))
             table = RECORDS_SCHEMA.empty_table()
             nbytes = 0
+        elif exact_framing:
+            from kqlab.sources.fetch import fetch_plan
+
+            table, batches, nbytes, issues = fetch_plan(config, topic, plan, timeout_s=timeout_s)
+            if progress is not None:
+                progress(table.num_rows, nbytes, len(plan),
+                         table.num_rows / max(time.monotonic() - t0, 1e-9))
         else:
             table, nbytes = _read(consumer, topic, plan, bootstrap, timeout_s, progress, t0)
     finally:
@@ -201,14 +220,62 @@ def sample(config_or_bootstrap: str | Mapping[str, Any], topic: str, *,
         table = table.filter(pa.array(_keep(table, random_fraction, seed)))
         if max_records is not None and table.num_rows > max_records:
             table = _cap_table(table, parts, max_records)
+        if batches is not None:
+            from kqlab.sources.fetch import filter_batches_to_records
+
+            batches = filter_batches_to_records(batches, table)
+    if exact_framing and batches is None:
+        from kqlab.records import BATCHES_SCHEMA
+
+        batches = BATCHES_SCHEMA.empty_table()
     counts = dict.fromkeys(parts, 0)
     for p, n in zip(*np.unique(table.column("partition").to_numpy(), return_counts=True),
                     strict=True):
         counts[int(p)] = int(n)
     ranges = [PartitionRange(p, lows[p], highs[p], plan[p][0], plan[p][1], counts[p])
               for p in parts]
-    return SampleResult(table, topic, bootstrap, ranges, FRAMING, group_id, nbytes,
-                        time.monotonic() - t0, redact(config))
+    return SampleResult(table, topic, bootstrap, ranges, "exact" if exact_framing else FRAMING,
+                        group_id, nbytes, time.monotonic() - t0, redact(config), batches, issues)
+
+
+def resolve_ranges(config_or_bootstrap: str | Mapping[str, Any], topic: str, *,
+                   partitions: list[int] | None = None,
+                   start_offset: int | Mapping[int, int] | None = None,
+                   end_offset: int | Mapping[int, int] | None = None,
+                   latest: int | None = None, max_records: int | None = None,
+                   timeout_s: float = 30.0, allow_empty: bool = False) -> list[PartitionRange]:
+    """The ranges :func:`sample` would read (``records`` = planned count), without reading."""
+    from confluent_kafka import Consumer
+
+    config = ({"bootstrap.servers": config_or_bootstrap}
+              if isinstance(config_or_bootstrap, str) else dict(config_or_bootstrap))
+    bootstrap = str(config.get("bootstrap.servers") or config.get("metadata.broker.list") or "")
+    if not bootstrap:
+        raise KafkaSourceError("no bootstrap.servers given: pass 'host:port' or a config dict "
+                               "with 'bootstrap.servers'")
+    if latest is not None and (start_offset is not None or end_offset is not None):
+        raise KafkaSourceError("latest= cannot be combined with start_offset/end_offset")
+    errors: list[str] = []
+    conf = dict(config)
+    conf.setdefault("fetch.wait.max.ms", 50)
+    conf.update({"group.id": GROUP_PREFIX + secrets.token_hex(8), "enable.auto.commit": False,
+                 "enable.auto.offset.store": False, "enable.partition.eof": True,
+                 "auto.offset.reset": "error", "allow.auto.create.topics": False,
+                 "error_cb": lambda err: errors.append(str(err)) if len(errors) < 20 else None,
+                 "logger": _quiet_logger()})
+    consumer = Consumer(conf)
+    try:
+        parts = _partitions(consumer, topic, partitions, bootstrap, timeout_s, errors)
+        lows, highs = _watermarks(consumer, topic, parts, bootstrap, timeout_s)
+        highs = _true_high_watermarks(consumer, topic, lows, highs, bootstrap, timeout_s)
+        plan = _plan(parts, lows, highs, start_offset, end_offset, latest, max_records)
+    finally:
+        with contextlib.suppress(Exception):
+            consumer.close()
+    if not allow_empty and sum(e - s for s, e in plan.values()) == 0:
+        raise EmptyRangeError(_empty_message(topic, bootstrap, lows, highs, plan))
+    return [PartitionRange(p, lows[p], highs[p], plan[p][0], plan[p][1], plan[p][1] - plan[p][0])
+            for p in parts]
 
 
 # -- metadata and offsets -------------------------------------------------------------------
