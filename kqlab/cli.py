@@ -1,4 +1,4 @@
-"""The ``kqlab`` command line: ``kqlab inspect``, ``replay``, ``snapshot`` and ``demo``.
+"""The ``kqlab`` command line: ``kqlab inspect``, ``sample``, ``snapshot``, ``replay``, ``demo``.
 
 Every command takes ``--json`` and then prints exactly one JSON document on stdout, for scripts.
 Errors in the request (a missing path, a bad ``--config``) exit with status 2 and one line on
@@ -77,6 +77,30 @@ def _parser() -> argparse.ArgumentParser:
                      help="write the policy with its provenance (sample, counts, content hash, "
                      "date) to FILE")
     rep.add_argument("--json", action="store_true", help="print one JSON document")
+
+    smp = sub.add_parser("sample", help="sample a live topic into a snapshot",
+                         description="Read a bounded sample of a live topic (assign only: "
+                         "never joins a group, never commits) into a snapshot folder that "
+                         "kqlab replay reads.")
+    smp.add_argument("bootstrap", help="bootstrap servers, e.g. 127.0.0.1:9092")
+    smp.add_argument("topic")
+    smp.add_argument("out", help="the snapshot folder to create")
+    smp.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                     help="librdkafka client config (SASL/SSL included; never stored)")
+    smp.add_argument("--partitions", default=None, help="comma-separated partitions")
+    smp.add_argument("--start", type=int, default=None, help="first offset (every partition)")
+    smp.add_argument("--end", type=int, default=None, help="end offset, exclusive")
+    smp.add_argument("--latest", type=int, default=None, help="the last N records per partition")
+    smp.add_argument("--max", type=int, default=None, dest="max_records",
+                     help="cap on records (spread over partitions)")
+    smp.add_argument("--fraction", type=float, default=None,
+                     help="seeded random fraction of the range (0-1]")
+    smp.add_argument("--seed", type=int, default=0)
+    smp.add_argument("--exact", action="store_true",
+                     help="fetch raw batches for exact framing (producer ids, codecs, CRCs)")
+    smp.add_argument("--timeout", type=float, default=30.0, help="seconds per request")
+    smp.add_argument("--overwrite", action="store_true", help="replace a snapshot at OUT")
+    smp.add_argument("--json", action="store_true", help="print one JSON document")
 
     snap = sub.add_parser("snapshot", help="save log segments as a snapshot (Parquet + "
                           "metadata) that replays anywhere")
@@ -435,6 +459,35 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sample(args: argparse.Namespace) -> int:
+    """``kqlab sample``: a live topic into a snapshot, with progress on stderr."""
+    import orjson
+
+    from kqlab.kafka.configs import parse_assignments
+    from kqlab.sources.fetch import sample_to_snapshot
+
+    config = {"bootstrap.servers": args.bootstrap, **parse_assignments(args.config)}
+    parts = [int(p) for p in args.partitions.split(",")] if args.partitions else None
+
+    def progress(records: int, nbytes: int, done: int, rate: float) -> None:
+        if not args.json:
+            print(f"\r  {records} records, {nbytes / 1e6:.1f} MB, {done} partition(s) done, "
+                  f"{rate:,.0f} records/s", end="", file=sys.stderr, flush=True)
+
+    snap = sample_to_snapshot(
+        config, args.topic, args.out, exact_framing=args.exact, overwrite=args.overwrite,
+        partitions=parts, start_offset=args.start, end_offset=args.end, latest=args.latest,
+        max_records=args.max_records, random_fraction=args.fraction, seed=args.seed,
+        timeout_s=args.timeout, progress=progress)
+    meta = snap.metadata
+    if args.json:
+        sys.stdout.write(orjson.dumps(meta).decode() + "\n")
+        return 0
+    print(f"\nsnapshot {args.out}: topic {meta['topic']}, {meta['num_records']} records, "
+          f"framing {meta['framing']}, partitions {snap.partitions}")
+    return 0
+
+
 def cmd_snapshot(args: argparse.Namespace) -> int:
     """``kqlab snapshot``: stream segments into a snapshot folder; print its metadata."""
     import orjson
@@ -464,6 +517,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_replay(args)
         if args.command == "snapshot":
             return cmd_snapshot(args)
+        if args.command == "sample":
+            return cmd_sample(args)
         return cmd_demo(args)
     except (KqlabError, ValueError) as exc:
         print(f"kqlab {args.command}: error: {exc}", file=sys.stderr)
