@@ -23,8 +23,12 @@ $(STAMP): $(SETUP_INPUTS)
 check-java:
 	@scripts/check-java
 
+# the demo partition replayed through its policy, then the demo topics through the embedded
+# broker (produced, sampled back, checked against their documented defects)
 demo: setup
 	$(BIN)/kqlab demo
+	@echo
+	$(BIN)/kqlab demo --topics
 
 # pytest's exit code 5 means "no tests ran": that is a failure here, there must be tests.
 test: setup

@@ -200,3 +200,13 @@ def test_snapshot_cli_then_replay_the_snapshot(tmp_path, capsys):
     doc = _json(capsys, ["replay", str(tmp_path / "snap"), "--policy", str(demo_policy_path()),
                          "--now", str(NOW), "--json"])
     assert doc["outcomes"] == {"accepted": 295, "rejected": 34, "collateral": 23}
+
+
+def test_demo_topics_finds_every_planted_defect_and_round_trips_the_broker(capsys):
+    doc = _json(capsys, ["demo", "--topics", "--json", "--now", str(NOW)])
+    assert doc["all_found"] is True
+    assert {r["defect"] for r in doc["ground_truth"]} >= {"orders.missing_key", "clicks.bad_crc"}
+    assert all(r["expected"] > 0 and r["found"] == r["expected"] for r in doc["ground_truth"])
+    for topic, r in doc["broker"].items():
+        assert r["sampled"] == r["produced"] > 0, topic
+        assert sum(r["outcomes"].values()) == r["sampled"]
