@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -52,6 +53,8 @@ _MAX_BATCH_BYTES = 256 << 20
 CLIENT_ID = "kqlab-fetch"
 #: Tansu answers max_wait_ms=0 with no topics at all, so wait a little (min_bytes=1)
 _MAX_WAIT_MS = 20
+#: librdkafka prefetch queue bound for streaming into a snapshot (KiB)
+_QUEUE_KB = 16 << 10
 
 # librdkafka config key -> kafka-python config key (what exact framing can pass on)
 _CONFIG_MAP = {
@@ -204,8 +207,13 @@ class FetchClient:
         return b"", None  # no partition data (e.g. nothing new within max_wait_ms)
 
     def read(self, topic: str, partition: int, start: int, end: int, *,
-             max_bytes: int = DEFAULT_MAX_BYTES) -> Decoded:
-        """Read ``[start, end)`` of one partition (see the module doc for the range rules)."""
+             max_bytes: int = DEFAULT_MAX_BYTES, cancel: threading.Event | None = None
+             ) -> Decoded:
+        """Read ``[start, end)`` of one partition (see the module doc for the range rules).
+
+        ``cancel`` is checked before every Fetch request; once set, the batches read so far are
+        returned as a :class:`_PartialRead` exception (internal).
+        """
         builder = TableBuilder(topic, partition)
         rec_parts: list[pa.Table] = []
         batch_parts: list[pa.Table] = []
@@ -213,6 +221,8 @@ class FetchClient:
         offset, size = start, max_bytes
         idle_since = time.monotonic()
         while offset < end:
+            if cancel is not None and cancel.is_set():
+                raise _PartialRead(_decoded(rec_parts, batch_parts, issues))
             buf, hw = self.fetch(topic, partition, offset, size)
             stop, kind, new_issues = builder.add_buffer(buf, 0, final=False)
             records, batches = builder.take()
@@ -246,10 +256,21 @@ class FetchClient:
             if nxt <= offset:
                 break  # no progress possible
             offset = nxt
-        records = pa.concat_tables(rec_parts) if rec_parts else RECORDS_SCHEMA.empty_table()
-        batches = (pa.concat_tables(batch_parts) if batch_parts
-                   else BATCHES_SCHEMA.empty_table())
-        return Decoded(records, batches, issues)
+        return _decoded(rec_parts, batch_parts, issues)
+
+
+class _PartialRead(Exception):
+    """Internal: a read was cancelled; ``decoded`` holds what was read."""
+
+    def __init__(self, decoded: Decoded):
+        super().__init__("cancelled")
+        self.decoded = decoded
+
+
+def _decoded(rec_parts: list[pa.Table], batch_parts: list[pa.Table], issues: list) -> Decoded:
+    records = pa.concat_tables(rec_parts) if rec_parts else RECORDS_SCHEMA.empty_table()
+    batches = pa.concat_tables(batch_parts) if batch_parts else BATCHES_SCHEMA.empty_table()
+    return Decoded(records, batches, issues)
 
 
 def fetch_exact(bootstrap: str | Mapping[str, Any], topic: str, partition: int,
@@ -270,16 +291,29 @@ def fetch_exact(bootstrap: str | Mapping[str, Any], topic: str, partition: int,
 
 
 def fetch_plan(config: str | Mapping[str, Any], topic: str, plan: Mapping[int, tuple[int, int]],
-               *, timeout_s: float = 30.0, max_bytes: int = DEFAULT_MAX_BYTES
+               *, timeout_s: float = 30.0, max_bytes: int = DEFAULT_MAX_BYTES,
+               cancel: threading.Event | None = None
                ) -> tuple[pa.Table, pa.Table, int, list]:
-    """Exact read of ``{partition: (start, end)}``: ``(records, batches, value_bytes, issues)``."""
+    """Exact read of ``{partition: (start, end)}``: ``(records, batches, value_bytes, issues)``.
+
+    When ``cancel`` gets set, raises the internal ``_Cancelled`` of :mod:`kqlab.sources.kafka`
+    with what was read (:func:`~kqlab.sources.kafka.sample` turns it into ``SampleCancelled``).
+    """
+    from kqlab.sources.kafka import _Cancelled
+
     recs, bats, issues = [], [], []
     with FetchClient(config, timeout_s=timeout_s) as client:
         for p in sorted(plan):
             s, e = plan[p]
             if e <= s:
                 continue
-            d = client.read(topic, p, s, e, max_bytes=max_bytes)
+            try:
+                d = client.read(topic, p, s, e, max_bytes=max_bytes, cancel=cancel)
+            except _PartialRead as part:
+                recs.append(part.decoded.records)
+                bats.append(part.decoded.batches)
+                r = pa.concat_tables(recs)
+                raise _Cancelled(r, payload_bytes(r), pa.concat_tables(bats)) from None
             recs.append(d.records)
             bats.append(d.batches)
             issues.extend(d.issues)
@@ -331,68 +365,209 @@ def sample_to_snapshot(config_or_bootstrap: str | Mapping[str, Any], topic: str,
     A batch that straddles two windows is written once (with the first window).  The snapshot
     records ``method`` (``"fetch:<how>"`` or ``"consumer:<how>"``), the resolved ``ranges`` and the
     ``cluster`` config (redacted: no secrets are stored).
+
+    ``progress(records, bytes, partitions_done, records_per_s)`` gets running totals over all
+    windows.  ``cancel`` (a :class:`threading.Event`) stops within about a second and raises
+    :class:`~kqlab.sources.kafka.SampleCancelled` whose ``snapshot`` holds the parts written so
+    far (including what the interrupted window had read); they stay valid.  The metadata's
+    ``extra.complete`` is ``false`` from creation until the last window is written (so a crashed
+    or cancelled run is recognisable), ``true`` afterwards; a cancelled run also gets
+    ``extra.cancelled = true``.  ``start_time_ms`` / ``end_time_ms`` / ``time_lookup`` work as in
+    :func:`~kqlab.sources.kafka.sample`.
     """
     from kqlab.sources.files import Snapshot
-    from kqlab.sources.kafka import resolve_ranges, sample
+    from kqlab.sources.kafka import SampleCancelled, resolve_ranges, sample
 
     if chunk_records < 1:
         raise KafkaSourceError(f"chunk_records must be >= 1, got {chunk_records}")
     config = ({"bootstrap.servers": config_or_bootstrap}
               if isinstance(config_or_bootstrap, str) else dict(config_or_bootstrap))
+    sample_args = dict(sample_args)
+    progress = sample_args.pop("progress", None)
+    cancel = sample_args.pop("cancel", None)
+    timed = (sample_args.get("start_time_ms") is not None
+             or sample_args.get("end_time_ms") is not None)
     how = ("random" if sample_args.get("random_fraction") is not None
            else "latest" if sample_args.get("latest") is not None
+           else "time" if timed
            else "max_records" if sample_args.get("max_records") is not None else "range")
     method = f"{'fetch' if exact_framing else 'consumer'}:{how}"
     framing = "exact" if exact_framing else FRAMING
     timeout_s = float(sample_args.get("timeout_s", 30.0))
+    t0 = time.monotonic()
 
     frac = sample_args.get("random_fraction")
-    if frac is not None and sample_args.get("max_records") is not None:
-        res = sample(config, topic, exact_framing=exact_framing, **sample_args)
+    if (frac is not None or timed) and sample_args.get("max_records") is not None:
+        try:
+            res = sample(config, topic, exact_framing=exact_framing, progress=progress,
+                         cancel=cancel, **sample_args)
+        except SampleCancelled as exc:
+            if exc.result is None:
+                raise
+            res, cancelled = exc.result, exc
+        else:
+            cancelled = None
         snap = Snapshot.create(out, topic=topic, cluster=redact(config), method=method,
                                ranges=[_range_dict(r) for r in res.ranges], framing=framing,
-                               overwrite=overwrite)
+                               overwrite=overwrite, extra={"complete": False})
         for i in range(0, max(res.records.num_rows, 1), chunk_records):
             part = res.records.slice(i, chunk_records)
             snap.append(part, filter_batches_to_records(res.batches, part)
                         if exact_framing else None)
+        if cancelled is not None:
+            _set_extra(snap, cancelled=True)
+            cancelled.snapshot = snap
+            raise cancelled
+        _set_extra(snap, complete=True)
         return snap
 
     ranges = resolve_ranges(config, topic, **{k: v for k, v in sample_args.items() if k in (
         "partitions", "start_offset", "end_offset", "latest", "max_records", "timeout_s",
-        "allow_empty")})
+        "allow_empty", "start_time_ms", "end_time_ms", "time_lookup")}, cancel=cancel)
     snap = Snapshot.create(out, topic=topic, cluster=redact(config), method=method,
                            ranges=[_range_dict(r) for r in ranges], framing=framing,
-                           overwrite=overwrite)
+                           overwrite=overwrite, extra={"complete": False})
     seed = int(sample_args.get("seed", 0))
+    t_lo, t_hi = sample_args.get("start_time_ms"), sample_args.get("end_time_ms")
     client = FetchClient(config, timeout_s=timeout_s) if exact_framing else None
+    total_rows = total_bytes = done = 0
+
+    def report(rows: int, nbytes: int, parts_done: int) -> None:
+        if progress is not None:
+            progress(rows, nbytes, parts_done, rows / max(time.monotonic() - t0, 1e-9))
+
+    cancelled: SampleCancelled | None = None
+    if client is None:
+        cancelled = _stream_consumer(config, topic, ranges, snap, chunk_records, frac, seed,
+                                     t_lo, t_hi, timeout_s, progress, cancel, t0)
+        ranges = []  # all written
     try:
         for r in ranges:
             last_batch = -1
             for s in range(r.start, r.end, chunk_records):
                 e = min(s + chunk_records, r.end)
                 if client is not None:
-                    d = client.read(topic, r.partition, s, e)
+                    try:
+                        d = client.read(topic, r.partition, s, e, cancel=cancel)
+                    except _PartialRead as part:
+                        d = part.decoded
+                        cancelled = SampleCancelled(
+                            f"sampling {topic!r} into {out} was cancelled", snapshot=snap)
                     records, batches, issues = d.records, d.batches, d.issues
-                    if frac is not None:
-                        from kqlab.sources.kafka import _keep
+                    if frac is not None or timed:
+                        if frac is not None:
+                            from kqlab.sources.kafka import _keep
 
-                        records = records.filter(pa.array(_keep(records, frac, seed)))
+                            records = records.filter(pa.array(_keep(records, frac, seed)))
+                        records = _time_filter(records, t_lo, t_hi)
                         batches = filter_batches_to_records(batches, records)
                     batches = batches.filter(pc.greater(batches.column("batch_offset"),
                                                         last_batch))
                     if batches.num_rows:
                         last_batch = pc.max(batches.column("batch_offset")).as_py()
                 else:
-                    res = sample(config, topic, partitions=[r.partition], start_offset=s,
-                                 end_offset=e, random_fraction=frac, seed=seed,
-                                 timeout_s=timeout_s, allow_empty=True)
-                    records, batches, issues = res.records, None, []
+                    break  # the consumer path streams the whole range below
                 snap.append(records, batches, issues)
+                total_rows += records.num_rows
+                total_bytes += payload_bytes(records)
+                if cancelled is not None:
+                    break
+                report(total_rows, total_bytes, done)
+            if cancelled is not None:
+                break
+            done += 1
     finally:
         if client is not None:
             client.close()
+    if cancelled is not None:
+        _set_extra(snap, cancelled=True)
+        raise cancelled
+    _set_extra(snap, complete=True)
+    if client is not None:
+        report(total_rows, total_bytes, done)
     return snap
+
+
+def _stream_consumer(config: dict[str, Any], topic: str, ranges: list, snap: Any,
+                     chunk_records: int, frac: float | None, seed: int, t_lo: int | None,
+                     t_hi: int | None, timeout_s: float, progress: Any,
+                     cancel: threading.Event | None, t0: float) -> Any:
+    """The consumer path of :func:`sample_to_snapshot`: one consumer, each partition's range
+    streamed and appended in parts of at most ``chunk_records`` rows.  Returns the
+    ``SampleCancelled`` to raise when cancelled, else ``None``."""
+    import secrets
+
+    from confluent_kafka import Consumer
+
+    from kqlab.sources.kafka import (
+        GROUP_PREFIX,
+        SampleCancelled,
+        _Cancelled,
+        _consumer_conf,
+        _keep,
+        _read,
+    )
+
+    bootstrap = str(config.get("bootstrap.servers") or config.get("metadata.broker.list"))
+    errors: list[str] = []
+    conf = dict(config)
+    # bound librdkafka's prefetch queue (default 64 MiB) to a few windows
+    conf.setdefault("queued.max.messages.kbytes", _QUEUE_KB)
+    consumer = Consumer(_consumer_conf(conf, GROUP_PREFIX + secrets.token_hex(8), errors))
+
+    def write(table: pa.Table) -> None:
+        if frac is not None:
+            table = table.filter(pa.array(_keep(table, frac, seed)))
+        table = _time_filter(table, t_lo, t_hi)
+        for i in range(0, table.num_rows, chunk_records):
+            snap.append(table.slice(i, chunk_records))
+
+    done_rows = done_bytes = 0
+    try:
+        for k, r in enumerate(ranges):
+            if r.end <= r.start:
+                continue
+
+            def prog(n: int, nb: int, d: int, _rate: float, k: int = k, base_rows: int = done_rows,
+                     base_bytes: int = done_bytes) -> None:
+                rows = base_rows + n
+                progress(rows, base_bytes + nb, k + d, rows / max(time.monotonic() - t0, 1e-9))
+
+            try:
+                _, nb = _read(consumer, topic, {r.partition: (r.start, r.end)}, bootstrap,
+                              timeout_s, prog if progress is not None else None, t0, cancel,
+                              on_chunk=write, chunk_rows=chunk_records)
+            except _Cancelled as exc:
+                write(exc.table)
+                return SampleCancelled(f"sampling {topic!r} from {bootstrap} into "
+                                       f"{snap.path} was cancelled", snapshot=snap)
+            done_rows += r.end - r.start
+            done_bytes += nb
+    finally:
+        with contextlib.suppress(Exception):
+            consumer.close()
+    return None
+
+
+def _time_filter(records: pa.Table, lo: int | None, hi: int | None) -> pa.Table:
+    if not records.num_rows or (lo is None and hi is None):
+        return records
+    ts = records.column("timestamp")
+    masks = ([pc.greater_equal(ts, lo)] if lo is not None else []) + (
+        [pc.less(ts, hi)] if hi is not None else [])
+    mask = masks[0] if len(masks) == 1 else pc.and_(*masks)
+    return records.filter(mask)
+
+
+def _set_extra(snap: Any, **values: Any) -> None:
+    """Update ``extra`` in a snapshot's metadata and rewrite ``snapshot.json`` atomically.
+
+    ``Snapshot`` has no public way to change ``extra`` after :meth:`Snapshot.create`; this sets
+    it on the in-memory metadata and lets :meth:`Snapshot.append` of an empty table (which adds
+    no part) rewrite the file.
+    """
+    snap._meta.setdefault("extra", {}).update(values)
+    snap.append(RECORDS_SCHEMA.empty_table())
 
 
 def _range_dict(r: Any) -> dict[str, int]:

@@ -35,6 +35,7 @@ import contextlib
 import logging
 import re
 import secrets
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kqlab.errors import KqlabError
 from kqlab.records import HEADER_TYPE, RECORDS_SCHEMA
@@ -51,11 +53,16 @@ GROUP_PREFIX = "kqlab-sample-"
 #: the framing label of sampled records (see the module docstring)
 FRAMING = "reconstructed:single"
 REDACTED = "[redacted]"
+_log = logging.getLogger(__name__)
 
 _SECRET_KEY = re.compile(r"password|secret|token|jaas|credential|ssl\.key|keystore|"
                          r"private|sasl\.oauthbearer\.config|\.pem$|api\.key", re.IGNORECASE)
 _CONSUME_BATCH = 10_000
 _PROGRESS_EVERY_S = 0.5
+#: accepted values of ``sample(time_lookup=...)``
+TIME_LOOKUPS = ("auto", "broker", "scan")
+#: offsets read per step while scanning a partition for timestamps
+_SCAN_CHUNK = 50_000
 
 
 class KafkaSourceError(KqlabError):
@@ -80,6 +87,26 @@ class EmptyRangeError(KafkaSourceError, ValueError):
 
 class KafkaTimeoutError(KafkaSourceError, TimeoutError):
     """The broker stopped delivering before the range was read."""
+
+
+class SampleCancelled(KafkaSourceError):
+    """Sampling was cancelled (``cancel`` event set).
+
+    ``result`` is the :class:`SampleResult` of what was read so far (``None`` when nothing
+    was planned yet); :func:`kqlab.sources.fetch.sample_to_snapshot` sets ``snapshot`` to the
+    snapshot holding the parts already written (its metadata says ``complete: false``).
+    """
+
+    def __init__(self, message: str, *, result: SampleResult | None = None,
+                 snapshot: Any = None):
+        super().__init__(message)
+        self.result = result
+        self.snapshot = snapshot
+
+    @property
+    def records(self) -> pa.Table | None:
+        """The records read before the cancel (``result.records``)."""
+        return None if self.result is None else self.result.records
 
 
 def redact(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -144,7 +171,9 @@ def sample(config_or_bootstrap: str | Mapping[str, Any], topic: str, *,
            latest: int | None = None, max_records: int | None = None,
            random_fraction: float | None = None, seed: int = 0, timeout_s: float = 30.0,
            allow_empty: bool = False, progress: Progress | None = None,
-           exact_framing: bool = False) -> SampleResult:
+           exact_framing: bool = False, cancel: threading.Event | None = None,
+           start_time_ms: int | None = None, end_time_ms: int | None = None,
+           time_lookup: str = "auto") -> SampleResult:
     """Read a bounded sample of ``topic`` into a ``RECORDS_SCHEMA`` table (see the module doc).
 
     ``exact_framing=True`` reads the resolved ranges with raw Fetch requests instead of the
@@ -155,6 +184,16 @@ def sample(config_or_bootstrap: str | Mapping[str, Any], topic: str, *,
     ``timeout_s`` bounds each metadata/offset request and the time without any new record while
     reading.  ``progress(records, bytes, partitions_done, records_per_s)`` is called about
     twice a second and once at the end.
+
+    ``cancel``: a :class:`threading.Event` checked between polls (every <= 50 ms) and between
+    Fetch requests; once set, reading stops within about a second and
+    :class:`SampleCancelled` is raised, its ``result`` holding the records read so far.
+
+    ``start_time_ms`` / ``end_time_ms``: a timestamp window instead of offsets (see
+    :func:`resolve_time_offsets` for ``time_lookup``); the offsets are resolved per partition
+    (start: first offset with timestamp >= ``start_time_ms``; end: first offset with timestamp
+    >= ``end_time_ms``), and the records read are then also filtered to
+    ``start_time_ms <= timestamp < end_time_ms`` (for out-of-order timestamps).
     """
     config = ({"bootstrap.servers": config_or_bootstrap}
               if isinstance(config_or_bootstrap, str) else dict(config_or_bootstrap))
@@ -164,6 +203,13 @@ def sample(config_or_bootstrap: str | Mapping[str, Any], topic: str, *,
                                "with 'bootstrap.servers'")
     if latest is not None and (start_offset is not None or end_offset is not None):
         raise KafkaSourceError("latest= cannot be combined with start_offset/end_offset")
+    timed = start_time_ms is not None or end_time_ms is not None
+    if timed and (latest is not None or start_offset is not None or end_offset is not None):
+        raise KafkaSourceError("start_time_ms/end_time_ms cannot be combined with latest= or "
+                               "start_offset/end_offset")
+    if time_lookup not in TIME_LOOKUPS:
+        raise KafkaSourceError(f"time_lookup must be one of {', '.join(TIME_LOOKUPS)}, "
+                               f"got {time_lookup!r}")
     if random_fraction is not None and not 0.0 <= random_fraction <= 1.0:
         raise KafkaSourceError(f"random_fraction must be within [0, 1], got {random_fraction}")
     for name, v in (("latest", latest), ("max_records", max_records)):
@@ -177,6 +223,87 @@ def sample(config_or_bootstrap: str | Mapping[str, Any], topic: str, *,
     batches: pa.Table | None = None
     issues: list = []
     group_id = GROUP_PREFIX + secrets.token_hex(8)
+    conf = _consumer_conf(config, group_id, errors)
+    consumer = Consumer(conf)
+    cancelled: _Cancelled | None = None
+    try:
+        parts = _partitions(consumer, topic, partitions, bootstrap, timeout_s, errors)
+        lows, highs = _watermarks(consumer, topic, parts, bootstrap, timeout_s)
+        highs = _true_high_watermarks(consumer, topic, lows, highs, bootstrap, timeout_s)
+        if timed:
+            start_offset, end_offset = _time_offsets(
+                consumer, topic, parts, lows, highs, start_time_ms, end_time_ms, time_lookup,
+                bootstrap, timeout_s, cancel)
+        plan = _plan(parts, lows, highs, start_offset, end_offset, latest,
+                     max_records if random_fraction is None and not timed else None)
+        total = sum(e - s for s, e in plan.values())
+        if cancel is not None and cancel.is_set():
+            raise _Cancelled(RECORDS_SCHEMA.empty_table(), 0)
+        if total == 0:
+            if not allow_empty:
+                raise EmptyRangeError(_empty_message(topic, bootstrap, lows, highs, plan))
+            table = RECORDS_SCHEMA.empty_table()
+            nbytes = 0
+        elif exact_framing:
+            from kqlab.sources.fetch import fetch_plan
+
+            table, batches, nbytes, issues = fetch_plan(config, topic, plan, timeout_s=timeout_s,
+                                                        cancel=cancel)
+            if progress is not None:
+                progress(table.num_rows, nbytes, len(plan),
+                         table.num_rows / max(time.monotonic() - t0, 1e-9))
+        else:
+            table, nbytes = _read(consumer, topic, plan, bootstrap, timeout_s, progress, t0,
+                                  cancel)
+    except _Cancelled as exc:
+        cancelled = exc
+        table, nbytes = exc.table, exc.nbytes
+        batches = exc.batches
+    finally:
+        with contextlib.suppress(Exception):
+            consumer.close()  # never commits: auto commit is off and nothing is stored
+
+    if timed:
+        ts = table.column("timestamp")
+        mask = None
+        if start_time_ms is not None:
+            mask = pc.greater_equal(ts, start_time_ms)
+        if end_time_ms is not None:
+            m2 = pc.less(ts, end_time_ms)
+            mask = m2 if mask is None else pc.and_(mask, m2)
+        if mask is not None and table.num_rows:
+            table = table.filter(mask)
+        if max_records is not None and random_fraction is None and table.num_rows > max_records:
+            table = _cap_table(table, parts, max_records)
+    if random_fraction is not None:
+        table = table.filter(pa.array(_keep(table, random_fraction, seed)))
+        if max_records is not None and table.num_rows > max_records:
+            table = _cap_table(table, parts, max_records)
+    if batches is not None and (random_fraction is not None or timed):
+        from kqlab.sources.fetch import filter_batches_to_records
+
+        batches = filter_batches_to_records(batches, table)
+    if exact_framing and batches is None:
+        from kqlab.records import BATCHES_SCHEMA
+
+        batches = BATCHES_SCHEMA.empty_table()
+    counts = dict.fromkeys(parts, 0)
+    for p, n in zip(*np.unique(table.column("partition").to_numpy(), return_counts=True),
+                    strict=True):
+        counts[int(p)] = int(n)
+    ranges = [PartitionRange(p, lows[p], highs[p], plan[p][0], plan[p][1], counts[p])
+              for p in parts]
+    result = SampleResult(table, topic, bootstrap, ranges,
+                          "exact" if exact_framing else FRAMING, group_id, nbytes,
+                          time.monotonic() - t0, redact(config), batches, issues)
+    if cancelled is not None:
+        raise SampleCancelled(f"sampling {topic!r} from {bootstrap} was cancelled after "
+                              f"{table.num_rows} records", result=result)
+    return result
+
+
+def _consumer_conf(config: Mapping[str, Any], group_id: str, errors: list[str]
+                   ) -> dict[str, Any]:
     conf = dict(config)
     # a bounded read: don't let an empty fetch (the end of a partition) park for 500 ms
     conf.setdefault("fetch.wait.max.ms", 50)
@@ -190,52 +317,7 @@ def sample(config_or_bootstrap: str | Mapping[str, Any], topic: str, *,
         "error_cb": lambda err: errors.append(str(err)) if len(errors) < 20 else None,
         "logger": _quiet_logger(),
     })
-    consumer = Consumer(conf)
-    try:
-        parts = _partitions(consumer, topic, partitions, bootstrap, timeout_s, errors)
-        lows, highs = _watermarks(consumer, topic, parts, bootstrap, timeout_s)
-        highs = _true_high_watermarks(consumer, topic, lows, highs, bootstrap, timeout_s)
-        plan = _plan(parts, lows, highs, start_offset, end_offset, latest,
-                     max_records if random_fraction is None else None)
-        total = sum(e - s for s, e in plan.values())
-        if total == 0:
-            if not allow_empty:
-                raise EmptyRangeError(_empty_message(topic, bootstrap, lows, highs, plan))
-            table = RECORDS_SCHEMA.empty_table()
-            nbytes = 0
-        elif exact_framing:
-            from kqlab.sources.fetch import fetch_plan
-
-            table, batches, nbytes, issues = fetch_plan(config, topic, plan, timeout_s=timeout_s)
-            if progress is not None:
-                progress(table.num_rows, nbytes, len(plan),
-                         table.num_rows / max(time.monotonic() - t0, 1e-9))
-        else:
-            table, nbytes = _read(consumer, topic, plan, bootstrap, timeout_s, progress, t0)
-    finally:
-        with contextlib.suppress(Exception):
-            consumer.close()  # never commits: auto commit is off and nothing is stored
-
-    if random_fraction is not None:
-        table = table.filter(pa.array(_keep(table, random_fraction, seed)))
-        if max_records is not None and table.num_rows > max_records:
-            table = _cap_table(table, parts, max_records)
-        if batches is not None:
-            from kqlab.sources.fetch import filter_batches_to_records
-
-            batches = filter_batches_to_records(batches, table)
-    if exact_framing and batches is None:
-        from kqlab.records import BATCHES_SCHEMA
-
-        batches = BATCHES_SCHEMA.empty_table()
-    counts = dict.fromkeys(parts, 0)
-    for p, n in zip(*np.unique(table.column("partition").to_numpy(), return_counts=True),
-                    strict=True):
-        counts[int(p)] = int(n)
-    ranges = [PartitionRange(p, lows[p], highs[p], plan[p][0], plan[p][1], counts[p])
-              for p in parts]
-    return SampleResult(table, topic, bootstrap, ranges, "exact" if exact_framing else FRAMING,
-                        group_id, nbytes, time.monotonic() - t0, redact(config), batches, issues)
+    return conf
 
 
 def resolve_ranges(config_or_bootstrap: str | Mapping[str, Any], topic: str, *,
@@ -243,8 +325,15 @@ def resolve_ranges(config_or_bootstrap: str | Mapping[str, Any], topic: str, *,
                    start_offset: int | Mapping[int, int] | None = None,
                    end_offset: int | Mapping[int, int] | None = None,
                    latest: int | None = None, max_records: int | None = None,
-                   timeout_s: float = 30.0, allow_empty: bool = False) -> list[PartitionRange]:
-    """The ranges :func:`sample` would read (``records`` = planned count), without reading."""
+                   timeout_s: float = 30.0, allow_empty: bool = False,
+                   start_time_ms: int | None = None, end_time_ms: int | None = None,
+                   time_lookup: str = "auto", cancel: threading.Event | None = None
+                   ) -> list[PartitionRange]:
+    """The ranges :func:`sample` would read (``records`` = planned count), without reading.
+
+    With ``start_time_ms`` / ``end_time_ms`` the offsets are resolved as in :func:`sample`
+    (``max_records`` then caps the offsets, before any timestamp filter).
+    """
     from confluent_kafka import Consumer
 
     config = ({"bootstrap.servers": config_or_bootstrap}
@@ -255,19 +344,27 @@ def resolve_ranges(config_or_bootstrap: str | Mapping[str, Any], topic: str, *,
                                "with 'bootstrap.servers'")
     if latest is not None and (start_offset is not None or end_offset is not None):
         raise KafkaSourceError("latest= cannot be combined with start_offset/end_offset")
+    timed = start_time_ms is not None or end_time_ms is not None
+    if timed and (latest is not None or start_offset is not None or end_offset is not None):
+        raise KafkaSourceError("start_time_ms/end_time_ms cannot be combined with latest= or "
+                               "start_offset/end_offset")
+    if time_lookup not in TIME_LOOKUPS:
+        raise KafkaSourceError(f"time_lookup must be one of {', '.join(TIME_LOOKUPS)}, "
+                               f"got {time_lookup!r}")
     errors: list[str] = []
-    conf = dict(config)
-    conf.setdefault("fetch.wait.max.ms", 50)
-    conf.update({"group.id": GROUP_PREFIX + secrets.token_hex(8), "enable.auto.commit": False,
-                 "enable.auto.offset.store": False, "enable.partition.eof": True,
-                 "auto.offset.reset": "error", "allow.auto.create.topics": False,
-                 "error_cb": lambda err: errors.append(str(err)) if len(errors) < 20 else None,
-                 "logger": _quiet_logger()})
-    consumer = Consumer(conf)
+    consumer = Consumer(_consumer_conf(config, GROUP_PREFIX + secrets.token_hex(8), errors))
     try:
         parts = _partitions(consumer, topic, partitions, bootstrap, timeout_s, errors)
         lows, highs = _watermarks(consumer, topic, parts, bootstrap, timeout_s)
         highs = _true_high_watermarks(consumer, topic, lows, highs, bootstrap, timeout_s)
+        if timed:
+            try:
+                start_offset, end_offset = _time_offsets(
+                    consumer, topic, parts, lows, highs, start_time_ms, end_time_ms,
+                    time_lookup, bootstrap, timeout_s, cancel)
+            except _Cancelled:
+                raise SampleCancelled(f"resolving the time window of {topic!r} on {bootstrap} "
+                                      "was cancelled") from None
         plan = _plan(parts, lows, highs, start_offset, end_offset, latest, max_records)
     finally:
         with contextlib.suppress(Exception):
@@ -435,6 +532,108 @@ def _empty_message(topic: str, bootstrap: str, lows: dict[int, int], highs: dict
             "allow_empty=True for an empty table.")
 
 
+# -- timestamp windows ----------------------------------------------------------------------
+def _time_offsets(consumer: Any, topic: str, parts: list[int], lows: dict[int, int],
+                  highs: dict[int, int], start_ms: int | None, end_ms: int | None, how: str,
+                  bootstrap: str, timeout_s: float, cancel: threading.Event | None
+                  ) -> tuple[dict[int, int] | None, dict[int, int] | None]:
+    """``(start_offsets, end_offsets)`` of a timestamp window, per partition.
+
+    For a time ``t`` the offset is the first one whose record has ``timestamp >= t`` (the high
+    watermark when there is none), i.e. what ListOffsets by timestamp answers:
+
+    * ``"broker"``: trust ``offsets_for_times`` (fast; wrong on brokers that answer it badly —
+      Tansu always answers 0);
+    * ``"scan"``: read ``[low, high)`` from the beginning in windows of ``_SCAN_CHUNK`` offsets
+      and stop at the first record with ``timestamp >= t`` (bounded by the high watermark taken
+      at the start; memory is one window; costs a read of the partition up to the answer);
+    * ``"auto"`` (default): ask the broker, then verify each answer ``o`` by reading the
+      records at ``o - 1`` and ``o`` (``ts[o] >= t`` unless ``o`` is the end, ``ts[o-1] < t``
+      unless ``o`` is the start); a partition whose answer fails the check is scanned.
+    """
+    resolved: dict[str, dict[int, int]] = {"start": {}, "end": {}}
+    need: dict[int, dict[str, int]] = {}
+    for key, t in (("start", start_ms), ("end", end_ms)):
+        if t is None:
+            continue
+        answers = ({} if how == "scan"
+                   else _broker_time_offsets(consumer, topic, parts, lows, highs, t,
+                                             bootstrap, timeout_s))
+        for p in parts:
+            lo, hi = lows[p], highs[p]
+            if hi <= lo:
+                resolved[key][p] = lo
+                continue
+            if how != "scan":
+                o = answers[p]
+                if how == "broker" or _time_offset_ok(consumer, topic, p, lo, hi, o, t,
+                                                      bootstrap, timeout_s, cancel):
+                    resolved[key][p] = o
+                    continue
+                _log.debug("offsets_for_times(%s[%d], %d) = %d is inconsistent; scanning",
+                           topic, p, t, o)
+            need.setdefault(p, {})[key] = int(t)
+    for p, keys in need.items():
+        for key, o in _scan_time_offsets(consumer, topic, p, lows[p], highs[p], keys,
+                                         bootstrap, timeout_s, cancel).items():
+            resolved[key][p] = o
+    return ((resolved["start"] if start_ms is not None else None),
+            (resolved["end"] if end_ms is not None else None))
+
+
+def _broker_time_offsets(consumer: Any, topic: str, parts: list[int], lows: dict[int, int],
+                         highs: dict[int, int], t: int, bootstrap: str, timeout_s: float
+                         ) -> dict[int, int]:
+    from confluent_kafka import KafkaException, TopicPartition
+
+    try:
+        answer = consumer.offsets_for_times([TopicPartition(topic, p, int(t)) for p in parts],
+                                            timeout=timeout_s)
+    except KafkaException as exc:
+        raise KafkaSourceError(f"offsets_for_times on {bootstrap} failed: {exc}; pass "
+                               "time_lookup='scan' to find the offsets by reading") from None
+    out = {}
+    for tp in answer:
+        p = tp.partition
+        o = tp.offset
+        out[p] = highs[p] if o is None or o < 0 else min(max(int(o), lows[p]), highs[p])
+    return out
+
+
+def _timestamps(consumer: Any, topic: str, p: int, s: int, e: int, bootstrap: str,
+                timeout_s: float, cancel: threading.Event | None) -> tuple[np.ndarray, np.ndarray]:
+    table, _ = _read(consumer, topic, {p: (s, e)}, bootstrap, timeout_s, None,
+                     time.monotonic(), cancel)
+    return table.column("offset").to_numpy(), table.column("timestamp").to_numpy()
+
+
+def _time_offset_ok(consumer: Any, topic: str, p: int, lo: int, hi: int, o: int, t: int,
+                    bootstrap: str, timeout_s: float, cancel: threading.Event | None) -> bool:
+    offs, ts = _timestamps(consumer, topic, p, max(o - 1, lo), min(o + 1, hi), bootstrap,
+                           timeout_s, cancel)
+    got = dict(zip(offs.tolist(), ts.tolist(), strict=True))
+    if o < hi and not (o in got and got[o] >= t):
+        return False
+    return o <= lo or (o - 1 in got and got[o - 1] < t)
+
+
+def _scan_time_offsets(consumer: Any, topic: str, p: int, lo: int, hi: int,
+                       keys: dict[str, int], bootstrap: str, timeout_s: float,
+                       cancel: threading.Event | None) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for s in range(lo, hi, _SCAN_CHUNK):
+        offs, ts = _timestamps(consumer, topic, p, s, min(s + _SCAN_CHUNK, hi), bootstrap,
+                               timeout_s, cancel)
+        for key, t in keys.items():
+            if key not in found:
+                idx = np.flatnonzero(ts >= t)
+                if len(idx):
+                    found[key] = int(offs[idx[0]])
+        if len(found) == len(keys):
+            break
+    return {key: found.get(key, hi) for key in keys}
+
+
 # -- reading --------------------------------------------------------------------------------
 def _raise_consume_error(err: Any, topic: str, bootstrap: str) -> None:
     from confluent_kafka import KafkaError
@@ -451,22 +650,103 @@ def _raise_consume_error(err: Any, topic: str, bootstrap: str) -> None:
     # retriable errors: librdkafka retries; the idle timeout catches a broker that never recovers
 
 
+class _Cancelled(Exception):
+    """Internal: the read was cancelled; carries what was read so far."""
+
+    def __init__(self, table: pa.Table, nbytes: int, batches: pa.Table | None = None):
+        super().__init__("cancelled")
+        self.table, self.nbytes, self.batches = table, nbytes, batches
+
+
+def _batch_table(topic: str, msgs: list[Any], todo: dict[int, tuple[int, int]],
+                 finished: list[int]) -> pa.Table | None:
+    """One poll batch of (error-free) messages as a ``RECORDS_SCHEMA`` table.
+
+    Columns are extracted with one list comprehension each and converted to Arrow at once (no
+    per-message dicts).  Messages at or past their partition's end are dropped; partitions
+    whose last planned offset was seen are added to ``finished``.
+    """
+    parts = np.fromiter([m.partition() for m in msgs], np.int32, len(msgs))
+    offs = np.fromiter([m.offset() for m in msgs], np.int64, len(msgs))
+    uniq = np.unique(parts)
+    if len(uniq) == 1:
+        p = int(uniq[0])
+        end = todo[p][1] if p in todo else -1
+        keep = offs < end
+        if len(offs) and offs.max() >= end - 1:
+            finished.append(p)
+    else:
+        ends = np.full(len(msgs), -1, np.int64)
+        for p in uniq.tolist():
+            sel = parts == p
+            end = todo[p][1] if p in todo else -1
+            ends[sel] = end
+            if offs[sel].max() >= end - 1:
+                finished.append(p)
+        keep = offs < ends
+    if not keep.all():
+        idx = np.flatnonzero(keep)
+        msgs = [msgs[i] for i in idx.tolist()]
+        parts, offs = parts[idx], offs[idx]
+    n = len(msgs)
+    if n == 0:
+        return None
+    ts = [m.timestamp() for m in msgs]
+    tst = np.fromiter([t for t, _ in ts], np.int8, n)
+    tsv = np.fromiter([v for _, v in ts], np.int64, n)
+    tsv[tst == 0] = -1  # TIMESTAMP_NOT_AVAILABLE
+    off_arr = pa.array(offs, pa.int64())
+    return pa.table([
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.array(parts, pa.int32()),
+        off_arr,
+        pa.array(tsv, pa.int64()),
+        pa.array((tst == 2).astype(np.int8), pa.int8()),  # 1 = LogAppendTime
+        pa.array([m.key() for m in msgs], pa.binary()),
+        pa.array([m.value() for m in msgs], pa.binary()),
+        pa.array([m.headers() or () for m in msgs], HEADER_TYPE),
+        off_arr,  # batch_offset: each record is its own reconstructed batch
+        pa.repeat(pa.scalar(0, pa.int32()), n),
+    ], schema=RECORDS_SCHEMA)
+
+
 def _read(consumer: Any, topic: str, plan: dict[int, tuple[int, int]], bootstrap: str,
-          timeout_s: float, progress: Progress | None, t0: float) -> tuple[pa.Table, int]:
+          timeout_s: float, progress: Progress | None, t0: float,
+          cancel: threading.Event | None = None,
+          on_chunk: Callable[[pa.Table], None] | None = None, chunk_rows: int = 0
+          ) -> tuple[pa.Table, int]:
+    """Read ``plan`` with the consumer: ``(records sorted by partition/offset, payload bytes)``.
+
+    With ``on_chunk``, the records are handed over in pieces of about ``chunk_rows`` rows (each
+    sorted; whole poll batches, so a piece can exceed ``chunk_rows`` by one batch) and the
+    returned table is empty: memory stays at one piece plus librdkafka's fetch queue.  On
+    cancel, ``_Cancelled`` carries the records not yet handed over.
+    """
     from confluent_kafka import KafkaError, TopicPartition
+
+    from kqlab.sources.fetch import payload_bytes
 
     todo = {p: (s, e) for p, (s, e) in plan.items() if e > s}
     done = len(plan) - len(todo)
-    cols: dict[str, list[Any]] = {k: [] for k in ("partition", "offset", "timestamp",
-                                                  "timestamp_type", "key", "value", "headers")}
-    nbytes = 0
-    a_part, a_off, a_ts, a_tst, a_key, a_val, a_hdr = (cols[k].append for k in (
-        "partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers"))
-    consumer.assign([TopicPartition(topic, p, s) for p, (s, _) in todo.items()])
+    parts_read: list[pa.Table] = []
+    nrows = nbytes = 0
+
+    def result() -> pa.Table:
+        if not parts_read:
+            return RECORDS_SCHEMA.empty_table()
+        table = pa.concat_tables(parts_read).combine_chunks()
+        return table.take(pa.array(np.lexsort((table.column("offset").to_numpy(),
+                                                table.column("partition").to_numpy()))))
+
+    assignment = [TopicPartition(topic, p, s) for p, (s, _) in todo.items()]
+    consumer.assign(assignment)
+    consumer.resume(assignment)  # a previous _read on this consumer may have paused them
     last_msg = last_progress = time.monotonic()
     eof = KafkaError._PARTITION_EOF
     try:
         while todo:
+            if cancel is not None and cancel.is_set():
+                raise _Cancelled(result(), nbytes)
             msgs = consumer.consume(_CONSUME_BATCH, 0.05)
             now = time.monotonic()
             if msgs:
@@ -476,40 +756,33 @@ def _read(consumer: Any, topic: str, plan: dict[int, tuple[int, int]], bootstrap
                     f"no records from {bootstrap} for {timeout_s:g}s while reading {topic!r}; "
                     f"still waiting on partitions "
                     f"{', '.join(f'{p} (up to offset {e})' for p, (_, e) in sorted(todo.items()))}"
-                    f". {len(cols['offset'])} records were read.")
-            finished = []
-            for msg in msgs:
-                err = msg.error()
-                p = msg.partition()
-                if p not in todo:
-                    continue
-                end = todo[p][1]
-                if err is not None:
-                    if err.code() == eof:
-                        finished.append(p)  # the end moved back (truncation): stop here
-                        continue
-                    _raise_consume_error(err, topic, bootstrap)
-                    continue
-                off = msg.offset()
-                if off >= end:
-                    finished.append(p)
-                    continue
-                key, value, headers = msg.key(), msg.value(), msg.headers()
-                ts_type, ts = msg.timestamp()
-                a_part(p)
-                a_off(off)
-                a_ts(ts if ts_type else -1)
-                a_tst(1 if ts_type == 2 else 0)
-                a_key(key)
-                a_val(value)
-                if headers:
-                    a_hdr([{"key": k, "value": v} for k, v in headers])
-                    nbytes += sum(len(k) + (len(v) if v else 0) for k, v in headers)
-                else:
-                    a_hdr(())
-                nbytes += (len(key) if key else 0) + (len(value) if value else 0)
-                if off >= end - 1:
-                    finished.append(p)
+                    f". {nrows} records were read.")
+            finished: list[int] = []
+            if msgs:
+                if any([m.error() for m in msgs]):  # noqa: C419 (list: one call each, faster)
+                    good = []
+                    for m in msgs:
+                        err = m.error()
+                        if err is None:
+                            good.append(m)
+                        elif m.partition() in todo:
+                            if err.code() == eof:
+                                finished.append(m.partition())  # the end moved back: stop
+                            else:
+                                _raise_consume_error(err, topic, bootstrap)
+                    msgs = good
+                if msgs:
+                    t = _batch_table(topic, msgs, todo, finished)
+                    del msgs
+                    if t is not None:
+                        parts_read.append(t)
+                        nrows += t.num_rows
+                        nbytes += payload_bytes(t)
+                        if on_chunk is not None and sum(x.num_rows for x in parts_read) \
+                                >= chunk_rows:
+                            chunk = result()
+                            parts_read.clear()
+                            on_chunk(chunk)
             for p in dict.fromkeys(finished):
                 if p in todo:
                     del todo[p]
@@ -517,27 +790,14 @@ def _read(consumer: Any, topic: str, plan: dict[int, tuple[int, int]], bootstrap
                     consumer.pause([TopicPartition(topic, p)])
             if progress is not None and (now - last_progress >= _PROGRESS_EVERY_S or not todo):
                 last_progress = now
-                n = len(cols["offset"])
-                progress(n, nbytes, done, n / max(now - t0, 1e-9))
+                progress(nrows, nbytes, done, nrows / max(now - t0, 1e-9))
     finally:
         consumer.unassign()
-    n = len(cols["offset"])
-    offsets = pa.array(cols["offset"], pa.int64())
-    table = pa.table([
-        pa.repeat(pa.scalar(topic, pa.string()), n),
-        pa.array(cols["partition"], pa.int32()),
-        offsets,
-        pa.array(cols["timestamp"], pa.int64()),
-        pa.array(cols["timestamp_type"], pa.int8()),
-        pa.array(cols["key"], pa.binary()),
-        pa.array(cols["value"], pa.binary()),
-        pa.array(cols["headers"], HEADER_TYPE),
-        offsets,  # batch_offset: each record is its own reconstructed batch
-        pa.repeat(pa.scalar(0, pa.int32()), n),
-    ], schema=RECORDS_SCHEMA)
-    table = table.take(pa.array(np.lexsort((table.column("offset").to_numpy(),
-                                            table.column("partition").to_numpy()))))
-    return table, nbytes
+    if on_chunk is not None:
+        if parts_read:
+            on_chunk(result())
+        return RECORDS_SCHEMA.empty_table(), nbytes
+    return result(), nbytes
 
 
 # -- seeded random sampling -----------------------------------------------------------------
