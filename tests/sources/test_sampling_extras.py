@@ -277,14 +277,20 @@ print(json.dumps({"records": snap.num_records, "base_kb": base, "peak_kb": statu
 
 @pytest.mark.skipif(not __import__("os").path.exists("/proc/self/clear_refs"),
                     reason="needs Linux /proc peak-RSS reset")
-def test_snapshot_memory_is_bounded_by_the_chunk_not_the_data(tmp_path):
-    """300k records of ~204 B (58 MiB of payload) into a snapshot in chunks of 20k.
+@pytest.mark.parametrize("compression", [
+    "none",
+    pytest.param("lz4", marks=pytest.mark.xfail(
+        strict=True, reason="known gap: with compressed batches the peak reached 437-481 MiB "
+        "over baseline for 390 MiB of payload (consumer and exact paths); to investigate: "
+        "librdkafka's decompressed prefetch and the size of Tansu's Fetch responses")),
+])
+def test_snapshot_memory_is_bounded_by_the_chunk_not_the_data(tmp_path, compression):
+    """2M records of ~204 B (~390 MiB of payload) into a snapshot in chunks of 20k.
 
-    Against Tansu the peak is dominated by a constant (oversized Fetch responses and
-    librdkafka's prefetch; ~130-210 MiB over the interpreter baseline), not by the data: an
-    ad hoc run with 2M records (390 MiB) peaked at the same level (see the report).  The
-    bound below is therefore absolute; it would fail if the whole sample were held in memory
-    as Python objects or a single Arrow table plus its copies.
+    The issue's measurement: peak RSS over the interpreter baseline must stay below the data
+    itself.  Against Tansu the peak is dominated by a constant (oversized Fetch responses and
+    librdkafka's prefetch; ~130-210 MiB), not by the data, so the bound of 300 MiB — below the
+    390 MiB the sample holds — fails as soon as the sample is kept in memory whole.
     """
     import json
     import os
@@ -293,13 +299,14 @@ def test_snapshot_memory_is_bounded_by_the_chunk_not_the_data(tmp_path):
 
     from confluent_kafka import Producer
 
-    n, topic = 300_000, "mem"
+    n, topic = 2_000_000, "mem"
     value = os.urandom(96).hex().encode()  # 192 B + 12 B key
     results = {}
     with Broker(start_timeout=15) as b:
         b.create_topic(topic, partitions=3)
         p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 20, "batch.size": 1 << 20,
-                      "queue.buffering.max.messages": 400_000, "log_level": 0})
+                      "queue.buffering.max.messages": 400_000, "log_level": 0,
+                      "compression.type": compression})
         for i in range(n):
             while True:
                 try:
@@ -307,11 +314,11 @@ def test_snapshot_memory_is_bounded_by_the_chunk_not_the_data(tmp_path):
                     break
                 except BufferError:
                     p.poll(0.05)
-        assert p.flush(60) == 0
+        assert p.flush(120) == 0
         for exact in ("0", "1"):
             r = subprocess.run([sys.executable, "-c", _MEM_CHILD, b.bootstrap, topic,
                                 str(tmp_path / f"snap-{exact}"), exact],
-                               capture_output=True, text=True, timeout=120)
+                               capture_output=True, text=True, timeout=300)
             assert r.returncode == 0, r.stderr[-2000:]
             results[exact] = json.loads(r.stdout.strip().splitlines()[-1])
     print(json.dumps(results))
