@@ -12,8 +12,8 @@ process (and its process group) on exit::
 
 Tansu is not Apache Kafka: ListOffsets(latest) is wrong for multi-record batches,
 ``offsets_for_times`` always answers 0, DeleteRecords/CreatePartitions are missing and aborted
-transactions stay visible (``/work/shared/spec/test-broker.md``).  Code under test must not rely
-on those paths; :mod:`kqlab.sources.kafka` works around the watermark bug.
+transactions stay visible (``shared/spec/test-broker.md``, beside the repository).  Code
+under test must not rely on those paths; :mod:`kqlab.sources.kafka` works around the watermark bug.
 """
 
 from __future__ import annotations

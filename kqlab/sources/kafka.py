@@ -164,6 +164,30 @@ class SampleResult:
 Progress = Callable[[int, int, int, float], None]
 
 
+def _check_request(config_or_bootstrap: str | Mapping[str, Any], *, latest: int | None,
+                   start_offset: Any, end_offset: Any, start_time_ms: int | None,
+                   end_time_ms: int | None, time_lookup: str
+                   ) -> tuple[dict[str, Any], str, bool]:
+    """The client config, its bootstrap address and whether a time range was asked for;
+    a :class:`KafkaSourceError` for options that contradict each other."""
+    config = ({"bootstrap.servers": config_or_bootstrap}
+              if isinstance(config_or_bootstrap, str) else dict(config_or_bootstrap))
+    bootstrap = str(config.get("bootstrap.servers") or config.get("metadata.broker.list") or "")
+    if not bootstrap:
+        raise KafkaSourceError("no bootstrap.servers given: pass 'host:port' or a config dict "
+                               "with 'bootstrap.servers'")
+    if latest is not None and (start_offset is not None or end_offset is not None):
+        raise KafkaSourceError("latest= cannot be combined with start_offset/end_offset")
+    timed = start_time_ms is not None or end_time_ms is not None
+    if timed and (latest is not None or start_offset is not None or end_offset is not None):
+        raise KafkaSourceError("start_time_ms/end_time_ms cannot be combined with latest= or "
+                               "start_offset/end_offset")
+    if time_lookup not in TIME_LOOKUPS:
+        raise KafkaSourceError(f"time_lookup must be one of {', '.join(TIME_LOOKUPS)}, "
+                               f"got {time_lookup!r}")
+    return config, bootstrap, timed
+
+
 def sample(config_or_bootstrap: str | Mapping[str, Any], topic: str, *,
            partitions: list[int] | None = None,
            start_offset: int | Mapping[int, int] | None = None,
@@ -195,21 +219,9 @@ def sample(config_or_bootstrap: str | Mapping[str, Any], topic: str, *,
     >= ``end_time_ms``), and the records read are then also filtered to
     ``start_time_ms <= timestamp < end_time_ms`` (for out-of-order timestamps).
     """
-    config = ({"bootstrap.servers": config_or_bootstrap}
-              if isinstance(config_or_bootstrap, str) else dict(config_or_bootstrap))
-    bootstrap = str(config.get("bootstrap.servers") or config.get("metadata.broker.list") or "")
-    if not bootstrap:
-        raise KafkaSourceError("no bootstrap.servers given: pass 'host:port' or a config dict "
-                               "with 'bootstrap.servers'")
-    if latest is not None and (start_offset is not None or end_offset is not None):
-        raise KafkaSourceError("latest= cannot be combined with start_offset/end_offset")
-    timed = start_time_ms is not None or end_time_ms is not None
-    if timed and (latest is not None or start_offset is not None or end_offset is not None):
-        raise KafkaSourceError("start_time_ms/end_time_ms cannot be combined with latest= or "
-                               "start_offset/end_offset")
-    if time_lookup not in TIME_LOOKUPS:
-        raise KafkaSourceError(f"time_lookup must be one of {', '.join(TIME_LOOKUPS)}, "
-                               f"got {time_lookup!r}")
+    config, bootstrap, timed = _check_request(
+        config_or_bootstrap, latest=latest, start_offset=start_offset, end_offset=end_offset,
+        start_time_ms=start_time_ms, end_time_ms=end_time_ms, time_lookup=time_lookup)
     if random_fraction is not None and not 0.0 <= random_fraction <= 1.0:
         raise KafkaSourceError(f"random_fraction must be within [0, 1], got {random_fraction}")
     for name, v in (("latest", latest), ("max_records", max_records)):
@@ -336,21 +348,9 @@ def resolve_ranges(config_or_bootstrap: str | Mapping[str, Any], topic: str, *,
     """
     from confluent_kafka import Consumer
 
-    config = ({"bootstrap.servers": config_or_bootstrap}
-              if isinstance(config_or_bootstrap, str) else dict(config_or_bootstrap))
-    bootstrap = str(config.get("bootstrap.servers") or config.get("metadata.broker.list") or "")
-    if not bootstrap:
-        raise KafkaSourceError("no bootstrap.servers given: pass 'host:port' or a config dict "
-                               "with 'bootstrap.servers'")
-    if latest is not None and (start_offset is not None or end_offset is not None):
-        raise KafkaSourceError("latest= cannot be combined with start_offset/end_offset")
-    timed = start_time_ms is not None or end_time_ms is not None
-    if timed and (latest is not None or start_offset is not None or end_offset is not None):
-        raise KafkaSourceError("start_time_ms/end_time_ms cannot be combined with latest= or "
-                               "start_offset/end_offset")
-    if time_lookup not in TIME_LOOKUPS:
-        raise KafkaSourceError(f"time_lookup must be one of {', '.join(TIME_LOOKUPS)}, "
-                               f"got {time_lookup!r}")
+    config, bootstrap, timed = _check_request(
+        config_or_bootstrap, latest=latest, start_offset=start_offset, end_offset=end_offset,
+        start_time_ms=start_time_ms, end_time_ms=end_time_ms, time_lookup=time_lookup)
     errors: list[str] = []
     consumer = Consumer(_consumer_conf(config, GROUP_PREFIX + secrets.token_hex(8), errors))
     try:
