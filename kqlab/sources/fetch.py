@@ -76,12 +76,9 @@ def _quiet() -> None:
 
 
 def _client_config(config_or_bootstrap: str | Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
-    config = ({"bootstrap.servers": config_or_bootstrap}
-              if isinstance(config_or_bootstrap, str) else dict(config_or_bootstrap))
-    bootstrap = str(config.get("bootstrap.servers") or config.get("metadata.broker.list") or "")
-    if not bootstrap:
-        raise KafkaSourceError("no bootstrap.servers given: pass 'host:port' or a config dict "
-                               "with 'bootstrap.servers'")
+    from kqlab.sources.kafka import client_config
+
+    config, bootstrap = client_config(config_or_bootstrap)
     out: dict[str, Any] = {"bootstrap_servers": bootstrap.split(","), "client_id": CLIENT_ID}
     for k, v in config.items():
         if k in _CONFIG_MAP:

@@ -164,18 +164,24 @@ class SampleResult:
 Progress = Callable[[int, int, int, float], None]
 
 
-def _check_request(config_or_bootstrap: str | Mapping[str, Any], *, latest: int | None,
-                   start_offset: Any, end_offset: Any, start_time_ms: int | None,
-                   end_time_ms: int | None, time_lookup: str
-                   ) -> tuple[dict[str, Any], str, bool]:
-    """The client config, its bootstrap address and whether a time range was asked for;
-    a :class:`KafkaSourceError` for options that contradict each other."""
+def client_config(config_or_bootstrap: str | Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    """A librdkafka config dict (from ``"host:port"`` or a dict) and its bootstrap address."""
     config = ({"bootstrap.servers": config_or_bootstrap}
               if isinstance(config_or_bootstrap, str) else dict(config_or_bootstrap))
     bootstrap = str(config.get("bootstrap.servers") or config.get("metadata.broker.list") or "")
     if not bootstrap:
         raise KafkaSourceError("no bootstrap.servers given: pass 'host:port' or a config dict "
                                "with 'bootstrap.servers'")
+    return config, bootstrap
+
+
+def _check_request(config_or_bootstrap: str | Mapping[str, Any], *, latest: int | None,
+                   start_offset: Any, end_offset: Any, start_time_ms: int | None,
+                   end_time_ms: int | None, time_lookup: str
+                   ) -> tuple[dict[str, Any], str, bool]:
+    """The client config, its bootstrap address and whether a time range was asked for;
+    a :class:`KafkaSourceError` for options that contradict each other."""
+    config, bootstrap = client_config(config_or_bootstrap)
     if latest is not None and (start_offset is not None or end_offset is not None):
         raise KafkaSourceError("latest= cannot be combined with start_offset/end_offset")
     timed = start_time_ms is not None or end_time_ms is not None

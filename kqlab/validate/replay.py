@@ -95,10 +95,8 @@ def load_sample(source: Any, *, framing: str = "exact", linger_ms: int = 5,
         sample = Sample(log.records, log.batches, raw, "exact", "log", list(log.issues))
         if framing != "exact":
             # a consumer never sees transaction markers: rebuild from the data records only
-            rows = _record_batch_rows(log.records, log.batches)
-            control = log.batches.column("is_control").to_numpy(zero_copy_only=False)
-            data_records = log.records.filter(pa.array(~control.astype(bool)[rows]))
-            rebuilt = reconstruct_framing(data_records, framing, linger_ms=linger_ms,
+            rebuilt = reconstruct_framing(_data_records(log.records, log.batches), framing,
+                                          linger_ms=linger_ms,
                                           batch_size=batch_size)
             rebuilt.issues = list(log.issues)
             return rebuilt
@@ -112,6 +110,13 @@ def load_sample(source: Any, *, framing: str = "exact", linger_ms: int = 5,
                       "records table or a Sample")
 
 
+def _data_records(records: pa.Table, batches: pa.Table) -> pa.Table:
+    """The records outside control batches: what a consumer sees (never transaction markers),
+    so what framing is rebuilt from."""
+    control = batches.column("is_control").to_numpy(zero_copy_only=False).astype(bool)
+    return records.filter(pa.array(~control[_record_batch_rows(records, batches)]))
+
+
 def _sample_from_snapshot(snap: Any, framing: str, linger_ms: int, batch_size: int) -> Sample:
     """A snapshot as a sample: its tables (no raw bytes) or rebuilt producer-like batches."""
     exact = snap.framing == "exact"
@@ -121,11 +126,8 @@ def _sample_from_snapshot(snap: Any, framing: str, linger_ms: int, batch_size: i
                               "framing='single' or 'linger'")
         return Sample(snap.records(), snap.batches(), None, "exact", "log", list(snap.issues))
     records = snap.records()
-    if exact:  # a consumer never sees transaction markers: rebuild from the data records only
-        batches = snap.batches()
-        rows = _record_batch_rows(records, batches)
-        control = batches.column("is_control").to_numpy(zero_copy_only=False).astype(bool)
-        records = records.filter(pa.array(~control[rows]))
+    if exact:
+        records = _data_records(records, snap.batches())
     rebuilt = reconstruct_framing(records, framing, linger_ms=linger_ms, batch_size=batch_size)
     rebuilt.issues = list(snap.issues)
     return rebuilt
