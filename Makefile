@@ -24,11 +24,14 @@ check-java:
 	@scripts/check-java
 
 # the demo partition replayed through its policy, then the demo topics through the embedded
-# broker (produced, sampled back, checked against their documented defects)
+# broker (produced, sampled back, checked against their documented defects), then the demo
+# topics on Spark and locally with every verdict compared (the engines' parity check)
 demo: setup
 	$(BIN)/kqlab demo
 	@echo
 	$(BIN)/kqlab demo --topics
+	@echo
+	$(BIN)/kqlab demo --spark
 
 # pytest's exit code 5 means "no tests ran": that is a failure here, there must be tests.
 test: setup
@@ -46,8 +49,10 @@ lint: setup
 lab: setup
 	$(BIN)/jupyter lab --ip 127.0.0.1 --notebook-dir notebooks
 
+# the benchmarks' peers (Great Expectations, pandera) are not needed by the tests
 bench: setup
-	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b $(BENCH_ARGS) || exit 1; done
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	@for b in benchmarks/[!_]*.py; do echo "== $$b"; $(BIN)/python $$b $(BENCH_ARGS) || exit 1; done
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .ruff_cache

@@ -53,6 +53,19 @@ _EXPORTS = {
     "Replayer": "kqlab.validate",
     "Verdicts": "kqlab.validate",
     "broker_verdicts": "kqlab.kafka.table_checks",
+    "suggest": "kqlab.policy.suggest",
+    "Suggestion": "kqlab.policy.suggest",
+    "Suggestions": "kqlab.policy.suggest",
+    "test_policy": "kqlab.validate.golden",
+    "PolicyTestReport": "kqlab.validate.golden",
+    "replay_spark": "kqlab.spark.engine",
+    "parity_check": "kqlab.spark.parity",
+    "spark_session": "kqlab.spark.session",
+    "SparkVerdicts": "kqlab.spark.verdicts",
+    "export_policy": "kqlab.export",
+    "fidelity_report": "kqlab.export",
+    "report": "kqlab.reporting",
+    "unmask": "kqlab.viz",
 }
 
 __all__ = [
@@ -71,9 +84,13 @@ __all__ = [
     "PartitionValidator",
     "Policy",
     "PolicyError",
+    "PolicyTestReport",
     "Record",
     "Replayer",
     "Rule",
+    "SparkVerdicts",
+    "Suggestion",
+    "Suggestions",
     "TopicConfig",
     "Verdicts",
     "__version__",
@@ -83,13 +100,22 @@ __all__ = [
     "decode_records",
     "diff",
     "dump_policy",
+    "export_policy",
+    "fidelity_report",
     "iter_log_batches",
     "iter_log_tables",
     "load_policy",
     "loads_policy",
+    "parity_check",
     "read_log",
     "replay",
+    "replay_spark",
+    "report",
     "save_policy",
+    "spark_session",
+    "suggest",
+    "test_policy",
+    "unmask",
     "validate_batches",
 ]
 
@@ -109,6 +135,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from kqlab.errors import ConfigError, KqlabError, LogPathError
+    from kqlab.export import export_policy, fidelity_report
     from kqlab.kafka.batch import Decoded, decode_batches, decode_records
     from kqlab.kafka.builder import BatchBuilder, Record, build_batch
     from kqlab.kafka.compression import Codec
@@ -126,5 +153,10 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
         loads_policy,
         save_policy,
     )
+    from kqlab.policy.suggest import Suggestion, Suggestions, suggest
     from kqlab.records import BATCH_VERDICTS_SCHEMA, BATCHES_SCHEMA, RECORDS_SCHEMA
+    from kqlab.reporting import report
+    from kqlab.spark import SparkVerdicts, parity_check, replay_spark, spark_session
     from kqlab.validate import Replayer, Verdicts, replay
+    from kqlab.validate.golden import PolicyTestReport, test_policy
+    from kqlab.viz import unmask

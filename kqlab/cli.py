@@ -1,4 +1,6 @@
-"""The ``kqlab`` command line: ``kqlab inspect``, ``sample``, ``snapshot``, ``replay``, ``demo``.
+"""The ``kqlab`` command line: ``inspect``, ``sample``, ``snapshot``, ``replay``, ``demo``, and
+``test``, ``suggest`` (those two in :mod:`kqlab.cli_policy`), ``report`` (in
+:mod:`kqlab.cli_report`), ``export`` (in :mod:`kqlab.cli_export`).
 
 Every command takes ``--json`` and then prints exactly one JSON document on stdout, for scripts.
 Errors in the request (a missing path, a bad ``--config``) exit with status 2 and one line on
@@ -59,8 +61,9 @@ def _parser() -> argparse.ArgumentParser:
                          "folder) through the broker's batch checks and a policy's rules, with "
                          "the record-policy KIPs' semantics, and summarise what production "
                          "would reject and why.")
-    rep.add_argument("source", help="a segment file (*.log), a partition folder or a snapshot "
-                     "folder (kqlab snapshot)")
+    rep.add_argument("source", help="a segment file (*.log), a partition folder, a log "
+                     "directory (of <topic>-<partition> folders) or a snapshot folder "
+                     "(kqlab snapshot)")
     rep.add_argument("--policy", required=True, help="the policy file (YAML)")
     rep.add_argument("--now", type=int, default=None, metavar="EPOCH_MS",
                      help="broker clock (default: the wall clock)")
@@ -72,10 +75,19 @@ def _parser() -> argparse.ArgumentParser:
                      help="enforcement profile (default: the policy's)")
     rep.add_argument("--out", default=None, metavar="DIR",
                      help="write records.parquet, batches.parquet, rules.parquet and "
-                     "summary.json there")
+                     "summary.json there (--engine spark: records/ and batches/ folders of "
+                     "Parquet files, one per topic-partition)")
     rep.add_argument("--vet", default=None, metavar="FILE",
                      help="write the policy with its provenance (sample, counts, content hash, "
                      "date) to FILE")
+    rep.add_argument("--engine", choices=("local", "spark"), default="local",
+                     help="local: in this process; spark: one Spark task per topic-partition "
+                     "(same verdicts; for samples that outgrow one process)")
+    rep.add_argument("--master", default=None,
+                     help="Spark master for --engine spark (default local[*]; e.g. local[2], "
+                     "spark://host:7077, yarn)")
+    rep.add_argument("--overwrite", action="store_true",
+                     help="with --engine spark: replace an existing --out folder")
     rep.add_argument("--json", action="store_true", help="print one JSON document")
 
     smp = sub.add_parser("sample", help="sample a live topic into a snapshot",
@@ -122,7 +134,22 @@ def _parser() -> argparse.ArgumentParser:
                       help="the demo topics (orders: Avro, clicks: JSON) with their documented "
                       "defects: replay every partition, then produce them into the embedded "
                       "broker and sample them back")
+    demo.add_argument("--spark", action="store_true",
+                      help="the demo topics replayed on Spark and locally: the parity check "
+                      "(identical verdicts from both engines)")
+    demo.add_argument("--master", default=None,
+                      help="Spark master for --spark (default local[*])")
     demo.add_argument("--json", action="store_true", help="print one JSON document")
+
+    from kqlab.cli_policy import add_parsers  # kqlab test | suggest (policy authoring)
+
+    add_parsers(sub)
+    from kqlab.cli_report import add_parsers as add_report  # kqlab report (HTML)
+
+    add_report(sub)
+    from kqlab.cli_export import add_parsers as add_export  # kqlab export (enforcement targets)
+
+    add_export(sub)
     return p
 
 
@@ -389,12 +416,59 @@ def cmd_demo_topics(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demo_spark(args: argparse.Namespace) -> int:
+    """``kqlab demo --spark``: every demo topic on both engines, every verdict compared."""
+    import tempfile
+
+    import orjson
+
+    from kqlab.sources import demo_topics as dt
+    from kqlab.spark import parity_check, spark_session
+
+    now = args.now if args.now is not None else int(time.time() * 1000)
+    reports = {}
+    with tempfile.TemporaryDirectory(prefix="kqlab-demo-spark-") as tmp:
+        demo = dt.generate(Path(args.dir or tmp) / "segments", now)
+        policies = dt.load_policies()
+        spark = spark_session(args.master)
+        for topic in sorted(policies):
+            logdir = Path(tmp) / "by-topic" / topic
+            logdir.mkdir(parents=True)
+            for name, folder in demo.folders.items():
+                if name.rsplit("-", 1)[0] == topic:
+                    (logdir / name).symlink_to(folder.resolve(), target_is_directory=True)
+            report = parity_check(logdir, policies[topic], spark=spark, now=now,
+                                  progress=not args.json)
+            reports[topic] = (report, report.spark_verdicts.summary())
+    identical = all(r.identical for r, _ in reports.values())
+    if args.json:
+        sys.stdout.write(orjson.dumps({
+            "now": now, "master": spark.sparkContext.master, "identical": identical,
+            "topics": {t: {**r.to_dict(), "outcomes": s["outcomes"], "units": s["units"]}
+                       for t, (r, s) in reports.items()}}).decode() + "\n")
+        return 0 if identical else 1
+    print(f"kqlab demo --spark — the demo topics on Spark ({spark.sparkContext.master}) and "
+          "locally, every verdict compared")
+    for topic, (r, s) in reports.items():
+        o = s["outcomes"]
+        verdict = "identical" if r.identical else "DIFFERENT"
+        print(f"  {topic:<7} {s['units']} partition(s), {r.records:>5} records, "
+              f"{r.batches:>4} batches: accepted {o['accepted']:>5} rejected {o['rejected']:>4}"
+              f" collateral {o['collateral']:>4} — engines {verdict} (local "
+              f"{r.local_seconds:.2f} s, spark {r.spark_seconds:.2f} s)")
+        for d in r.differences[:5]:
+            print(f"    {d}")
+    return 0 if identical else 1
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """``kqlab demo``: generate the demo partition, decode it, replay the demo policy over it."""
     import tempfile
 
     if args.topics:
         return cmd_demo_topics(args)
+    if args.spark:
+        return cmd_demo_spark(args)
 
     import orjson
 
@@ -498,6 +572,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from kqlab.validate import replay
 
     policy = load_policy(args.policy)
+    if args.engine == "spark":
+        return _replay_spark(args, policy)
     verdicts = replay(args.source, policy, now=args.now, framing=args.framing,
                       profile=args.profile, linger_ms=args.linger_ms,
                       batch_size=args.batch_size)
@@ -526,6 +602,37 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.vet:
         print(f"  vetted policy (with provenance) written to {args.vet}")
     return 0
+
+
+def _replay_spark(args: argparse.Namespace, policy: Any) -> int:
+    """``kqlab replay --engine spark``: verdict Parquet under ``--out`` (or a temporary
+    folder), the same summary as the local engine; exit 3 when a unit could not be read."""
+    import orjson
+
+    from kqlab.spark import replay_spark
+
+    verdicts = replay_spark(args.source, policy, master=args.master, out=args.out,
+                            overwrite=args.overwrite, now=args.now, framing=args.framing,
+                            profile=args.profile, linger_ms=args.linger_ms,
+                            batch_size=args.batch_size, progress=not args.json)
+    summary = verdicts.summary()
+    if args.vet:
+        from kqlab.policy.io import save_policy
+
+        save_policy(verdicts.vet(policy, source=str(args.source)), args.vet)
+        summary["vetted_policy"] = str(args.vet)
+    if args.json:
+        sys.stdout.write(orjson.dumps(summary).decode() + "\n")
+    else:
+        print_summary(summary)
+        print(f"  engine: spark, {summary['units']} unit(s) in {summary['seconds']:.1f} s; "
+              f"verdict Parquet files in {summary['out']}/")
+        if args.vet:
+            print(f"  vetted policy (with provenance) written to {args.vet}")
+    for e in summary["errors"]:
+        print(f"kqlab replay: {e['topic']}-{e['partition']} ({e['path']}) was not replayed: "
+              f"{e['error']}: {e['message']}", file=sys.stderr)
+    return 3 if summary["errors"] else 0
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
@@ -588,6 +695,18 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_snapshot(args)
         if args.command == "sample":
             return cmd_sample(args)
+        if args.command in ("test", "suggest"):
+            from kqlab.cli_policy import run
+
+            return run(args)
+        if args.command == "report":
+            from kqlab.cli_report import run as run_report
+
+            return run_report(args)
+        if args.command == "export":
+            from kqlab.cli_export import run as run_export
+
+            return run_export(args)
         return cmd_demo(args)
     except (KqlabError, ValueError) as exc:
         print(f"kqlab {args.command}: error: {exc}", file=sys.stderr)

@@ -93,8 +93,11 @@ class Broker:
     """
 
     def __init__(self, *, start_timeout: float = 15.0, attempts: int = 5,
-                 rust_log: str = "warn") -> None:
+                 rust_log: str = "warn", schema_dir: str | Path | None = None) -> None:
         self.start_timeout = start_timeout
+        #: a folder of per-topic schema files (``<topic>.json|.avsc|.proto``) Tansu validates
+        #: produced records against (``--schema-registry``); None: no validation
+        self.schema_dir = None if schema_dir is None else Path(schema_dir).resolve()
         self.attempts = attempts
         self.rust_log = rust_log
         self.port: int | None = None
@@ -139,8 +142,14 @@ class Broker:
             url = f"tcp://127.0.0.1:{port}"
             cmd = [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
                    "--storage-engine", "memory://tansu/"]
+            cwd = None
+            if self.schema_dir is not None:
+                # Tansu resolves file:// against its cwd and fails on absolute paths
+                # (test-broker.md §2): run it from the folder's parent, name it relatively
+                cwd = str(self.schema_dir.parent)
+                cmd += ["--schema-registry", f"file://./{self.schema_dir.name}"]
             self._log = open(self._log_path, "ab")  # noqa: SIM115 - closed in stop()
-            self._proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL,
+            self._proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
                                           stdout=self._log, stderr=self._log,
                                           start_new_session=True)
             self.port = port

@@ -134,6 +134,24 @@ def topic_partition_of(path: str | Path) -> tuple[str, int]:
     return m["topic"], int(m["partition"])
 
 
+def partition_dirs(path: str | Path) -> list[Path]:
+    """The ``<topic>-<partition>`` folders (holding ``*.log`` segments) inside a log directory.
+
+    A broker's ``log.dirs`` entry, or a backup of several partitions, is such a folder.  They
+    come sorted by topic, then partition number, so every engine walks them in one order.
+    Empty when ``path`` is a segment file or itself a partition folder.
+    """
+    p = Path(path)
+    if not p.is_dir() or any(p.glob("*.log")):
+        return []
+    found = []
+    for sub in p.iterdir():
+        m = _PARTITION_DIR.match(sub.name)
+        if m and sub.is_dir() and any(sub.glob("*.log")):
+            found.append((m["topic"], int(m["partition"]), sub))
+    return [sub for _, _, sub in sorted(found)]
+
+
 def iter_log_batches(path: str | Path) -> Iterator[RawBatch | LogIssue]:
     """Stream every batch (and issue) of a segment file or partition folder, in log order."""
     from kqlab.kafka.records_parser import scan_batches

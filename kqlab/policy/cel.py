@@ -51,6 +51,11 @@ timestamp or a duration (Avro ``timestamp-millis`` decodes to ``datetime``) is t
 evaluated with celpy when that is installed (otherwise it fails with an error saying so).
 Only the CEL standard library is
 available (no string/math extensions), so the same expression runs on both engines.
+
+This module is the reference.  The local engine's ``cel`` rules and ``when`` preconditions
+evaluate a documented subset of CEL as Arrow column kernels (:mod:`kqlab.validate.cel_vector`)
+and send every row those cannot decide, and every expression outside the subset, here: the
+results and error texts are this module's.
 """
 
 from __future__ import annotations

@@ -1,8 +1,11 @@
 """What changed between two policies: rules added, removed, changed or moved, and settings.
 
 Rules are matched by their stable ``id``.  Values are compared *effectively* (a parameter left
-out equals its catalog default, ``severity`` defaults to ``error``), so a diff is empty exactly
-when the two policies behave the same; provenance is ignored, as in the content hash.
+out equals its catalog default, ``severity`` defaults to ``error``), so a diff is false exactly
+when the two policies behave the same; provenance is ignored, as in the content hash.  Golden
+examples (tests of the policy, left out of the content hash for the same reason) are listed in
+``examples_changed`` and in the summary, but do not make the diff true; so is the ``sensitive``
+section (what views mask, not what the policy does): ``sensitive_changed``.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from kqlab.policy.model import Policy, Rule, thaw
 __all__ = ["PolicyDiff", "RuleChange", "diff"]
 
 _RULE_FIELDS = ("kind", "message", "description", "when", "severity", "mode")
-_SKIP = ("rules", "provenance", "version")
+_SKIP = ("rules", "provenance", "version", "sensitive")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,13 +38,20 @@ class RuleChange:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PolicyDiff:
-    """The difference from policy ``a`` to policy ``b``; false when they behave the same."""
+    """The difference from policy ``a`` to policy ``b``; false when they behave the same.
+
+    ``examples_changed`` names the rules (in both policies) whose golden examples differ; it
+    is reported by :meth:`summary` but, like the content hash, does not count in ``bool``;
+    ``sensitive_changed`` (``(name, old, new)`` per field of the ``sensitive`` section) alike.
+    """
 
     added: tuple[str, ...] = ()
     removed: tuple[str, ...] = ()
     changed: tuple[RuleChange, ...] = ()
     moved: tuple[str, ...] = ()
     settings_changed: tuple[tuple[str, Any, Any], ...] = ()
+    examples_changed: tuple[str, ...] = ()
+    sensitive_changed: tuple[tuple[str, Any, Any], ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.added or self.removed or self.changed or self.moved
@@ -49,7 +59,7 @@ class PolicyDiff:
 
     def summary(self) -> str:
         """A short human-readable report, one line per kind of change."""
-        if not self:
+        if not self and not self.examples_changed and not self.sensitive_changed:
             return "no changes"
         lines = []
         if self.added:
@@ -61,6 +71,10 @@ class PolicyDiff:
             lines.append(f"moved rules: {', '.join(self.moved)}")
         lines.extend(f"changed setting {name}: {_show(old)} -> {_show(new)}"
                      for name, old, new in self.settings_changed)
+        if self.examples_changed:
+            lines.append(f"changed examples of rules: {', '.join(self.examples_changed)}")
+        lines.extend(f"changed masking sensitive.{name}: {_show(old)} -> {_show(new)}"
+                     for name, old, new in self.sensitive_changed)
         return "\n".join(lines)
 
 
@@ -140,4 +154,10 @@ def diff(a: Policy, b: Policy) -> PolicyDiff:
         changed=tuple(changed),
         moved=tuple(i for i in common_b if i not in in_order),
         settings_changed=tuple((k, sa.get(k), sb.get(k)) for k in keys if sa.get(k) != sb.get(k)),
+        examples_changed=tuple(i for i in common_b
+                               if by_id_a[i].examples != by_id_b[i].examples),
+        sensitive_changed=tuple((f.name, thaw(getattr(a.sensitive, f.name)),
+                                 thaw(getattr(b.sensitive, f.name)))
+                                for f in fields(a.sensitive)
+                                if getattr(a.sensitive, f.name) != getattr(b.sensitive, f.name)),
     )

@@ -33,14 +33,18 @@ from kqlab.policy.model import (
     FORMATS,
     MODES,
     POLICY_VERSION,
+    RELATIVE_TIMESTAMP_UNITS,
     SEVERITIES,
     WIRE_FORMATS,
     Broker,
+    Example,
+    Examples,
     Format,
     Policy,
     Provenance,
     Rule,
     SchemaSource,
+    Sensitive,
     Topics,
     thaw,
 )
@@ -56,7 +60,14 @@ PLUGIN_CALLABLE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*\Z")
 CONTENT_HASH = re.compile(r"sha256:[0-9a-f]{64}\Z")
 REGISTRY_SCHEMES = ("mock://", "http://", "https://")
 #: the keys of a rule besides its kind's parameters, in dump order
-RULE_FIELDS = ("id", "kind", "message", "description", "when", "severity", "mode")
+RULE_FIELDS = ("id", "kind", "message", "description", "when", "severity", "mode", "examples")
+#: the keys of one golden example, in dump order (``kqlab.policy.model.Example``)
+EXAMPLE_KEYS = tuple(f.name for f in fields(Example))
+#: an example's timestamp relative to the test run's clock: now, now-8d, now+90s ...
+RELATIVE_TIMESTAMP = re.compile(r"now(?:([+-])([0-9]+)(" + "|".join(RELATIVE_TIMESTAMP_UNITS)
+                                + r"))?\Z")
+#: value/key formats whose examples are text (everything else takes JSON-shaped data)
+TEXT_FORMATS = ("none", "bytes", "string")
 #: top-level keys, in dump order
 TOP_KEYS = ("kqlab", *(f.name for f in fields(Policy) if f.name != "version"))
 #: free-text fields whose surrounding whitespace is formatting (YAML ``>`` adds a newline)
@@ -283,6 +294,8 @@ class _Checker:
 
     def __init__(self, source: str) -> None:
         self.source = source
+        # the policy's formats, known before its rules (examples are checked against them)
+        self.formats: dict[str, Format] = {"key": Format(), "value": Format()}
 
     def fail(self, reason: str, key: str | None = None,
              at: tuple[int, int] | None = None) -> NoReturn:
@@ -432,11 +445,14 @@ class _Checker:
         }
         sections: dict[str, Callable[[Any, str, Any], Any]] = {
             "topics": self.topics, "broker": self.broker, "key": self.format,
-            "value": self.format, "rules": self.rules, "provenance": self.provenance,
+            "value": self.format, "sensitive": self.sensitive, "rules": self.rules,
+            "provenance": self.provenance,
         }
         for name, build in sections.items():
             if name in data:
                 values[name] = build(data[name], name, _value_at(data, name))
+                if name in self.formats:
+                    self.formats[name] = values[name]
         return Policy(**values)
 
     def version(self, data: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -617,7 +633,111 @@ class _Checker:
             when=self.get(m, "when", "str", path),
             severity=self.get(m, "severity", "str", path, choices=SEVERITIES, default="error"),
             mode=self.get(m, "mode", "str", path, choices=MODES, default="reject"),
+            examples=self.examples(m["examples"], f"{path}.examples", _value_at(m, "examples"))
+            if "examples" in m else None,
         )
+
+    # --- golden examples -------------------------------------------------------------------
+    def examples(self, value: Any, path: str, at: Any) -> Examples:
+        """``examples: {pass: [...], fail: [...]}``: records the rule must accept / reject."""
+        hint = "write examples: {pass: [{value: ...}], fail: [{value: ...}]}"
+        m = self.mapping(value, path, at, "pass and fail examples", hint)
+        self.known_keys(m, ("pass", "fail"), path, "examples")
+        if not m:
+            self.fail(f"examples without pass or fail test nothing — {hint}", path, at)
+        out: dict[str, tuple[Example, ...]] = {}
+        for name in ("pass", "fail"):
+            items = m.get(name, [])
+            item_path, item_at = f"{path}.{name}", _value_at(m, name)
+            if not isinstance(items, list | tuple):
+                self.fail(f"expected a list of example records, got {_describe(items)} — start "
+                          f"each example with '- value: ...' (or write {name}: [{{value: ...}}])",
+                          item_path, item_at)
+            out[name] = tuple(self.example(item, f"{item_path}[{i}]", _item_at(items, i) or
+                                           item_at) for i, item in enumerate(items))
+        if not (out["pass"] or out["fail"]):
+            self.fail(f"examples are empty — {hint}", path, at)
+        return Examples(passing=out["pass"], failing=out["fail"])
+
+    def example(self, value: Any, path: str, at: Any) -> Example:
+        m = self.mapping(value, path, at, "example record keys (key, value, headers, ...)",
+                         "write the example as - {key: k1, value: {amount: 10}}")
+        at = _at(m) or at
+        self.known_keys(m, EXAMPLE_KEYS, path, "an example record")
+        name = self.get(m, "name", "str", path)
+        key = self.payload(m, "key", path)
+        val = self.payload(m, "value", path)
+        raw_value = self.get(m, "raw_value", "str", path, nonempty=False)
+        if "value" in m and "raw_value" in m:
+            self.fail("give value (encoded with the policy's value format) or raw_value (the "
+                      "bytes as written), not both — remove one", f"{path}.raw_value",
+                      _key_at(m, "raw_value"))
+        headers = self.example_headers(m, path) if "headers" in m else ()
+        timestamp = None
+        if "timestamp" in m:
+            timestamp, tat = m["timestamp"], _value_at(m, "timestamp")
+            ok = (_is_int(timestamp) and 0 <= timestamp < _LONG) or (
+                isinstance(timestamp, str) and RELATIVE_TIMESTAMP.match(timestamp))
+            if not ok:
+                self.fail(f"timestamp {_describe(timestamp)} is neither epoch milliseconds nor "
+                          "relative to now — write timestamp: 1763700000000, or now-8d, "
+                          f"now+2h (units {', '.join(RELATIVE_TIMESTAMP_UNITS)})",
+                          f"{path}.timestamp", tat)
+        schema_id = self.get(m, "schema_id", "int", path)
+        if schema_id is not None and self.formats["value"].wire != "confluent":
+            self.fail("schema_id frames the value in the Confluent wire format, but the "
+                      "policy's value has wire: raw — remove schema_id or set value.wire: "
+                      "confluent", f"{path}.schema_id", _key_at(m, "schema_id"))
+        if schema_id is not None and "value" not in m:
+            self.fail("schema_id frames an encoded value — add value: {...} (raw_value is "
+                      "written as is, unframed)", f"{path}.schema_id", _key_at(m, "schema_id"))
+        return Example(name=name, key=key, value=val, raw_value=raw_value, headers=headers,
+                       timestamp=timestamp, schema_id=schema_id)
+
+    def payload(self, m: Mapping[str, Any], name: str, path: str) -> Any:
+        """An example's key or value: text for text formats, JSON-shaped data otherwise."""
+        if name not in m or m[name] is None:
+            return None
+        value, key, at = m[name], f"{path}.{name}", _value_at(m, name)
+        fmt = self.formats[name].format
+        if fmt in TEXT_FORMATS and not isinstance(value, str):
+            what = "the record's key" if name == "key" else "the record's value"
+            self.fail(f"the policy's {name} format is {fmt}, so {what} is text, got "
+                      f"{_describe(value)} — quote it: {name}: '{_yaml_scalar(thaw(value))}'"
+                      if not isinstance(value, Mapping | list | tuple) else
+                      f"the policy's {name} format is {fmt}, so {what} is text, got "
+                      f"{_describe(value)} — write the text, or set {name}.format: json",
+                      key, at)
+        self.plain(value, key, at)
+        return value
+
+    def example_headers(self, m: Mapping[str, Any], path: str) -> tuple[tuple[str, Any], ...]:
+        """Headers as ``{name: value}`` or a list of ``[name, value]`` pairs (duplicates)."""
+        value, key, at = m["headers"], f"{path}.headers", _value_at(m, "headers")
+        hint = "write headers: {trace-id: abc} or headers: [[trace-id, abc], [trace-id, def]]"
+        if isinstance(value, Mapping):
+            self.mapping(value, key, at, "header names to values", hint)
+            pairs = [(k, value[k], _value_at(value, k)) for k in value]
+        elif isinstance(value, list | tuple):
+            pairs = []
+            for i, item in enumerate(value):
+                if not (isinstance(item, list | tuple) and len(item) == 2 and
+                        isinstance(item[0], str)):
+                    self.fail(f"expected a [name, value] pair, got {_describe(item)} — {hint}",
+                              f"{key}[{i}]", _item_at(value, i) or at)
+                pairs.append((item[0], item[1], _item_at(value, i) or at))
+        else:
+            self.fail(f"expected a mapping of header names to values, got {_describe(value)} "
+                      f"— {hint}", key, at)
+        out = []
+        for name, item, item_at in pairs:
+            if not name:
+                self.fail(f"a header name is empty — {hint}", key, item_at)
+            if item is not None and not isinstance(item, str):
+                self.fail(f"header values are text (or null), got {_describe(item)} — quote "
+                          f"it: {name}: '{_yaml_scalar(item)}'", _join(key, name), item_at)
+            out.append((name, item))
+        return tuple(out)
 
     def param(self, spec: RuleKind, p: Param, m: Mapping[str, Any], path: str) -> Any:
         key, at = f"{path}.{p.name}", _value_at(m, p.name)
@@ -681,6 +801,46 @@ class _Checker:
             if len(given) == 2:
                 self.fail("give the JSON Schema inline (schema) or as a file (path), not both — "
                           "remove one", f"{path}.path", _key_at(m, "path"))
+
+    def sensitive(self, value: Any, path: str, at: Any) -> Sensitive:
+        """``sensitive: {fields: [customer.email], key: true, value: false, headers: [...]}``."""
+        hint = "write sensitive: {fields: [customer.email], key: true, headers: [authorization]}"
+        m = self.mapping(value, path, at, "fields, key, value and headers", hint)
+        self.known_keys(m, tuple(f.name for f in fields(Sensitive)), path, "sensitive")
+        if not m:
+            self.fail(f"sensitive is empty, so nothing is masked — {hint}, or remove it", path,
+                      at)
+        names: dict[str, tuple[str, ...]] = {}
+        for name, what, example in (("fields", "value field", "customer.email"),
+                                    ("headers", "header name", "authorization")):
+            items = self.get(m, name, "list[str]", path, default=(),
+                             example=f"[{example}]")
+            seen: dict[str, int] = {}
+            for i, item in enumerate(items):
+                key, item_at = f"{path}.{name}[{i}]", _item_at(items, i) or _value_at(m, name)
+                if not item.strip():
+                    self.fail(f"an empty {what} masks nothing — write {name}: [{example}]",
+                              key, item_at)
+                if name == "fields" and any(not part.strip() for part in item.split(".")):
+                    self.fail(f"field {item!r} has an empty path segment — write a dotted path "
+                              "into the decoded value, such as customer.email", key, item_at)
+                if item in seen:
+                    self.fail(f"{what} {item!r} is listed twice (also {path}.{name}"
+                              f"[{seen[item]}]) — remove one", key, item_at)
+                seen[item] = i
+            names[name] = tuple(items)
+        key_masked = self.get(m, "key", "bool", path, default=False)
+        value_masked = self.get(m, "value", "bool", path, default=False)
+        fmt = self.formats["value"].format
+        if names["fields"] and fmt not in SCHEMA_FORMATS:
+            self.fail(f"sensitive fields are paths into a decoded json or avro value, but the "
+                      f"policy's value format is {fmt} — mask the whole value with value: true, "
+                      "or set value.format: json", f"{path}.fields", _key_at(m, "fields"))
+        if names["fields"] and value_masked:
+            self.fail("value: true already masks the whole value, fields included — remove "
+                      "fields or value", f"{path}.fields", _key_at(m, "fields"))
+        return Sensitive(fields=names["fields"], key=key_masked, value=value_masked,
+                         headers=names["headers"])
 
     def provenance(self, value: Any, path: str, at: Any) -> Provenance:
         m = self.mapping(value, path, at, "sample, counts, content_hash and vetted_at",
@@ -807,7 +967,7 @@ def _canonical_rule(rule: Rule) -> Rule:
         return rule
     return Rule(id=rule.id, kind=rule.kind, params=params, message=rule.message,
                 description=rule.description, severity=rule.severity, mode=rule.mode,
-                when=rule.when)
+                when=rule.when, examples=rule.examples)
 
 
 def dump_policy(policy: Policy) -> str:
@@ -825,7 +985,22 @@ def dump_policy(policy: Policy) -> str:
     """
     data = policy_to_dict(policy)
     policy_from_dict(data, source=f"<policy {policy.name!r}>")
-    return yaml.safe_dump(data, **_DUMP_OPTIONS)
+    for rule in data.get("rules", ()):
+        for items in rule.get("examples", {}).values():  # one example record, one line
+            items[:] = [_Flow(item) for item in items]
+    return yaml.dump(data, Dumper=_Dumper, **_DUMP_OPTIONS)
+
+
+class _Flow(dict):
+    """A mapping written in YAML flow style (``{key: k1, value: {amount: 10}}``)."""
+
+
+class _Dumper(yaml.SafeDumper):
+    """``SafeDumper`` writing :class:`_Flow` mappings on one line (golden examples)."""
+
+
+_Dumper.add_representer(_Flow, lambda dumper, data: dumper.represent_mapping(
+    "tag:yaml.org,2002:map", data.items(), flow_style=True))
 
 
 def save_policy(policy: Policy, path: str | Path) -> Path:

@@ -47,9 +47,99 @@ def _canonical(value: Any) -> bytes:
     return orjson.dumps(thaw(value), option=orjson.OPT_SORT_KEYS)
 
 
+#: ``timestamp`` of an example relative to the clock of the test run: ``now``, ``now-8d`` ...
+RELATIVE_TIMESTAMP_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Example:
+    """One golden record of a rule: what it holds, as a person writes it in the policy file.
+
+    ``key`` and ``value`` are *decoded* content, encoded with the policy's key/value formats
+    when the example runs (text for ``string``/``bytes``/``none``, any JSON-shaped data for
+    ``json``, a datum of the writer schema for ``avro``, framed with the Confluent header when
+    ``wire: confluent``); ``None`` means no key / a tombstone.  ``raw_value`` gives the value's
+    bytes verbatim instead (the UTF-8 of the text: no encoding, no framing), for examples that
+    must not decode.  ``headers`` keep order and duplicates; a header value of ``None`` is a
+    null header value.  ``timestamp`` is epoch milliseconds, or relative to the run's clock
+    (``now``, ``now-8d``, ``now+2h``; units ms, s, m, h, d); left out, it is ``now``.
+    ``schema_id`` frames the value with that id (default: the subject's latest schema).
+    """
+
+    name: str | None = None
+    key: Any = None
+    value: Any = None
+    raw_value: str | None = None
+    headers: tuple[tuple[str, str | None], ...] = ()
+    timestamp: int | str | None = None
+    schema_id: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", _freeze(self.key))
+        object.__setattr__(self, "value", _freeze(self.value))
+        items = self.headers.items() if isinstance(self.headers, dict | MappingProxyType) \
+            else self.headers
+        object.__setattr__(self, "headers", tuple((str(k), v) for k, v in items))
+
+    def __hash__(self) -> int:
+        return hash(_canonical(self.to_dict()))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The YAML shape: fields in declaration order, defaults left out; headers as a
+        mapping when their names are unique (else a list of ``[name, value]`` pairs)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None or value == ():
+                continue
+            if f.name == "headers":
+                names = [k for k, _ in value]
+                out["headers"] = dict(value) if len(set(names)) == len(names) else \
+                    [[k, v] for k, v in value]
+            else:
+                out[f.name] = thaw(value)
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Examples:
+    """A rule's golden examples: records it must accept (``pass``) and reject (``fail``).
+
+    ``kqlab test`` (:func:`kqlab.validate.golden.test_policy`) replays them through the real
+    validator: a ``pass`` example must not fail the rule, a ``fail`` example must.  They are
+    tests *of* the policy, not part of what it does to records, so they do not count in
+    :meth:`Policy.content_hash` (see there).
+    """
+
+    passing: tuple[Example, ...] = ()
+    failing: tuple[Example, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "passing", tuple(self.passing))
+        object.__setattr__(self, "failing", tuple(self.failing))
+
+    def __bool__(self) -> bool:
+        return bool(self.passing or self.failing)
+
+    def __len__(self) -> int:
+        return len(self.passing) + len(self.failing)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The YAML shape ``{pass: [...], fail: [...]}`` (empty lists left out)."""
+        out: dict[str, Any] = {}
+        if self.passing:
+            out["pass"] = [e.to_dict() for e in self.passing]
+        if self.failing:
+            out["fail"] = [e.to_dict() for e in self.failing]
+        return out
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Rule:
-    """One rule: a catalog ``kind`` with its parameters, message, severity and mode."""
+    """One rule: a catalog ``kind`` with its parameters, message, severity and mode.
+
+    ``examples`` are the rule's golden records (:class:`Examples`), run by ``kqlab test``.
+    """
 
     id: str
     kind: str
@@ -59,9 +149,12 @@ class Rule:
     severity: str = "error"
     mode: str = "reject"
     when: str | None = None
+    examples: Examples | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", _freeze(dict(self.params)))
+        if self.examples is not None and not self.examples:
+            object.__setattr__(self, "examples", None)  # no examples: one canonical form
 
     def __hash__(self) -> int:
         return hash(_canonical(self.to_dict()))
@@ -116,7 +209,17 @@ class Rule:
             out["severity"] = self.severity
         if self.mode != "reject":
             out["mode"] = self.mode
+        if self.examples:
+            out["examples"] = self.examples.to_dict()
         return out
+
+    def without_examples(self) -> Rule:
+        """This rule without its golden examples (what it does to records, nothing more)."""
+        if self.examples is None:
+            return self
+        return Rule(id=self.id, kind=self.kind, params=self.params, message=self.message,
+                    description=self.description, severity=self.severity, mode=self.mode,
+                    when=self.when)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -161,6 +264,47 @@ class Broker:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Sensitive:
+    """What views, reports and exported examples must mask: value fields, the key, the whole
+    value, header values.
+
+    ``fields`` are dotted paths into the decoded value (``customer.email``); masking a path
+    masks everything under it, and a parent of a sensitive path (``customer``) is shown with
+    the sensitive part masked.  ``key`` / ``value`` mask the whole key / value (text and raw
+    bytes alike); ``headers`` names headers whose *values* are masked (names stay visible).
+    Masking is presentation only: rules still read the real data, so a replay's verdicts do
+    not depend on this section and it stays out of :meth:`Policy.content_hash`.
+    """
+
+    fields: tuple[str, ...] = ()
+    key: bool = False
+    value: bool = False
+    headers: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fields", tuple(self.fields))
+        object.__setattr__(self, "headers", tuple(self.headers))
+
+    def __bool__(self) -> bool:
+        return bool(self.fields or self.key or self.value or self.headers)
+
+    def covers_field(self, path: str) -> bool:
+        """True when ``path`` is, holds or lies under a sensitive field (or the whole value is
+        sensitive): showing it would show sensitive data.
+
+        Examples
+        --------
+        >>> s = Sensitive(fields=("customer.email",))
+        >>> s.covers_field("customer.email"), s.covers_field("customer"), s.covers_field("amount")
+        (True, True, False)
+        """
+        if self.value:
+            return True
+        return any(path == f or f.startswith(path + ".") or path.startswith(f + ".")
+                   for f in self.fields)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Provenance:
     """Where a vetted policy was tested: sample coordinates, counts, content hash, date."""
 
@@ -187,6 +331,7 @@ class Policy:
     enforcement: str = "kip-940"
     key: Format = field(default_factory=Format)
     value: Format = field(default_factory=Format)
+    sensitive: Sensitive = field(default_factory=Sensitive)
     rules: tuple[Rule, ...] = ()
     provenance: Provenance | None = None
     version: int = POLICY_VERSION
@@ -203,11 +348,23 @@ class Policy:
                        f"{', '.join(r.id for r in self.rules)}")
 
     def content_hash(self) -> str:
-        """sha256 of the canonical content (formatting, key order and provenance ignored)."""
+        """sha256 of the canonical content (formatting, key order and provenance ignored).
+
+        Golden examples are left out too: the hash names what the policy *does* to records
+        — what a vetting's provenance certifies, what exporters translate and what a replay's
+        verdicts record — and examples change none of that.  Adding or fixing a test of the
+        policy must not make a vetted policy look unvetted (``kqlab.policy.diff`` agrees: an
+        examples-only change is reported, but the diff stays false).  The ``sensitive``
+        section is left out for the same reason: it says what views and reports mask, and
+        changes no verdict, so marking a field sensitive keeps a vetted policy vetted.
+        """
         from kqlab.policy.io import policy_to_dict
 
         body = policy_to_dict(self)
         body.pop("provenance", None)
+        body.pop("sensitive", None)  # presentation only: masking changes no verdict
+        for rule in body.get("rules", ()):
+            rule.pop("examples", None)
         return "sha256:" + hashlib.sha256(_canonical(body)).hexdigest()
 
     def introspection_hints(self) -> frozenset[str]:

@@ -26,13 +26,17 @@ from kqlab.policy.model import (
     FORMATS,
     MODES,
     POLICY_VERSION,
+    RELATIVE_TIMESTAMP_UNITS,
     SEVERITIES,
     WIRE_FORMATS,
     Broker,
+    Example,
+    Examples,
     Format,
     Policy,
     Provenance,
     SchemaSource,
+    Sensitive,
     Topics,
 )
 
@@ -107,6 +111,56 @@ def _rule_common() -> dict[str, Any]:
                      "description": "How serious a failure is."},
         "mode": {"enum": list(MODES), "default": "reject",
                  "description": "reject: fail the batch like a broker; observe: only count."},
+        "examples": {"$ref": "#/$defs/examples"},
+    }
+
+
+def _examples_defs() -> dict[str, Any]:
+    """``examples: {pass: [...], fail: [...]}`` and one example record."""
+    units = "|".join(RELATIVE_TIMESTAMP_UNITS)
+    records = {"type": "array", "items": {"$ref": "#/$defs/example"}}
+    header_value = {"type": ["string", "null"]}
+    return {
+        "examples": {
+            "type": "object", "description": _doc(Examples), "additionalProperties": False,
+            "properties": {
+                "pass": {**records, "description": "Records the rule must accept."},
+                "fail": {**records, "description": "Records the rule must reject."},
+            },
+            "anyOf": [{"required": ["pass"], "properties": {"pass": {"minItems": 1}}},
+                      {"required": ["fail"], "properties": {"fail": {"minItems": 1}}}],
+        },
+        "example": {
+            "type": "object", "description": _doc(Example), "additionalProperties": False,
+            "properties": {
+                "name": _string("What the example shows, for people and reports."),
+                "key": {"description": "The key: text (string/bytes/none formats) or JSON "
+                        "data (json); null or left out: no key."},
+                "value": {"description": "The value, encoded with the policy's value format "
+                          "(text; JSON data for json; a datum of the schema for avro); null or "
+                          "left out: a tombstone."},
+                "raw_value": {"type": "string", "description": "The value's bytes verbatim "
+                              "(UTF-8 of this text): no encoding, no framing."},
+                "headers": {"description": "Headers: a mapping of names to values, or a list "
+                            "of [name, value] pairs (order and duplicates kept).",
+                            "oneOf": [
+                                {"type": "object", "additionalProperties": header_value,
+                                 "propertyNames": {"minLength": 1}},
+                                {"type": "array", "items": {
+                                    "type": "array", "minItems": 2, "maxItems": 2,
+                                    "prefixItems": [{"type": "string", "minLength": 1},
+                                                    header_value]}},
+                            ]},
+                "timestamp": {"description": "Epoch milliseconds, or relative to the test "
+                              "run's clock: now, now-8d, now+2h (default now).",
+                              "oneOf": [{"type": "integer", "minimum": 0},
+                                        {"type": "string",
+                                         "pattern": f"^now([+-][0-9]+({units}))?$"}]},
+                "schema_id": {"type": "integer", "minimum": 0, "description": "Frame the "
+                              "value with this schema id (default: the subject's latest)."},
+            },
+            "not": {"required": ["value", "raw_value"]},
+        },
     }
 
 
@@ -192,6 +246,7 @@ def json_schema() -> dict[str, Any]:
             "key": {"$ref": "#/$defs/format", "description": "How record keys are encoded."},
             "value": {"$ref": "#/$defs/format",
                       "description": "How record values are encoded."},
+            "sensitive": {"$ref": "#/$defs/sensitive"},
             "rules": {"type": "array", "items": {"$ref": "#/$defs/rule"},
                       "description": "The rules, in evaluation order."},
             "provenance": {"$ref": "#/$defs/provenance"},
@@ -236,6 +291,26 @@ def json_schema() -> dict[str, Any]:
                               "properties": {"format": {"enum": ["avro", "json"]}}}},
                 ],
             },
+            "sensitive": {
+                "type": "object", "description": _doc(Sensitive), "additionalProperties": False,
+                "minProperties": 1,
+                "properties": {
+                    "fields": {"type": "array", "uniqueItems": True,
+                               "description": "Dotted paths into the decoded value (json or "
+                               "avro), e.g. customer.email.",
+                               "items": {"type": "string",
+                                         "pattern": _PARAM_PATTERNS["field"]}},
+                    "key": {"type": "boolean", "default": False,
+                            "description": "Mask the record key."},
+                    "value": {"type": "boolean", "default": False,
+                              "description": "Mask the whole value (any format)."},
+                    "headers": {"type": "array", "uniqueItems": True,
+                                "description": "Header names whose values are masked.",
+                                "items": {"type": "string", "pattern": _NOT_BLANK}},
+                },
+                "not": {"required": ["fields", "value"],
+                        "properties": {"value": {"const": True}}},
+            },
             "schemas": {
                 "type": "object", "description": _doc(SchemaSource),
                 "additionalProperties": False,
@@ -259,6 +334,7 @@ def json_schema() -> dict[str, Any]:
                            "then": {"$ref": f"#/$defs/rule.{k}"}} for k in rule_kinds],
             },
             **{f"rule.{k}": _rule_schema(KINDS[k]) for k in rule_kinds},
+            **_examples_defs(),
             "provenance": {
                 "type": "object", "description": _doc(Provenance), "additionalProperties": False,
                 "properties": {

@@ -305,19 +305,40 @@ def _read_group(reader_data: io.BytesIO, ps: ParsedSchema, label: str, rows: np.
         seek(s)
         try:
             rec = schemaless_reader(reader_data, parsed)
-        except Exception as ex:  # any fastavro failure on bad bytes is a decode error
-            errors[i] = f"invalid Avro payload for {label}: {_describe(ex)}"
+        except Exception:  # any fastavro failure on bad bytes is a decode error
+            errors[i] = _isolated_error(reader_data.getbuffer(), s, e, parsed, label)
             continue
         end = tell()
-        if end != e:
-            errors[i] = (f"invalid Avro payload for {label}: {e - end} unread bytes after "
-                         f"the datum" if end < e else
-                         f"invalid Avro payload for {label}: datum runs {end - e} bytes past "
-                         f"the end of the value")
+        if end < e:
+            errors[i] = f"invalid Avro payload for {label}: {e - end} unread bytes after the datum"
+            continue
+        if end > e:
+            errors[i] = _isolated_error(reader_data.getbuffer(), s, e, parsed, label)
             continue
         out[i] = rec
         done += 1
     return done
+
+
+#: what a value that runs past its end reads instead of its neighbours (see _isolated_error)
+_PAD = bytes(65_536)
+
+
+def _isolated_error(data: memoryview, s: int, e: int, parsed: Any, label: str) -> str:
+    """The error of the value at ``[s, e)`` decoded on its own, followed by zero bytes.
+
+    Values are read from one shared buffer for speed, so a value that runs past its end reads
+    its neighbours' bytes; its error would then depend on which records share the sample (a
+    Spark task holds one partition, a local replay all of them).  Decoding it again alone
+    makes the message a function of the value only.
+    """
+    reader = io.BytesIO(bytes(data[s:e]) + _PAD)
+    try:
+        schemaless_reader(reader, parsed)
+    except Exception as ex:
+        return f"invalid Avro payload for {label}: {_describe(ex)}"
+    return (f"invalid Avro payload for {label}: datum runs {reader.tell() - (e - s)} bytes "
+            f"past the end of the value")
 
 
 def _unify(types: list[pa.DataType]) -> pa.DataType | None:

@@ -174,7 +174,10 @@ class SchemaResolver:
         return f"SchemaResolver({self.origin!r}, subject={self.subject!r})"
 
     def __reduce__(self):
-        # Spark ships resolvers to executors: rebuild from the source, not the live client.
+        # Spark ships resolvers to executors: rebuild from the source, not the live client
+        # (an image of a mock registry travels with its contents: see portable_resolver).
+        if isinstance(self._client, ImageClient):
+            return (_rebuild_image, (self._client.image, self.subject, self.config))
         return (_rebuild, (self.registry, None if self.path is None else str(self.path),
                            self.subject, self.config))
 
@@ -348,3 +351,102 @@ class SchemaResolver:
 
 def _rebuild(registry, path, subject, config) -> SchemaResolver:
     return SchemaResolver(registry=registry, path=path, subject=subject, config=config)
+
+
+def _rebuild_image(image, subject, config) -> SchemaResolver:
+    return SchemaResolver(registry=image.url, subject=subject, config=config,
+                          client=image.client())
+
+
+# -- registry images: a mock registry's contents, shipped to other processes -----------------
+
+class _NotFound(Exception):
+    http_status_code = 404
+
+
+@dataclass(frozen=True)
+class RegistryImage:
+    """Everything a registry holds (every subject's versions, by id), as plain data.
+
+    A ``mock://`` registry lives in one process's memory, so a Spark executor asking for
+    ``mock://kqlab-demo`` would find it empty and call every schema id unknown.  The driver
+    takes an image of it (:func:`registry_image`); executors serve lookups from the image
+    (:meth:`client`), with the same answers and the same not-found cases.
+    """
+
+    url: str
+    #: subject -> [(version, schema id, schema text, schema type, references)]
+    subjects: dict[str, list[tuple[int, int, str, str, tuple[tuple[str, str, int], ...]]]]
+
+    def client(self) -> ImageClient:
+        """A read-only client answering like the registry the image was taken from."""
+        return ImageClient(self)
+
+
+def registry_image(url: str, client: Any = None) -> RegistryImage:
+    """An image of the registry at ``url`` (or of ``client``): every subject and version."""
+    client = client or registry_client(url)
+    subjects: dict[str, list] = {}
+    for subject in sorted(client.get_subjects()):
+        rows = []
+        for version in sorted(client.get_versions(subject)):
+            rs = client.get_version(subject, version)
+            refs = tuple((r.name, r.subject, r.version) for r in rs.schema.references or ())
+            rows.append((version, rs.schema_id, rs.schema.schema_str,
+                         rs.schema.schema_type or "AVRO", refs))
+        subjects[subject] = rows
+    return RegistryImage(url, subjects)
+
+
+class ImageClient:
+    """The lookups :class:`SchemaResolver` makes, served from a :class:`RegistryImage`."""
+
+    def __init__(self, image: RegistryImage):
+        from confluent_kafka.schema_registry import RegisteredSchema, Schema, SchemaReference
+
+        self.image = image
+        self._versions: dict[str, dict[int, Any]] = {}
+        self._by_id: dict[int, Any] = {}
+        for subject, rows in image.subjects.items():
+            for version, sid, text, kind, refs in rows:
+                schema = Schema(text, kind, [SchemaReference(n, s, v) for n, s, v in refs])
+                self._versions.setdefault(subject, {})[version] = RegisteredSchema(
+                    schema_id=sid, guid=None, schema=schema, subject=subject, version=version)
+                self._by_id.setdefault(sid, schema)
+
+    def config(self) -> dict[str, str]:
+        return {"url": self.image.url}
+
+    def get_subjects(self) -> list[str]:
+        return sorted(self._versions)
+
+    def get_schema(self, schema_id: int, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return self._by_id[int(schema_id)]
+        except KeyError:
+            raise _NotFound(f"schema id {schema_id} not found") from None
+
+    def get_versions(self, subject: str, *args: Any, **kwargs: Any) -> list[int]:
+        return sorted(self._versions.get(subject, {}))
+
+    def get_version(self, subject: str, version: int, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return self._versions[subject][int(version)]
+        except KeyError:
+            raise _NotFound(f"subject {subject} version {version} not found") from None
+
+    def get_latest_version(self, subject: str, *args: Any, **kwargs: Any) -> Any:
+        versions = self._versions.get(subject)
+        if not versions:
+            raise _NotFound(f"subject {subject} not found")
+        return versions[max(versions)]
+
+
+def portable_resolver(resolver: SchemaResolver) -> SchemaResolver:
+    """``resolver`` as other processes can rebuild it: a ``mock://`` registry becomes an image
+    of its contents (a live registry or a folder is rebuilt from its address as is)."""
+    if resolver.registry is None or not str(resolver.registry).startswith("mock://"):
+        return resolver
+    image = registry_image(resolver.registry, resolver.client)
+    return SchemaResolver(registry=resolver.registry, subject=resolver.subject,
+                          config=resolver.config, client=image.client())

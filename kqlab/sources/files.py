@@ -317,7 +317,10 @@ class Snapshot:
                 b = BATCHES_SCHEMA.empty_table() if batches is None else batches
                 _write_parquet_atomic(b.replace_schema_metadata(None),
                                       self.path / "batches" / part)
-            meta["parts"].append({"name": part, "records": records.num_rows, "batches": n_b})
+            held = pc.unique(records.column("partition")).to_pylist() if records.num_rows \
+                else pc.unique(batches.column("partition")).to_pylist()
+            meta["parts"].append({"name": part, "records": records.num_rows, "batches": n_b,
+                                  "partitions": sorted(p for p in held if p is not None)})
             meta["num_records"] += records.num_rows
             meta["num_batches"] += n_b
             self._update_stats(meta, records, batches)

@@ -101,6 +101,8 @@ class FieldResult:
     lengths: pa.Array | None = None
     #: the Python values behind ``observed`` (Python path: ``observed`` may be JSON text)
     python_observed: list | None = field(default=None, repr=False, compare=False)
+    #: the records' own Python objects (JSON as parsed): messages show values as written
+    python_records: Sequence[Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def failed_count(self) -> int:
@@ -118,6 +120,9 @@ class FieldResult:
         take = pa.array(idx, pa.int64())
         if self.python_observed is not None:
             values = [self.python_observed[i] for i in idx.tolist()]
+        elif self.python_records is not None:
+            path = _spec(self.rule).path
+            values = [_resolve(self.python_records[i], path) for i in idx.tolist()]
         else:
             values = self.observed.take(take).to_pylist()
         lengths = (self.lengths.take(take).to_pylist() if self.lengths is not None
@@ -502,8 +507,8 @@ def _value_set_in(v: pa.Array, spec: _Spec) -> np.ndarray:
     return _np(pc.is_in(v, value_set=pa.array(candidates, t)))
 
 
-def evaluate_field_rule(rule: Rule, values: pa.Array | pa.ChunkedArray | Sequence[Any]
-                        ) -> FieldResult:
+def evaluate_field_rule(rule: Rule, values: pa.Array | pa.ChunkedArray | Sequence[Any],
+                        python: Sequence[Any] | None = None) -> FieldResult:
     """Evaluate a field rule over a decoded value column, vectorised when it is a struct.
 
     Parameters
@@ -514,6 +519,12 @@ def evaluate_field_rule(rule: Rule, values: pa.Array | pa.ChunkedArray | Sequenc
         The decoded values, one per record: an Arrow struct column (Avro records, uniform JSON
         objects) is evaluated with Arrow compute kernels; any other column, or a Python
         sequence, per record (:func:`evaluate_python_values`).
+    python
+        The same records as parsed Python objects, when the column's types were inferred
+        (JSON).  Arrow widens a field holding both ``5`` and ``2.5`` to double for the whole
+        column, so without them a record's verdict (``type: integer``) and message
+        (``amount=5.0``) would depend on the other records in the sample; with them, both
+        follow the record's own value.
 
     Examples
     --------
@@ -579,8 +590,14 @@ def evaluate_field_rule(rule: Rule, values: pa.Array | pa.ChunkedArray | Sequenc
         ok = ~valid
     else:
         ok = valid & (spec.type in _arrow_json_types(t))
+        if spec.type == "integer" and python is not None and pa.types.is_floating(t):
+            # a widened column: integral values may have been written as integers
+            whole = valid & _np(pc.equal(v, pc.floor(v)))
+            for i in np.flatnonzero(whole).tolist():
+                x = _resolve(python[i], spec.path)
+                ok[i] = type(x) is int
     ok = np.asarray(ok, dtype=bool)
     if spec.null_ok:
         ok = ok | ~valid
     return FieldResult(failed=~ok, observed=v, rule=rule,
-                       lengths=lengths)
+                       lengths=lengths, python_records=python)

@@ -85,21 +85,19 @@ def load_sample(source: Any, *, framing: str = "exact", linger_ms: int = 5,
         snap = source if isinstance(source, Snapshot) else Snapshot.open(source)
         return _sample_from_snapshot(snap, framing, linger_ms, batch_size)
     if isinstance(source, str | Path):
-        from kqlab.kafka.log import RawBatch, iter_log_batches, read_log
+        from kqlab.kafka.log import partition_dirs
 
-        log = read_log(source)
-        raw = [b.data for b in iter_log_batches(source) if isinstance(b, RawBatch)]
-        if len(raw) != log.batches.num_rows:  # both walk the same scanner: never expected
-            raise ReplayError(f"{source}: {len(raw)} raw batches for {log.batches.num_rows} "
-                              "decoded rows")
-        sample = Sample(log.records, log.batches, raw, "exact", "log", list(log.issues))
+        folders = partition_dirs(source) or [Path(source)]
+        logs = [_read_segments(f) for f in folders]
+        sample = Sample(pa.concat_tables([s.records for s in logs]),
+                        pa.concat_tables([s.batches for s in logs]),
+                        [b for s in logs for b in s.raw], "exact", "log",
+                        [i for s in logs for i in s.issues])
         if framing != "exact":
             # a consumer never sees transaction markers: rebuild from the data records only
-            rebuilt = reconstruct_framing(_data_records(log.records, log.batches), framing,
-                                          linger_ms=linger_ms,
-                                          batch_size=batch_size)
-            rebuilt.issues = list(log.issues)
-            return rebuilt
+            return sample_from_tables(sample.records, sample.batches, framing,
+                                      linger_ms=linger_ms, batch_size=batch_size,
+                                      issues=sample.issues)
         return sample
     if isinstance(source, pa.Table):
         if framing == "exact":
@@ -108,6 +106,18 @@ def load_sample(source: Any, *, framing: str = "exact", linger_ms: int = 5,
         return reconstruct_framing(source, framing, linger_ms=linger_ms, batch_size=batch_size)
     raise ReplayError(f"cannot replay a {type(source).__name__}: pass a segment path, a "
                       "records table or a Sample")
+
+
+def _read_segments(path: str | Path) -> Sample:
+    """One segment file or partition folder, decoded, with every batch's bytes."""
+    from kqlab.kafka.log import RawBatch, iter_log_batches, read_log
+
+    log = read_log(path)
+    raw = [b.data for b in iter_log_batches(path) if isinstance(b, RawBatch)]
+    if len(raw) != log.batches.num_rows:  # both walk the same scanner: never expected
+        raise ReplayError(f"{path}: {len(raw)} raw batches for {log.batches.num_rows} "
+                          "decoded rows")
+    return Sample(log.records, log.batches, raw, "exact", "log", list(log.issues))
 
 
 def _data_records(records: pa.Table, batches: pa.Table) -> pa.Table:
@@ -119,17 +129,39 @@ def _data_records(records: pa.Table, batches: pa.Table) -> pa.Table:
 
 def _sample_from_snapshot(snap: Any, framing: str, linger_ms: int, batch_size: int) -> Sample:
     """A snapshot as a sample: its tables (no raw bytes) or rebuilt producer-like batches."""
-    exact = snap.framing == "exact"
+    check_snapshot_framing(snap.framing, framing, snap.path)
+    return sample_from_tables(snap.records(), snap.batches() if snap.framing == "exact" else
+                              None, framing, linger_ms=linger_ms, batch_size=batch_size,
+                              issues=list(snap.issues))
+
+
+def check_snapshot_framing(stored: str, framing: str, where: Any) -> None:
+    """Refuse exact replay of a snapshot whose batches were not kept (its records came
+    through a consumer)."""
+    if framing not in FRAMINGS:
+        raise ReplayError(f"framing must be one of {', '.join(FRAMINGS)}, not {framing!r}")
+    if framing == "exact" and stored != "exact":
+        raise ReplayError(f"snapshot {where} has {stored} framing: pass "
+                          "framing='single' or 'linger'")
+
+
+def sample_from_tables(records: pa.Table, batches: pa.Table | None, framing: str, *,
+                       linger_ms: int = 5, batch_size: int = 16384,
+                       issues: Sequence[Any] = ()) -> Sample:
+    """A sample from stored tables (a snapshot, or one partition of it on a Spark executor).
+
+    ``batches`` is the exact batches table, or None when only records were kept; with
+    ``framing`` other than ``exact`` the data records are re-framed producer-like.
+    """
     if framing == "exact":
-        if not exact:
-            raise ReplayError(f"snapshot {snap.path} has {snap.framing} framing: pass "
-                              "framing='single' or 'linger'")
-        return Sample(snap.records(), snap.batches(), None, "exact", "log", list(snap.issues))
-    records = snap.records()
-    if exact:
-        records = _data_records(records, snap.batches())
+        if batches is None:
+            raise ReplayError("exact framing needs the batches table: pass framing='single' "
+                              "or 'linger'")
+        return Sample(records, batches, None, "exact", "log", list(issues))
+    if batches is not None:
+        records = _data_records(records, batches)
     rebuilt = reconstruct_framing(records, framing, linger_ms=linger_ms, batch_size=batch_size)
-    rebuilt.issues = list(snap.issues)
+    rebuilt.issues = list(issues)
     return rebuilt
 
 
@@ -139,9 +171,11 @@ def reconstruct_framing(records: pa.Table, strategy: str, *, linger_ms: int = 5,
 
     * ``single``: every record alone in its batch (a producer with ``linger.ms=0`` and no
       concurrency — the most forgiving framing: one bad record rejects only itself);
-    * ``linger``: per partition, consecutive records share a batch while their timestamps stay
-      within ``linger_ms`` of the batch's first record and the batch stays under ``batch_size``
-      bytes (the Java producer's ``linger.ms`` / ``batch.size``).
+    * ``linger``: per partition, records join that partition's open batch while their
+      timestamps stay within ``linger_ms`` of the batch's first record and the batch stays
+      under ``batch_size`` bytes (the Java producer's ``linger.ms`` / ``batch.size``; like its
+      accumulator, records of other partitions in between do not close the batch).  The
+      returned records are in batch order (unchanged when partitions were not interleaved).
 
     Batches are re-encoded as a non-idempotent producer would send them (base offset 0,
     CreateTime, no compression), so the broker checks run on real bytes; record offsets keep
@@ -160,20 +194,22 @@ def reconstruct_framing(records: pa.Table, strategy: str, *, linger_ms: int = 5,
     values = records.column("value").to_pylist()
     headers = records.column("headers").to_pylist()
     offsets = records.column("offset").to_pylist()
-    # group consecutive records of the same partition into batches
+    # a producer keeps one open batch per partition (its RecordAccumulator): a record joins
+    # its partition's open batch, whatever other partitions' records came in between
     groups: list[list[int]] = []
-    size = 0
+    open_batch: dict[tuple[str, int], tuple[int, int]] = {}  # partition -> (group, bytes)
     for i in range(n):
         rec_size = 20 + len(keys[i] or b"") + len(values[i] or b"") + sum(
             len(h["key"]) + len(h["value"] or b"") for h in headers[i])
-        same = groups and (topic[groups[-1][0]], part[groups[-1][0]]) == (topic[i], part[i])
-        if strategy == "linger" and same and ts[i] - ts[groups[-1][0]] <= linger_ms and \
-                size + rec_size <= batch_size:
-            groups[-1].append(i)
-            size += rec_size
+        tp = (topic[i], part[i])
+        cur = open_batch.get(tp)
+        if strategy == "linger" and cur is not None and \
+                ts[i] - ts[groups[cur[0]][0]] <= linger_ms and cur[1] + rec_size <= batch_size:
+            groups[cur[0]].append(i)
+            open_batch[tp] = (cur[0], cur[1] + rec_size)
         else:
             groups.append([i])
-            size = 61 + rec_size
+            open_batch[tp] = (len(groups) - 1, 61 + rec_size)
     raw = []
     batch_offset = np.empty(n, dtype=np.int64)
     batch_index = np.empty(n, dtype=np.int32)
@@ -197,6 +233,9 @@ def reconstruct_framing(records: pa.Table, strategy: str, *, linger_ms: int = 5,
                              pa.array(batch_offset, pa.int64()))
     out = out.set_column(out.schema.get_field_index("batch_index"), "batch_index",
                          pa.array(batch_index, pa.int32()))
+    order = np.fromiter((i for g in groups for i in g), dtype=np.int64, count=n)
+    if n and (np.diff(order) < 0).any():  # interleaved partitions: records in batch order
+        out = out.take(pa.array(order))
     return Sample(out, batches, raw, f"reconstructed:{strategy}", "producer")
 
 
@@ -488,26 +527,33 @@ def _assemble(sample: Sample, policy: Policy, results: dict[str, RuleResult], ro
         records.column("batch_offset"), records.column("batch_index"),
         records.column("timestamp"), outcome, failures,
     ], schema=RECORD_VERDICTS_SCHEMA)
+    seen = pc.unique(records.column("topic")).to_pylist() if n else []
+    undetermined = int(sum(1 for c in checks if c == "undetermined"))
+    notes = replay_notes(policy, seen, undetermined)
+    return Verdicts(record_table, _batch_table(batches, verdicts, profile, sample.framing),
+                    pa.Table.from_pylist(rule_rows, RULES_SCHEMA), profile, sample.framing,
+                    now, policy.name, policy.content_hash(), list(sample.issues), notes)
+
+
+def replay_notes(policy: Policy, topics: Sequence[str], undetermined: int) -> list[str]:
+    """The notes a replay's summary carries, from what every engine can count: the topics
+    seen, the batches the tables alone could not judge, and the policy itself."""
     notes = []
     if policy.topics.names or policy.topics.patterns:
         import re
 
-        seen = set(pc.unique(records.column("topic")).to_pylist()) if n else set()
-        unbound = [t for t in sorted(seen) if t not in policy.topics.names and not any(
+        unbound = [t for t in sorted(set(topics)) if t not in policy.topics.names and not any(
             re.fullmatch(p, t) for p in policy.topics.patterns)]
         if unbound:
             notes.append(f"policy {policy.name!r} does not bind topic(s) {', '.join(unbound)}; "
                          "replayed anyway")
-    undetermined = int(sum(1 for c in checks if c == "undetermined"))
     if undetermined:
         notes.append(f"{undetermined} batch(es) could not be judged from the tables alone "
                      "(the sample kept no batch bytes): their verdict is 'undetermined'")
     not_exportable = [r.id for r in policy.rules if not r.exportable]
     if not_exportable:
         notes.append(f"not exportable (Python plugins): {', '.join(not_exportable)}")
-    return Verdicts(record_table, _batch_table(batches, verdicts, profile, sample.framing),
-                    pa.Table.from_pylist(rule_rows, RULES_SCHEMA), profile, sample.framing,
-                    now, policy.name, policy.content_hash(), list(sample.issues), notes)
+    return notes
 
 
 def _batch_table(batches: pa.Table, verdicts: pa.Table, profile: str, framing: str

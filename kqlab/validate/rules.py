@@ -86,14 +86,18 @@ def evaluate_rule(ctx: EvalContext, rule: Rule) -> RuleResult:
     applies, when_errors = _when_mask(ctx, rule)
     if keep is not None:  # a precondition cannot bring back a record the rule does not judge
         when_errors &= keep
-    failed = (result.failed & applies) | when_errors
-    keep = applies[result.failing] if len(result.failing) else np.zeros(0, dtype=bool)
-    msgs = {int(i): m for i, m, k in zip(result.failing, result.messages, keep, strict=True)
-            if k}
-    for i in np.flatnonzero(when_errors):
-        msgs.setdefault(int(i), f"precondition of rule {rule.id!r} could not be evaluated")
-    return RuleResult(failed, tuple(msgs[int(i)] for i in np.flatnonzero(failed)),
-                      errors=int(when_errors.sum()))
+    own = result.failed & applies
+    failed = own | when_errors
+    # the rule's own message where it failed and applies, else (the precondition errored) the
+    # precondition's: gathered with index arrays, not a loop over the failures
+    idx = np.flatnonzero(failed)
+    from_rule = own[idx]
+    texts = np.full(len(idx), f"precondition of rule {rule.id!r} could not be evaluated",
+                    dtype=object)
+    if from_rule.any():
+        pos = np.searchsorted(result.failing, idx[from_rule])
+        texts[from_rule] = np.asarray(result.messages, dtype=object)[pos]
+    return RuleResult(failed, tuple(texts.tolist()), errors=int(when_errors.sum()))
 
 
 #: rules that judge decoding itself
@@ -132,14 +136,11 @@ def _restrict(result: RuleResult, keep: np.ndarray) -> RuleResult:
 
 
 def _when_mask(ctx: EvalContext, rule: Rule) -> tuple[np.ndarray, np.ndarray]:
-    from kqlab.policy.cel import compile_cel, record_activations
+    # vectorised where the expression allows, per record for the rest (same results)
+    from kqlab.validate.cel_vector import evaluate_cel
 
-    program = compile_cel(rule.when)
-    values = _python_values_or_none(ctx)
-    results, errors = program.evaluate_many(record_activations(ctx.records, values))
-    applies = np.array([r is True for r in results], dtype=bool)
-    errored = np.array([e is not None for e in errors], dtype=bool)
-    return applies, errored
+    col = evaluate_cel(ctx, rule.when)
+    return col.passed, col.error
 
 
 def _python_values_or_none(ctx: EvalContext) -> list[Any] | None:
@@ -443,7 +444,8 @@ def _field_rule(ctx: EvalContext, rule: Rule) -> RuleResult:
     decoded = ctx.decoded("value")
     # a JSON column whose records disagree on types falls back to text: use the objects
     values = decoded.python_values() if getattr(decoded, "fallback", None) else decoded.values
-    res = evaluate_field_rule(rule, values)
+    # JSON keeps the parsed objects: verdicts and messages follow each record's own types
+    res = evaluate_field_rule(rule, values, getattr(decoded, "_python", None))
     failed = np.asarray(res.failed, dtype=bool)
     per_row = res.messages()
     return RuleResult(failed, tuple(per_row[i] or rule.render_message()
@@ -457,17 +459,19 @@ for _name in ("field_not_null", "field_range", "field_in", "field_regex", "field
 
 @implements("cel")
 def _cel(ctx: EvalContext, rule: Rule) -> RuleResult:
-    from kqlab.policy.cel import compile_cel, record_activations
+    """Column kernels for the vectorised CEL subset, the per-record evaluator for the rows
+    (or expressions) they cannot decide: verdicts and error texts are the per-record ones
+    (``kqlab.validate.cel_vector``)."""
+    from kqlab.validate.cel_vector import evaluate_cel
 
-    program = compile_cel(rule.param("expr"))
-    results, errors = program.evaluate_many(
-        record_activations(ctx.records, _python_values_or_none(ctx)))
-    failed = np.array([r is not True for r in results], dtype=bool)
-    errs = sum(1 for e in errors if e is not None)
+    col = evaluate_cel(ctx, rule.param("expr"))
+    failed = ~col.passed
     base = rule.render_message()
-    msgs = tuple(base if errors[i] is None else f"{base} ({errors[i]})"
-                 for i in np.flatnonzero(failed).tolist())
-    return RuleResult(failed, msgs, errors=errs)
+    errors = col.messages
+    failing = np.flatnonzero(failed)
+    msgs = tuple(base if i not in errors else f"{base} ({errors[i]})"
+                 for i in failing.tolist()) if errors else (base,) * len(failing)
+    return RuleResult(failed, msgs, errors=len(errors))
 
 
 def load_plugin(path: str, options: Any = None) -> Callable[[dict[str, Any]], Any]:

@@ -135,30 +135,17 @@ class Verdicts:
         Write the result with :func:`kqlab.policy.save_policy`; the hash lets anyone check the
         rules are the ones that were vetted (it ignores the provenance itself).
         """
-        import datetime
-        from dataclasses import replace
-
-        from kqlab.policy.model import Provenance
-
         r = self.records
-        sample: dict[str, Any] = {"framing": self.framing, "now": self.now,
-                                  "profile": self.profile}
-        if source is not None:
-            sample["source"] = source
+        parts = []
         if r.num_rows:
-            parts = []
             for row in r.group_by(["topic", "partition"]).aggregate(
                     [("offset", "min"), ("offset", "max")]).sort_by(
                     [("topic", "ascending"), ("partition", "ascending")]).to_pylist():
                 parts.append({"topic": row["topic"], "partition": row["partition"],
                               "offsets": [row["offset_min"], row["offset_max"]]})
-            sample["partitions"] = parts
-        provenance = Provenance(
-            sample=sample, records=r.num_rows, batches=self.batches.num_rows,
-            rejected_records=self.by_outcome()["rejected"],
-            content_hash=policy.content_hash(),
-            vetted_at=today or datetime.date.today().isoformat())
-        return replace(policy, provenance=provenance)
+        return vetted(policy, framing=self.framing, now=self.now, profile=self.profile,
+                      partitions=parts, records=r.num_rows, batches=self.batches.num_rows,
+                      rejected=self.by_outcome()["rejected"], source=source, today=today)
 
     def summary(self) -> dict[str, Any]:
         """Everything above as one JSON-ready dict (what ``kqlab replay --json`` prints)."""
@@ -178,6 +165,27 @@ class Verdicts:
             "issues": [i.to_dict() if hasattr(i, "to_dict") else dict(i) for i in self.issues],
             "notes": self.notes,
         }
+
+
+def vetted(policy: Any, *, framing: str, now: int, profile: str,
+           partitions: list[dict[str, Any]], records: int, batches: int, rejected: int,
+           source: str | None = None, today: str | None = None) -> Any:
+    """``policy`` with the provenance of a replay (every engine's ``vet`` ends here)."""
+    import datetime
+    from dataclasses import replace
+
+    from kqlab.policy.model import Provenance
+
+    sample: dict[str, Any] = {"framing": framing, "now": now, "profile": profile}
+    if source is not None:
+        sample["source"] = source
+    if partitions:
+        sample["partitions"] = partitions
+    provenance = Provenance(
+        sample=sample, records=records, batches=batches, rejected_records=rejected,
+        content_hash=policy.content_hash(),
+        vetted_at=today or datetime.date.today().isoformat())
+    return replace(policy, provenance=provenance)
 
 
 def _pivot(records: pa.Table, keys: list[str]) -> pa.Table:

@@ -27,7 +27,8 @@ SCHEMA_REJECTS = (
     "schemas-registry-not-url", "schemas-with-string", "topics-illegal-name", "unknown-top-key",
     "version-missing", "version-newer", "version-text", "param-cel-empty",
     "param-field-empty-segment", "param-plugin-callable", "schemas-subject-without-registry",
-    "name-empty", "rule-when-empty",
+    "name-empty", "rule-when-empty", "examples-unknown-key", "examples-value-and-raw",
+    "examples-timestamp",
 )
 
 

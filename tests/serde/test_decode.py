@@ -285,3 +285,21 @@ def test_confluent_payloads_match_python_slicing(large):
             v is None or x is not None for v, x in zip(arr.to_pylist(), expect, strict=True)]
 
     run()
+
+
+def test_error_text_depends_on_the_value_alone(registry):
+    """A value that runs past its end is re-read alone: its message must not change with the
+    records around it (the Spark engine decodes one partition at a time)."""
+    url, client = registry
+    schema = {"type": "record", "name": "R", "fields": [{"name": "s", "type": "string"}]}
+    sid = register(client, "s", schema)
+    bad = framed(sid, b"\x7b")  # a negative string length: reads to the end of the buffer
+    short = framed(sid, b"\x14ab")  # a string of 10 bytes with only 2
+    good = framed(sid, avro_bytes(schema, {"s": "x" * 300}))
+    for value in (bad, short):
+        alone = decode(pa.array([value]), AVRO, SchemaResolver(registry=url))
+        for neighbours in ([good] * 3, [good, good, value, good] * 40):
+            col = decode(pa.array([value, *neighbours]), AVRO, SchemaResolver(registry=url))
+            assert col.errors.to_pylist()[0] == alone.errors.to_pylist()[0]
+    assert decode(pa.array([short]), AVRO, SchemaResolver(registry=url)).errors.to_pylist()[
+        0].endswith("bytes past the end of the value")

@@ -156,3 +156,37 @@ def test_resolver_pickles_as_its_source(tmp_path):
     write(tmp_path, "1.avsc", '"long"')
     r = pickle.loads(pickle.dumps(SchemaResolver(path=tmp_path)))
     assert r.schema(1).arrow_type == pa.int64()
+
+
+def test_portable_resolver_ships_a_mock_registry_image(registry):
+    """A mock registry lives in one process: its image answers like it elsewhere (Spark)."""
+    from kqlab.serde.schemas import clear_registry_clients, portable_resolver
+
+    url, client = registry
+    base = {"type": "record", "name": "Base", "fields": [{"name": "id", "type": "string"}]}
+    base_id = register(client, "base", base)
+    ref = Schema(orjson.dumps({"type": "record", "name": "Order", "fields": [
+        {"name": "base", "type": "Base"}]}).decode(), "AVRO",
+        [SchemaReference("Base", "base", 1)])
+    order_id = client.register_schema("orders-value", ref)
+    v2 = register(client, "orders-value", ORDER_SCHEMA)
+    original = SchemaResolver(registry=url, subject="orders-value")
+    shipped = pickle.loads(pickle.dumps(portable_resolver(original)))
+    clear_registry_clients()  # the "other process": the mock registry is gone
+    try:
+        assert SchemaResolver(registry=url).is_registered(base_id) is False
+        assert shipped.ids("orders-value") == frozenset({order_id, v2})
+        assert shipped.schema(order_id).arrow == original.schema(order_id).arrow
+        assert shipped.latest().schema_id == v2
+        assert shipped.is_registered(base_id, "base") and not shipped.is_registered(
+            base_id, "orders-value")
+        with pytest.raises(SchemaNotFound, match=f"schema id 999 not found in {url}"):
+            shipped.schema(999)
+        assert shipped.ids("nope") == frozenset()
+    finally:
+        clear_registry_clients()
+    # a folder or a live registry address travels as it is
+    assert portable_resolver(original) is not original
+    folder = SchemaResolver.__new__(SchemaResolver)
+    folder.registry = None
+    assert portable_resolver(folder) is folder

@@ -332,3 +332,27 @@ def test_null_and_absent_pass_by_default(kind, params):
         program = compile_cel(field_rule_to_cel(rule))
         got = [program.evaluate({"value": r}) is not True for r in rows]
         assert got == want
+
+
+def test_json_verdicts_and_messages_follow_each_records_own_types():
+    """Arrow widens a JSON field holding 5 and 2.5 to double; a record's verdict and message
+    must not change with what else is in the sample (e.g. one partition per Spark task)."""
+    from kqlab.policy.model import Format
+    from kqlab.serde.decode import decode
+
+    fmt = Format(format="json")
+    rules = [Rule(id="t", kind="field_type", params={"field": "a", "type": "integer"}),
+             Rule(id="r", kind="field_range", params={"field": "a", "min": 0}),
+             Rule(id="i", kind="field_in", params={"field": "a", "values": [1, 2]})]
+    alone = decode(pa.array([b'{"a": -3}', b'{"a": 7}']), fmt)
+    mixed = decode(pa.array([b'{"a": -3}', b'{"a": 7}', b'{"a": 2.5}', b'{"a": 4.0}']), fmt)
+    assert pa.types.is_floating(mixed.values.type.field("a").type)  # widened
+    for rule in rules:
+        a = evaluate_field_rule(rule, alone.values, alone.python_values())
+        m = evaluate_field_rule(rule, mixed.values, mixed.python_values())
+        assert m.failed[:2].tolist() == a.failed.tolist(), rule.id
+        assert m.messages()[:2] == a.messages(), rule.id
+    m = evaluate_field_rule(rules[0], mixed.values, mixed.python_values())
+    assert m.failed.tolist() == [False, False, True, True]  # 4.0 was written as a float
+    assert evaluate_field_rule(rules[1], mixed.values, mixed.python_values()).messages()[0] \
+        == "a=-3 is outside [0, inf]"

@@ -286,3 +286,38 @@ def test_no_input_is_dropped(three_batches):
     assert v.records.num_rows == 9 and v.batches.num_rows == 3
     assert np.array_equal(v.records.column("offset").to_numpy(), np.arange(9))
     assert isinstance(v.records.column("failures").type, pa.ListType)
+
+
+def test_a_log_directory_replays_every_partition_in_order(tmp_path):
+    root = tmp_path / "logs"
+    for p in (2, 0, 10):  # created out of order: replayed by partition number
+        folder = root / f"orders-{p}"
+        folder.mkdir(parents=True)
+        (folder / "00000000000000000000.log").write_bytes(
+            _batch(0, [_rec(), _rec(trace=p != 2)]))
+    (root / "not-a-partition").mkdir()
+    v = replay(root, _policy(TRACE), now=NOW)
+    assert v.records.column("partition").to_pylist() == [0, 0, 2, 2, 10, 10]
+    assert v.by_outcome() == {"accepted": 4, "rejected": 1, "collateral": 1}
+    assert [v.batches.column("partition")[i].as_py() for i in range(3)] == [0, 2, 10]
+
+
+def test_linger_framing_keeps_one_open_batch_per_partition(tmp_path):
+    """Like the producer's accumulator: another partition's record does not close a batch."""
+    n = 6
+    records = pa.table({
+        "topic": pa.array(["t"] * n), "partition": pa.array([0, 1, 0, 1, 0, 1], pa.int32()),
+        "offset": pa.array([0, 0, 1, 1, 2, 2], pa.int64()),
+        "timestamp": pa.array([NOW] * n, pa.int64()),
+        "timestamp_type": pa.array([0] * n, pa.int8()),
+        "key": pa.array([b"k"] * n), "value": pa.array([b"v"] * n),
+        "headers": pa.array([[]] * n, pa.list_(pa.struct([("key", pa.string()),
+                                                          ("value", pa.binary())]))),
+        "batch_offset": pa.array([0] * n, pa.int64()),
+        "batch_index": pa.array([0] * n, pa.int32()),
+    })
+    v = replay(records, _policy(), now=NOW, framing="linger")
+    assert v.batches.num_rows == 2  # one batch per partition, not six
+    assert v.records.column("partition").to_pylist() == [0, 0, 0, 1, 1, 1]
+    assert v.records.column("batch_index").to_pylist() == [0, 1, 2, 0, 1, 2]
+    assert v.records.column("offset").to_pylist() == [0, 1, 2, 0, 1, 2]

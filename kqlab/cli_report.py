@@ -1,0 +1,78 @@
+"""``kqlab report``: replay a sample under a policy and write the static HTML report.
+
+Kept apart from :mod:`kqlab.cli` (which registers it with :func:`add_parsers` and dispatches
+to :func:`run`).  Exit status 0 when the report was written, 2 for a wrong request (as every
+kqlab command).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["COMMANDS", "add_parsers", "cmd_report", "run"]
+
+COMMANDS = ("report",)
+
+
+def add_parsers(sub: Any) -> None:
+    """Add the ``report`` sub-command to ``kqlab``'s sub-parsers."""
+    rep = sub.add_parser("report", help="replay a sample and write a static HTML report",
+                         description="Replay SOURCE (segment file, partition folder, log "
+                         "directory or snapshot) under the policy and write one HTML file "
+                         "with the figures, summaries, top failures, the policy and the "
+                         "provenance. It embeds plotly.js and opens offline; the policy's "
+                         "sensitive data is masked unless --unmask is given.")
+    rep.add_argument("source", help="a segment file, partition folder, log directory or "
+                     "snapshot")
+    rep.add_argument("--policy", required=True, help="the policy file (YAML)")
+    rep.add_argument("--out", default=None, metavar="FILE",
+                     help="where to write the report (default: <policy name>-report.html)")
+    rep.add_argument("--now", type=int, default=None, metavar="EPOCH_MS",
+                     help="the broker clock for timestamp checks (default: the wall clock)")
+    rep.add_argument("--framing", choices=("exact", "single", "linger"), default="exact")
+    rep.add_argument("--title", default=None, help="the report's title")
+    rep.add_argument("--max-rows", type=int, default=50, metavar="N",
+                     help="rows per table (50)")
+    rep.add_argument("--plotlyjs", choices=("inline", "file"), default="inline",
+                     help="embed plotly.js (inline) or write plotly.min.js next to the report")
+    rep.add_argument("--unmask", action="store_true",
+                     help="show the policy's sensitive data in this report (masked by default)")
+    rep.add_argument("--json", action="store_true",
+                     help="print one JSON document: the report's path, size and the summary")
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """``kqlab report SOURCE --policy P``: replay, then write the report and print its path."""
+    import orjson
+
+    from kqlab.cli_policy import _prepare
+    from kqlab.policy.io import load_policy
+    from kqlab.reporting import report
+    from kqlab.validate.replay import Replayer
+
+    policy = load_policy(args.policy)
+    _prepare(policy)
+    replayer = Replayer(args.source, now=args.now, framing=args.framing)
+    verdicts = replayer.run(policy)
+    out = Path(args.out or f"{policy.name}-report.html")
+    report(verdicts, policy, sample=replayer, path=out, title=args.title,
+           source=str(args.source), unmask=bool(args.unmask),
+           max_rows=args.max_rows, plotlyjs=args.plotlyjs)
+    size = out.stat().st_size
+    if args.json:
+        doc = {"report": str(out), "bytes": size, "summary": verdicts.summary()}
+        sys.stdout.write(orjson.dumps(doc, default=str).decode() + "\n")
+    else:
+        outcomes = verdicts.by_outcome()
+        print(f"report written to {out} ({size / 1e6:.1f} MB): "
+              f"{verdicts.records.num_rows:,} records, "
+              + ", ".join(f"{k} {v:,}" for k, v in outcomes.items()))
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Dispatch one of :data:`COMMANDS`."""
+    return cmd_report(args)

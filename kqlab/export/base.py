@@ -1,0 +1,288 @@
+"""What every exporter shares: the :class:`Export` result, per-rule fidelity, provenance, secrets.
+
+An exporter turns a vetted :class:`~kqlab.policy.model.Policy` into the files one enforcement
+target takes (ARCHITECTURE "export").  Each says, rule by rule, how faithfully the target
+enforces it (:class:`RuleFidelity`: ``exact``, ``approximate`` with how, or ``not
+expressible`` with why) and how the target behaves differently from the replay (client-side
+versus broker-side, whole batch versus per record), so an analyst never has to assume
+fidelity (principle 4).  Every file carries the policy's provenance where its format allows
+comments or metadata, and never a secret: schema-registry credentials stay in the policy's
+``schemas.config`` and :func:`check_no_secrets` refuses any export that would leak one.
+This module imports nothing heavy (no pyarrow, no Kafka client).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from kqlab.errors import KqlabError
+
+__all__ = [
+    "APPROXIMATE",
+    "EXACT",
+    "NOT_EXPRESSIBLE",
+    "STATUSES",
+    "Export",
+    "ExportError",
+    "RuleFidelity",
+    "check_no_secrets",
+    "comment_block",
+    "provenance",
+    "public_url",
+    "secrets_of",
+]
+
+EXACT, APPROXIMATE, NOT_EXPRESSIBLE = "exact", "approximate", "not expressible"
+STATUSES = (EXACT, APPROXIMATE, NOT_EXPRESSIBLE)
+#: the label every export of a proposed (unimplemented) Kafka API carries
+PROPOSED = "proposed API, not in Apache Kafka"
+
+
+class ExportError(KqlabError, ValueError):
+    """The policy cannot be exported to this target as asked (the message says why)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RuleFidelity:
+    """How one rule fares on one target: ``status`` in :data:`STATUSES` and ``how`` (or why not).
+
+    Examples
+    --------
+    >>> RuleFidelity(rule="k", kind="key_required", status="exact", how="allowNulls: false")
+    ... # doctest: +ELLIPSIS
+    RuleFidelity(rule='k', kind='key_required', status='exact', how='allowNulls: false', ...)
+    """
+
+    rule: str
+    kind: str
+    status: str
+    how: str
+    mode: str = "reject"
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"status must be one of {', '.join(STATUSES)}, not "
+                             f"{self.status!r}")
+
+    def to_dict(self) -> dict[str, str]:
+        """The JSON shape (one row of the fidelity report)."""
+        return {"rule": self.rule, "kind": self.kind, "mode": self.mode,
+                "status": self.status, "how": self.how}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Export:
+    """One target's export of one policy: its files, per-rule fidelity and behaviour notes.
+
+    ``files`` maps a relative path (``kroxylicious/proxy-config.yaml``) to its text;
+    ``data`` holds the same content as plain Python data for programmatic use (e.g. the
+    register body a ``SchemaRegistryClient`` takes); ``behaviour`` lists the expected
+    differences from the replay; ``notes`` anything else a reader must know.
+    """
+
+    target: str
+    title: str
+    policy: str
+    files: Mapping[str, str]
+    fidelity: tuple[RuleFidelity, ...]
+    behaviour: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    proposed: bool = False
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    def counts(self) -> dict[str, int]:
+        """Rules per fidelity status (every status listed)."""
+        out = dict.fromkeys(STATUSES, 0)
+        for f in self.fidelity:
+            out[f.status] += 1
+        return out
+
+    def status_of(self, rule_id: str) -> RuleFidelity:
+        """The fidelity row of one rule (``KeyError`` when the rule is not in the policy)."""
+        for f in self.fidelity:
+            if f.rule == rule_id:
+                return f
+        raise KeyError(f"no rule {rule_id!r} in the {self.target} export of {self.policy!r}")
+
+    def write(self, out_dir: str | Path) -> list[Path]:
+        """Write every file under ``out_dir`` (folders created); the paths written."""
+        root = Path(out_dir)
+        written = []
+        for rel, text in sorted(self.files.items()):
+            path = root / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            written.append(path)
+        return written
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary (file names, not their text)."""
+        return {"target": self.target, "title": self.title, "policy": self.policy,
+                "proposed": self.proposed, "files": sorted(self.files),
+                "counts": self.counts(), "fidelity": [f.to_dict() for f in self.fidelity],
+                "behaviour": list(self.behaviour), "notes": list(self.notes)}
+
+
+# ------------------------------------------------------------------------------ provenance
+
+def provenance(policy: Any, *, today: str | None = None) -> dict[str, Any]:
+    """The provenance every export embeds: policy name, format version, content hash, the
+    vetting sample's coordinates and counts, the dates, and the exporter's version.
+
+    ``vetted`` says whether the policy carries provenance at all, ``hash_matches`` whether
+    its rules are still the vetted ones (a policy edited after vetting exports with
+    ``hash_matches: false``, visibly).
+
+    Examples
+    --------
+    >>> from kqlab.policy.model import Policy
+    >>> p = provenance(Policy(name="orders"), today="2026-11-21")
+    >>> p["policy"], p["vetted"], p["exported_at"]
+    ('orders', False, '2026-11-21')
+    """
+    from kqlab._version import __version__
+
+    content_hash = policy.content_hash()
+    out: dict[str, Any] = {
+        "policy": policy.name,
+        "format_version": policy.version,
+        "content_hash": content_hash,
+        "vetted": policy.provenance is not None,
+        "exported_at": today or datetime.date.today().isoformat(),
+        "exporter": f"kqlab {__version__}",
+    }
+    prov = policy.provenance
+    if prov is not None:
+        from kqlab.policy.model import thaw
+
+        out.update({
+            "vetted_at": prov.vetted_at,
+            "vetted_hash": prov.content_hash,
+            "hash_matches": prov.content_hash == content_hash,
+            "sample": thaw(prov.sample),
+            "records": prov.records,
+            "batches": prov.batches,
+            "rejected_records": prov.rejected_records,
+        })
+    return out
+
+
+def _sample_text(sample: Mapping[str, Any]) -> str:
+    parts = []
+    for p in sample.get("partitions", ()) or ():
+        lo, hi = (p.get("offsets") or [None, None])[:2]
+        parts.append(f"{p.get('topic')}-{p.get('partition')}@{lo}..{hi}")
+    extra = ", ".join(f"{k}={sample[k]}" for k in ("source", "framing", "now", "profile")
+                      if sample.get(k) is not None)
+    return "; ".join(x for x in (", ".join(parts), extra) if x)
+
+
+def provenance_lines(prov: Mapping[str, Any]) -> list[str]:
+    """The provenance as short ``key: value`` lines, for formats with comments."""
+    lines = [f"policy: {prov['policy']} (kqlab format {prov['format_version']})",
+             f"content hash: {prov['content_hash']}",
+             f"exported: {prov['exported_at']} by {prov['exporter']}"]
+    if not prov["vetted"]:
+        lines.append("vetted: no (the policy carries no provenance; replay it with --vet)")
+        return lines
+    match = "matches" if prov.get("hash_matches") else "DIFFERS from the content hash"
+    lines.append(f"vetted: {prov.get('vetted_at')} (vetted hash {match})")
+    sample = prov.get("sample") or {}
+    if sample:
+        lines.append(f"sample: {_sample_text(sample)}")
+    lines.append(f"counts: {prov.get('records')} records, {prov.get('batches')} batches, "
+                 f"{prov.get('rejected_records')} rejected")
+    return lines
+
+
+def provenance_properties(prov: Mapping[str, Any]) -> dict[str, str]:
+    """The provenance as flat ``kqlab.*`` string properties (metadata maps take strings)."""
+    out = {"kqlab.policy": str(prov["policy"]),
+           "kqlab.format_version": str(prov["format_version"]),
+           "kqlab.content_hash": str(prov["content_hash"]),
+           "kqlab.exported_at": str(prov["exported_at"]),
+           "kqlab.exporter": str(prov["exporter"]),
+           "kqlab.vetted": "true" if prov["vetted"] else "false"}
+    if prov["vetted"]:
+        out.update({"kqlab.vetted_at": str(prov.get("vetted_at")),
+                    "kqlab.vetted_hash": str(prov.get("vetted_hash")),
+                    "kqlab.sample": _sample_text(prov.get("sample") or {}),
+                    "kqlab.sample.records": str(prov.get("records")),
+                    "kqlab.sample.batches": str(prov.get("batches")),
+                    "kqlab.sample.rejected_records": str(prov.get("rejected_records"))})
+    return out
+
+
+def comment_block(lines: Iterable[str], prefix: str = "# ") -> str:
+    """``lines`` as a comment block (one ``prefix`` per line), ending with a newline."""
+    return "".join(f"{prefix}{line}".rstrip() + "\n" for line in lines)
+
+
+# --------------------------------------------------------------------------------- secrets
+
+def public_url(url: str | None) -> str | None:
+    """``url`` without user info, query or fragment (what may appear in an export).
+
+    Examples
+    --------
+    >>> public_url("https://user:s3cret@registry.example.com:8081/path?token=x")
+    'https://registry.example.com:8081/path'
+    """
+    if url is None:
+        return None
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+#: parts of a config key whose value is a secret (registry client and SSL/SASL settings)
+_SENSITIVE = ("password", "secret", "user.info", "token", "bearer", "private", "jaas",
+              "client.id", "key.pem", "credential.value")
+
+
+def secrets_of(policy: Any) -> list[str]:
+    """Every text of the policy that must never reach an export: the values of the schema
+    sources' sensitive ``config`` keys (credentials, tokens, key passwords; the user part of
+    ``user:password`` too) and user info in registry URLs."""
+    out: list[str] = []
+    for fmt in (policy.key, policy.value):
+        src = fmt.schemas
+        if src is None:
+            continue
+        for key, value in (src.config or {}).items():
+            if not any(word in str(key).lower() for word in _SENSITIVE):
+                continue  # e.g. basic.auth.credentials.source: USER_INFO is a setting
+            text = str(value)
+            out.append(text)
+            out.extend(part for part in text.split(":") if len(part) >= 4)
+        if src.registry:
+            parts = urlsplit(src.registry)
+            out.extend(x for x in (parts.password, parts.username) if x)
+            if parts.query:
+                out.append(parts.query)
+    # short values (e.g. "true", a port) are configuration, not secrets, and would match
+    # by accident; anything of four characters or more is looked for
+    return sorted({s for s in out if len(s) >= 4})
+
+
+def check_no_secrets(export: Export, policy: Any) -> Export:
+    """``export`` unchanged, or :class:`ExportError` when any file or data holds a secret."""
+    secrets = secrets_of(policy)
+    if not secrets:
+        return export
+    blobs = dict(export.files)
+    blobs["<data>"] = json.dumps(export.data, default=str)
+    for name, text in blobs.items():
+        for s in secrets:
+            if s in text:
+                raise ExportError(f"the {export.target} export would contain a secret from the "
+                                  f"policy's schema source config (in {name}); refusing")
+    return export

@@ -1,0 +1,447 @@
+"""Profile a sample with Arrow kernels and turn what it shows into rule suggestions.
+
+The engine behind :func:`kqlab.policy.suggest.suggest` (its module docstring documents what is
+proposed and the thresholds).  Statistics come from Arrow/numpy kernels over the records table
+and the decoded value column (one :class:`~kqlab.validate.context.EvalContext`, so values are
+decoded once); every candidate rule is then evaluated with the validator's own kernels
+(:func:`kqlab.validate.rules.evaluate_rule`) on that context — the rate a suggestion carries is
+the validator's verdict, never a re-derivation from the statistics.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kqlab.policy.model import Policy, Rule
+from kqlab.policy.suggest import RecordRef, Suggestion, Suggestions, suggestion_id
+from kqlab.validate.context import EvalContext
+from kqlab.validate.rules import RuleEvaluationError, decodes, evaluate_rule
+
+__all__ = ["propose", "sample_records"]
+
+# Bounds are read at the (1 - max_rejection) quantile, so a bound never rejects more than the
+# share the caller accepts, on any sample size (a fixed 99.9th percentile is the maximum of a
+# sample under 1000 records, and then the outlier itself would set the bound).
+#: how deep field suggestions walk nested records
+MAX_DEPTH = 3
+#: at most this many header names are profiled (the most frequent)
+MAX_HEADER_NAMES = 50
+#: field names that only grow (identifiers, times, sequence numbers): no upper bound
+_GROWING = re.compile(r"(^|[._-])(id|ids|ts|time|timestamp|at|date|seq|sequence|offset|"
+                      r"version|epoch)$|_(id|at|ts|time|ms|seq)$", re.IGNORECASE)
+#: the order suggestions are listed in: presence, wire, headers, sizes, fields
+_GROUP = {"key_required": 0, "value_required": 0, "magic_byte": 1, "schema_id_registered": 1,
+          "schema_id_allowed": 1, "header_required": 2, "header_values": 2, "key_size": 3,
+          "value_size": 3, "headers_size": 3}
+_FIELD_ORDER = ("field_not_null", "field_type", "field_range", "field_in", "field_regex")
+_UUID = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+
+
+@dataclass
+class _Candidate:
+    rule: Rule
+    source: str
+    evidence: str
+    target: str = ""
+
+    @property
+    def order(self) -> tuple:
+        kind = self.rule.kind
+        if kind in _GROUP:
+            return (_GROUP[kind], self.target, kind)
+        return (4, self.target, _FIELD_ORDER.index(kind) if kind in _FIELD_ORDER else 9)
+
+
+# ------------------------------------------------------------------------------ the sample
+def _data_only(records: pa.Table, batches: pa.Table | None) -> pa.Table:
+    """The records outside transaction-marker batches (what a client produced)."""
+    if batches is None or not batches.num_rows or "is_control" not in batches.column_names:
+        return records
+    control = batches.column("is_control").to_numpy(zero_copy_only=False).astype(bool)
+    if not control.any():
+        return records
+    from kqlab.kafka.table_checks import records_per_batch
+
+    rows = np.repeat(np.arange(batches.num_rows), records_per_batch(batches, records.num_rows))
+    return records.filter(pa.array(~control[rows]))
+
+
+def sample_records(sample: Any) -> pa.Table:
+    """The data records of a records table, ``Sample``, snapshot folder or log segments."""
+    from kqlab.validate.replay import Sample
+
+    if isinstance(sample, pa.Table):
+        return sample
+    if isinstance(sample, Sample):
+        return _data_only(sample.records, sample.batches)
+    from kqlab.sources.files import Snapshot, is_snapshot
+
+    if isinstance(sample, Snapshot) or (isinstance(sample, str | Path) and is_snapshot(sample)):
+        snap = sample if isinstance(sample, Snapshot) else Snapshot.open(sample)
+        records = snap.records()
+        return _data_only(records, snap.batches()) if snap.framing == "exact" else records
+    if isinstance(sample, str | Path):
+        from kqlab.kafka.log import read_log
+
+        log = read_log(sample)
+        return _data_only(log.records, log.batches)
+    raise TypeError(f"cannot suggest rules from a {type(sample).__name__}: pass a records "
+                    "table, a Sample, a snapshot folder or a segment path")
+
+
+# ------------------------------------------------------------------------------- numbers
+def _pow2_ceil(x: float) -> int:
+    return 1 if x <= 1 else 1 << math.ceil(math.log2(x))
+
+
+def _pow10_ceil(x: float) -> float:
+    """The smallest power of ten >= x (x > 0)."""
+    return 10.0 ** math.ceil(math.log10(x) - 1e-12)
+
+
+def _num(x: float, integral: bool) -> int | float:
+    return int(x) if integral or float(x).is_integer() else float(x)
+
+
+def _quantiles(values: np.ndarray, qs: tuple[float, ...]) -> list[float]:
+    # "inverted_cdf" takes observed values: deterministic, no interpolation artefacts
+    return [float(v) for v in np.quantile(values, qs, method="inverted_cdf")]
+
+
+def _recurring(arr: pa.Array, min_support: int) -> tuple[list[Any], int, int]:
+    """(values seen >= min_support times sorted, their distinct count, all distinct count)."""
+    counts = pc.value_counts(arr.drop_null())
+    values = counts.field("values").to_pylist()
+    n = counts.field("counts").to_numpy(zero_copy_only=False)
+    keep = sorted(v for v, c in zip(values, n.tolist(), strict=True) if c >= min_support)
+    return keep, len(keep), len(values)
+
+
+# ------------------------------------------------------------------------ the candidates
+class _Profiler:
+    def __init__(self, ctx: EvalContext, policy: Policy, *, max_rejection: float,
+                 max_categories: int, min_support: int) -> None:
+        self.ctx = ctx
+        self.policy = policy
+        self.max_rejection = max_rejection
+        self.max_categories = max_categories
+        self.min_support = min_support
+        self.out: list[_Candidate] = []
+        self.notes: list[str] = []
+
+    def add(self, kind: str, params: dict[str, Any], evidence: str, target: str | None = None,
+            source: str = "sample") -> None:
+        rule = Rule(id=suggestion_id(kind, target), kind=kind, params=params)
+        self.out.append(_Candidate(rule, source, evidence, target or ""))
+
+    def share(self, mask: np.ndarray) -> float:
+        return float(mask.mean()) if len(mask) else 0.0
+
+    def presence(self) -> None:
+        ctx, n = self.ctx, self.ctx.n
+        ks = ctx.key_size
+        missing = self.share(ks < 0)
+        if missing < 1 and missing <= self.max_rejection:
+            empty = int((ks == 0).sum())
+            self.add("key_required", {} if empty else {"allow_empty": False},
+                     f"{n - int((ks < 0).sum())} of {n} records have a key"
+                     + ("" if empty else ", none empty"))
+        vs = ctx.value_size
+        tomb = self.share(vs < 0)
+        if tomb < 1 and tomb <= self.max_rejection:
+            self.add("value_required", {}, f"{int((vs < 0).sum())} of {n} records are "
+                     "tombstones")
+
+    def sizes(self) -> None:
+        ctx = self.ctx
+        for kind, size, what in (("key_size", ctx.key_size, "key"),
+                                 ("value_size", ctx.value_size, "value"),
+                                 ("headers_size", ctx.headers_size, "headers")):
+            present = size[size >= 0] if kind != "headers_size" else size[size > 0]
+            if not len(present):
+                continue
+            (q,) = _quantiles(present, (1 - self.max_rejection,))
+            bound = _pow2_ceil(2 * q)
+            self.add(kind, {"max": bound}, f"{what} sizes: p{100 * (1 - self.max_rejection):g}"
+                     f" {int(q)} B, max {int(present.max())} B over {len(present)} records")
+
+    def headers(self) -> None:
+        h, n = self.ctx.headers, self.ctx.n
+        if not len(h.keys):
+            return
+        names = pc.value_counts(h.keys)
+        order = np.argsort(-names.field("counts").to_numpy(zero_copy_only=False), kind="stable")
+        top = [names.field("values")[int(i)].as_py() for i in order[:MAX_HEADER_NAMES]]
+        if len(order) > MAX_HEADER_NAMES:
+            self.notes.append(f"{len(order)} header names: only the {MAX_HEADER_NAMES} most "
+                              "frequent were profiled")
+        for name in sorted(top):
+            mask = pc.fill_null(pc.equal(h.keys, name), False).to_numpy(zero_copy_only=False)
+            carriers = len(np.unique(h.parent[mask]))
+            if 1 - carriers / n <= self.max_rejection:
+                self.add("header_required", {"name": name},
+                         f"{carriers} of {n} records carry header {name!r}", name)
+            values = h.values.filter(pa.array(mask))
+            text = pc.cast(values, pa.string(), safe=False) if len(values) else values
+            try:
+                keep, k, total = _recurring(text, self.min_support)
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                continue
+            if 0 < k <= self.max_categories and k < len(values):
+                self.add("header_values", {"name": name, "values": keep},
+                         f"header {name!r}: {total} distinct value(s), {k} seen at least "
+                         f"{self.min_support} times", name)
+
+    def wire(self) -> None:
+        fmt = self.policy.value
+        if fmt.format not in ("avro", "json") and fmt.wire != "confluent":
+            return
+        ctx = self.ctx
+        present = ctx.value_size >= 0
+        if not present.any():
+            return
+        info = ctx.wire("value")
+        framed = np.asarray(info.framed, dtype=bool)
+        n = int(present.sum())
+        share_unframed = 1 - int((framed & present).sum()) / n
+        if share_unframed > self.max_rejection:
+            return
+        self.add("magic_byte", {}, f"{int((framed & present).sum())} of {n} values start with "
+                 "the Confluent magic byte")
+        ids = pc.fill_null(info.schema_id, -1).to_numpy(zero_copy_only=False) \
+            if isinstance(info.schema_id, pa.Array) else np.asarray(info.schema_id)
+        ids = ids[framed & present].astype(np.int64)
+        seen, counts = np.unique(ids, return_counts=True)
+        usable = [int(i) for i, c in zip(seen.tolist(), counts.tolist(), strict=True)
+                  if c >= self.min_support]
+        subject = fmt.schemas.subject if fmt.schemas is not None else None
+        if ctx.resolver is not None:
+            self.add("schema_id_registered", {"subject": subject} if subject else {},
+                     f"schema ids seen: {', '.join(map(str, seen.tolist()))}")
+            usable = [i for i in usable if ctx.resolver.is_registered(i, subject)]
+        if usable and len(usable) <= self.max_categories:
+            self.add("schema_id_allowed", {"ids": usable},
+                     "schema ids seen: " + ", ".join(f"{i} ({c})" for i, c in
+                                                     zip(seen.tolist(), counts.tolist(),
+                                                         strict=True)))
+
+    # -- fields -----------------------------------------------------------------------------
+    def fields(self) -> None:
+        fmt = self.policy.value
+        if fmt.format not in ("json", "avro") or not decodes(fmt):
+            return
+        ctx = self.ctx
+        decoded = ctx.decoded("value")
+        if decoded.fallback:
+            self.notes.append(f"value fields not profiled: {decoded.fallback}")
+            return
+        ok = ~ctx.decode_failed("value") & (ctx.value_size >= 0)
+        values = decoded.values
+        if not pa.types.is_struct(values.type) or not ok.any():
+            return
+        self._walk(values.filter(pa.array(ok)), "", 1)
+
+    def _walk(self, arr: pa.Array, prefix: str, depth: int) -> None:
+        children = arr.flatten()  # parent nulls become child nulls
+        for f, child in zip(arr.type, children, strict=True):
+            path = f"{prefix}{f.name}"
+            if "." in f.name or not f.name.strip():
+                continue  # not addressable by a dotted path
+            self._leaf(child, path)
+            if pa.types.is_struct(f.type) and depth < MAX_DEPTH:
+                self._walk(child, path + ".", depth + 1)
+
+    def _leaf(self, arr: pa.Array, path: str) -> None:
+        n = len(arr)
+        nulls = arr.null_count
+        if nulls / n <= self.max_rejection:
+            self.add("field_not_null", {"field": path},
+                     f"{path}: {nulls} of {n} decoded values null or absent", path)
+        t = arr.type
+        if (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)) \
+                and nulls < n:
+            self._range(arr, path)
+        elif pa.types.is_string(t) or pa.types.is_large_string(t):
+            keep, k, total = _recurring(arr, self.min_support)
+            if 0 < k <= self.max_categories and k < n - nulls:
+                self.add("field_in", {"field": path, "values": keep},
+                         f"{path}: {total} distinct value(s), {k} seen at least "
+                         f"{self.min_support} times", path)
+
+    def _range(self, arr: pa.Array, path: str) -> None:
+        values = pc.cast(arr.drop_null(), pa.float64()).to_numpy(zero_copy_only=False)
+        values = values[np.isfinite(values)]
+        if not len(values):
+            return
+        integral = pa.types.is_integer(arr.type)
+        r = self.max_rejection
+        lo, hi = _quantiles(values, (r, 1 - r))
+        negative = float((values < 0).mean())
+        growing = bool(_GROWING.search(path.rsplit(".", 1)[-1])) or (integral and lo > 1e9)
+        params: dict[str, Any] = {"field": path}
+        if negative <= r:
+            params["min"] = 0  # non-negative but for the few a rule should catch
+        else:
+            params["min"] = _num(-_pow10_ceil(-lo), integral)
+        if not growing:
+            params["max"] = _num(_pow10_ceil(hi) if hi > 0 else 0, integral)
+        self.add("field_range", params, f"{path}: {100 * negative:.2g} % negative, "
+                 f"p{100 * r:g} {lo:g}, p{100 * (1 - r):g} {hi:g}, min {values.min():g}, max "
+                 f"{values.max():g}" + (" (grows: no upper bound)" if growing else ""), path)
+
+    # -- the registered schema --------------------------------------------------------------
+    def schema(self) -> None:
+        fmt, resolver = self.policy.value, self.ctx.resolver
+        if fmt.format != "avro" or resolver is None:
+            return
+        from kqlab.serde.schemas import SchemaNotFound, SchemaSourceError
+
+        try:
+            if fmt.wire == "raw":
+                parsed = resolver.unframed()
+            elif fmt.schemas is not None and fmt.schemas.subject:
+                parsed = resolver.latest(fmt.schemas.subject)
+            else:
+                parsed = self._most_used_schema()
+        except (SchemaNotFound, SchemaSourceError) as exc:
+            self.notes.append(f"no rules derived from the schema: {exc}")
+            return
+        if parsed is None:
+            return
+        what = f"schema {parsed.schema_id}" if parsed.schema_id is not None else "schema"
+        if parsed.subject:
+            what = f"{parsed.subject} v{parsed.version} (id {parsed.schema_id})"
+        schema = parsed.schema
+        if isinstance(schema, dict) and schema.get("type") == "record":
+            self._schema_record(schema, "", 1, what)
+
+    def _most_used_schema(self) -> Any:
+        info = self.ctx.wire("value")
+        framed = np.asarray(info.framed, dtype=bool)
+        ids = pc.fill_null(info.schema_id, -1).to_numpy(zero_copy_only=False)[framed]
+        for sid in np.unique(ids)[np.argsort(-np.unique(ids, return_counts=True)[1],
+                                             kind="stable")].tolist():
+            if self.ctx.resolver.is_registered(int(sid)):
+                return self.ctx.resolver.schema(int(sid))
+        return None
+
+    def _schema_record(self, schema: dict[str, Any], prefix: str, depth: int, what: str
+                       ) -> None:
+        for f in schema.get("fields", ()):
+            name = f.get("name", "")
+            path = f"{prefix}{name}"
+            t = f.get("type")
+            nullable = isinstance(t, list) and any(b == "null" for b in t)
+            branches = [b for b in t if b != "null"] if isinstance(t, list) else [t]
+            source = "schema"
+            if not nullable:
+                self.add("field_not_null", {"field": path}, f"{what}: {path} is not nullable",
+                         path, source)
+            if len(branches) != 1 or nullable:
+                continue  # field_type fails an absent value: it cannot say "string or null"
+            b = branches[0]
+            base = b.get("type") if isinstance(b, dict) else b
+            logical = b.get("logicalType") if isinstance(b, dict) else None
+            if logical == "uuid":
+                self.add("field_regex", {"field": path, "pattern": _UUID},
+                         f"{what}: {path} is a uuid", path, source)
+                self.add("field_type", {"field": path, "type": "string"},
+                         f"{what}: {path} is a uuid string", path, source)
+            elif logical == "decimal":
+                precision, scale = int(b.get("precision", 38)), int(b.get("scale", 0))
+                bound = 10 ** (precision - scale)
+                self.add("field_type", {"field": path, "type": "number"},
+                         f"{what}: {path} is decimal({precision}, {scale})", path, source)
+                if precision - scale <= 15:
+                    self.add("field_range", {"field": path, "min": -bound, "max": bound},
+                             f"{what}: decimal({precision}, {scale}) holds |x| < {bound}",
+                             path, source)
+            elif logical is not None:
+                continue  # dates and times decode to Arrow temporal types: no JSON type
+            elif base == "enum":
+                self.add("field_in", {"field": path, "values": list(b.get("symbols", ()))},
+                         f"{what}: {path} is an enum", path, source)
+            elif base == "record":
+                self.add("field_type", {"field": path, "type": "object"},
+                         f"{what}: {path} is a record", path, source)
+                if depth < MAX_DEPTH:
+                    self._schema_record(b, path + ".", depth + 1, what)
+            else:
+                jtype = {"string": "string", "int": "integer", "long": "integer",
+                         "float": "number", "double": "number", "boolean": "boolean",
+                         "array": "array", "map": "object"}.get(base)
+                if jtype is not None:
+                    self.add("field_type", {"field": path, "type": jtype},
+                             f"{what}: {path} is {base}", path, source)
+
+
+# ---------------------------------------------------------------------------- evaluation
+def _merge(candidates: list[_Candidate]) -> list[_Candidate]:
+    """One candidate per rule id; the schema's wins (it is the contract), sources joined."""
+    by_id: dict[str, _Candidate] = {}
+    for c in candidates:
+        old = by_id.get(c.rule.id)
+        if old is None:
+            by_id[c.rule.id] = c
+            continue
+        keep, other = (c, old) if c.source == "schema" else (old, c)
+        by_id[c.rule.id] = _Candidate(keep.rule, "schema+sample",
+                                      f"{keep.evidence}; {other.evidence}", keep.target)
+    return sorted(by_id.values(), key=lambda c: (c.order, c.rule.id))
+
+
+def propose(sample: Any, policy: Policy, *, now: int | None, resolver: Any,
+            max_rejection: float, max_examples: int, max_categories: int, min_support: int,
+            schema: bool = True) -> Suggestions:
+    """The suggestions for ``sample`` (see :func:`kqlab.policy.suggest.suggest`)."""
+    records = sample_records(sample)
+    if resolver is None and policy.value.schemas is not None:
+        from kqlab.serde.schemas import SchemaResolver
+
+        resolver = SchemaResolver.from_source(policy.value.schemas)
+    now = int(time.time() * 1000) if now is None else int(now)
+    ctx = EvalContext(records, now, None, value_format=policy.value, key_format=policy.key,
+                      resolver=resolver)
+    settings = {"max_rejection": max_rejection, "max_examples": max_examples,
+                "max_categories": max_categories, "min_support": min_support}
+    n = ctx.n
+    if not n:
+        return Suggestions((), 0, settings, ("the sample has no records",))
+    prof = _Profiler(ctx, policy, max_rejection=max_rejection, max_categories=max_categories,
+                     min_support=min_support)
+    prof.presence()
+    prof.wire()
+    prof.headers()
+    prof.sizes()
+    prof.fields()
+    if schema:
+        prof.schema()
+    topic = records.column("topic")
+    part = records.column("partition")
+    offset = records.column("offset")
+    out: list[Suggestion] = []
+    for c in _merge(prof.out):
+        try:
+            result = evaluate_rule(ctx, c.rule)
+        except RuleEvaluationError as exc:
+            prof.notes.append(f"{c.rule.id} not suggested: {exc}")
+            continue
+        rejected = result.count
+        if c.source == "sample" and rejected / n > max_rejection:
+            continue
+        idx = result.failing[:max_examples].tolist()
+        examples = tuple(RecordRef(topic=topic[i].as_py(), partition=part[i].as_py(),
+                                   offset=offset[i].as_py(), message=result.messages[k])
+                         for k, i in enumerate(idx))
+        out.append(Suggestion(rule=c.rule, source=c.source, evidence=c.evidence, records=n,
+                              rejected=rejected, examples=examples))
+    return Suggestions(tuple(out), n, settings, tuple(prof.notes))

@@ -1,0 +1,110 @@
+"""What a policy change does to a sample: records newly rejected and newly accepted, per rule.
+
+Both replays must cover the same records (the same sample under two policy versions, e.g. two
+``Replayer.run`` calls).  A newly rejected record is charged to the reason that rejects it
+under the new policy; a newly accepted one to the reason that rejected it under the old.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kqlab.viz._aggregate import Aggregates, ViewError
+from kqlab.viz._figures import _LAYOUT, COLORS, _title
+
+__all__ = ["impact_table", "policy_impact"]
+
+
+def _row_map(before: pa.Table, after: pa.Table) -> np.ndarray:
+    """For every row of ``after``, the row of the same record in ``before``."""
+    if before.num_rows == after.num_rows and pc.all(pc.and_(
+            pc.equal(before.column("offset"), after.column("offset")),
+            pc.equal(before.column("partition"), after.column("partition")))).as_py() in (
+            True, None):
+        return np.arange(after.num_rows)
+    keys = ["topic", "partition", "offset"]
+    a = after.select(keys).append_column("_a", pa.array(np.arange(after.num_rows)))
+    b = before.select(keys).append_column("_b", pa.array(np.arange(before.num_rows)))
+    joined = a.join(b, keys, join_type="inner").sort_by("_a")
+    if joined.num_rows != after.num_rows or before.num_rows != after.num_rows:
+        raise ViewError("the two replays cover different records: replay the same sample "
+                        "under both policies (e.g. Replayer(sample).run(old), .run(new))")
+    return joined.column("_b").to_numpy()
+
+
+def impact_table(before: Any, after: Any) -> pa.Table:
+    """Per reason: ``newly_rejected`` and ``newly_accepted`` records, and how many records the
+    rule failed before and after (observe rules included), largest change first."""
+    a, b = Aggregates(before), Aggregates(after)
+    rows = _row_map(before.records, after.records)
+    ok_before = a.outcome[rows] == 0
+    ok_after = b.outcome == 0
+    labels = sorted(set(a.reason_labels) | set(b.reason_labels) |
+                    set(before.rules.column("rule").to_pylist()) |
+                    set(after.rules.column("rule").to_pylist()))
+    at = {name: i for i, name in enumerate(labels)}
+    k = len(labels) + 1  # the last slot: no known reason
+
+    def remap(agg: Aggregates, reasons: np.ndarray) -> np.ndarray:
+        lut = np.array([at[x] for x in agg.reason_labels] + [k - 1], dtype=np.int64)
+        return lut[np.where(reasons >= 0, reasons, len(agg.reason_labels))]
+
+    new_rej = ok_before & ~ok_after
+    new_acc = ~ok_before & ok_after
+    rejected = np.bincount(remap(b, b.reason[new_rej]), minlength=k)
+    accepted = np.bincount(remap(a, a.reason[rows][new_acc]), minlength=k)
+    failed = {}
+    for name, v in (("before", before), ("after", after)):
+        t = v.rules.to_pydict()
+        failed[name] = dict(zip(t["rule"], t["failed_records"], strict=True))
+    names = [*labels, "(no reason recorded)"]
+    out = pa.table({
+        "reason": pa.array(names, pa.string()),
+        "newly_rejected": pa.array(rejected, pa.int64()),
+        "newly_accepted": pa.array(accepted, pa.int64()),
+        "failed_before": pa.array([failed["before"].get(n) for n in names], pa.int64()),
+        "failed_after": pa.array([failed["after"].get(n) for n in names], pa.int64()),
+    })
+    changed = pc.or_(pc.or_(pc.greater(out.column("newly_rejected"), 0),
+                            pc.greater(out.column("newly_accepted"), 0)),
+                     pc.not_equal(pc.fill_null(out.column("failed_before"), -1),
+                                  pc.fill_null(out.column("failed_after"), -1)))
+    out = out.filter(changed)
+    size = pc.add(out.column("newly_rejected"), out.column("newly_accepted"))
+    return out.append_column("_n", size).sort_by([("_n", "descending"),
+                                                  ("reason", "ascending")]).drop_columns("_n")
+
+
+def policy_impact(before: Any, after: Any, *, policies: tuple[Any, Any] | None = None
+                  ) -> go.Figure:
+    """Diverging bars per rule: records the new policy rejects that the old accepted (right)
+    and records it accepts that the old rejected (left).  With ``policies=(old, new)`` the
+    subtitle summarises the rule changes (:func:`kqlab.policy.diff`)."""
+    table = impact_table(before, after).to_pydict()
+    n_rej, n_acc = sum(table["newly_rejected"]), sum(table["newly_accepted"])
+    note = f"{n_rej:,} records newly rejected, {n_acc:,} newly accepted"
+    if policies is not None:
+        from kqlab.policy.diff import diff
+
+        change = diff(*policies).summary().replace("\n", "; ")
+        note += f" — {change[:200]}"
+    fig = go.Figure()
+    fig.add_trace(go.Bar(y=table["reason"], x=table["newly_rejected"], orientation="h",
+                         name="newly rejected", marker_color=COLORS["rejected"],
+                         hovertemplate="%{y}: %{x:,} records newly rejected<extra></extra>"))
+    fig.add_trace(go.Bar(y=table["reason"], x=[-x for x in table["newly_accepted"]],
+                         orientation="h", name="newly accepted",
+                         marker_color=COLORS["accepted"], customdata=table["newly_accepted"],
+                         hovertemplate="%{y}: %{customdata:,} records newly accepted"
+                         "<extra></extra>"))
+    fig.update_layout(**_LAYOUT, barmode="relative",
+                      title=_title("Policy impact", note),
+                      height=max(240, 100 + 28 * len(table["reason"])),
+                      yaxis={"autorange": "reversed", "automargin": True},
+                      xaxis={"title": "← newly accepted · records · newly rejected →"})
+    return fig
