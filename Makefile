@@ -23,11 +23,16 @@ $(STAMP): $(SETUP_INPUTS)
 check-java:
 	@scripts/check-java
 
-# the demo partition replayed through its policy, then the demo topics through the embedded
-# broker (produced, sampled back, checked against their documented defects), then the demo
-# topics on Spark and locally with every verdict compared (the engines' parity check)
+# the demo partition replayed through its policy, its HTML report, and the policy exported to
+# every enforcement target with the fidelity report (all under out/demo/); then the demo topics
+# through the embedded broker (produced, sampled back, checked against their documented
+# defects); then the demo topics on Spark and locally, every verdict compared (parity check)
 demo: setup
-	$(BIN)/kqlab demo
+	$(BIN)/kqlab demo --dir out/demo
+	@echo
+	$(BIN)/kqlab report out/demo/orders-0 --policy kqlab/sources/demo_policy.yaml --out out/demo/report.html
+	$(BIN)/kqlab export kqlab/sources/demo_policy.yaml --target all --sample out/demo/orders-0 --out out/demo/export
+	@echo "  fidelity report: out/demo/export/fidelity.html"
 	@echo
 	$(BIN)/kqlab demo --topics
 	@echo

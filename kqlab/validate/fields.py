@@ -112,31 +112,73 @@ class FieldResult:
     def messages(self) -> list[str | None]:
         """The failure message per row (None for rows that passed), from the rule's template."""
         out: list[str | None] = [None] * len(self.failed)
-        if self.rule is None:
-            return out
         idx = np.flatnonzero(self.failed)
-        if not len(idx):
-            return out
+        for i, text in zip(idx.tolist(), self.failing_messages(), strict=True):
+            out[i] = text
+        return out
+
+    def failing_messages(self) -> list[str]:
+        """The message of each failing row, in row order (what a rule result carries).
+
+        Failing values repeat (one bad deploy writes the same wrong status 100k times), so
+        each distinct value is formatted once and the texts are gathered by index.
+        """
+        idx = np.flatnonzero(self.failed)
+        if self.rule is None or not len(idx):
+            return [self.rule.render_message() if self.rule else ""] * len(idx)
         take = pa.array(idx, pa.int64())
+        name = self.rule.param("field")
+        lengths = self.lengths.take(take) if self.lengths is not None else None
+        widened = self.python_records is not None and _has_float(self.observed.type)
+        if self.python_observed is None and not widened:
+            vals = self.observed.take(take)
+            try:
+                enc = vals.dictionary_encode()
+            except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+                enc = None
+            if enc is not None:
+                ind = pc.fill_null(enc.indices, -1).to_numpy(zero_copy_only=False).astype(
+                    np.int64)
+                uniq, first = np.unique(ind, return_index=True)
+                words = enc.dictionary.to_pylist()
+                lens = (lengths.to_pylist() if lengths is not None else None)
+                texts = np.empty(len(uniq), dtype=object)
+                for k, (u, f) in enumerate(zip(uniq.tolist(), first.tolist(), strict=True)):
+                    texts[k] = self.rule.render_message(
+                        field=name, value=_show(None if u < 0 else words[u]),
+                        length=None if lens is None else lens[f])
+                return texts[np.searchsorted(uniq, ind)].tolist()
         if self.python_observed is not None:
             values = [self.python_observed[i] for i in idx.tolist()]
-        elif self.python_records is not None:
+        elif widened:  # JSON widened to double: show each value as its record wrote it
             path = _spec(self.rule).path
             values = [_resolve(self.python_records[i], path) for i in idx.tolist()]
         else:
             values = self.observed.take(take).to_pylist()
-        lengths = (self.lengths.take(take).to_pylist() if self.lengths is not None
-                   else [None] * len(idx))
-        name = self.rule.param("field")
+        lens_list = lengths.to_pylist() if lengths is not None else [None] * len(idx)
         memo: dict[tuple[str, int | None], str] = {}  # failing values repeat: format each once
-        for i, value, length in zip(idx.tolist(), values, lengths, strict=True):
+        out = []
+        for value, length in zip(values, lens_list, strict=True):
             key = (_show(value), length)
             text = memo.get(key)
             if text is None:
                 text = memo[key] = self.rule.render_message(field=name, value=key[0],
                                                             length=length)
-            out[i] = text
+            out.append(text)
         return out
+
+
+def _has_float(t: pa.DataType) -> bool:
+    """Whether a (nested) Arrow type holds floating-point values anywhere."""
+    if pa.types.is_floating(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(_has_float(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _has_float(t.value_type)
+    if pa.types.is_map(t):
+        return _has_float(t.item_type)
+    return False
 
 
 def _show(value: Any) -> str:

@@ -447,9 +447,7 @@ def _field_rule(ctx: EvalContext, rule: Rule) -> RuleResult:
     # JSON keeps the parsed objects: verdicts and messages follow each record's own types
     res = evaluate_field_rule(rule, values, getattr(decoded, "_python", None))
     failed = np.asarray(res.failed, dtype=bool)
-    per_row = res.messages()
-    return RuleResult(failed, tuple(per_row[i] or rule.render_message()
-                                    for i in np.flatnonzero(failed).tolist()))
+    return RuleResult(failed, tuple(res.failing_messages()))
 
 
 for _name in ("field_not_null", "field_range", "field_in", "field_regex", "field_length",
