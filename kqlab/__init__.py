@@ -66,6 +66,10 @@ _EXPORTS = {
     "fidelity_report": "kqlab.export",
     "report": "kqlab.reporting",
     "unmask": "kqlab.viz",
+    "Workbench": "kqlab.widgets",
+    "PolicyEditor": "kqlab.widgets",
+    "ReplayPanel": "kqlab.widgets",
+    "RejectionExplorer": "kqlab.widgets",
 }
 
 __all__ = [
@@ -83,9 +87,12 @@ __all__ = [
     "LogPathError",
     "PartitionValidator",
     "Policy",
+    "PolicyEditor",
     "PolicyError",
     "PolicyTestReport",
     "Record",
+    "RejectionExplorer",
+    "ReplayPanel",
     "Replayer",
     "Rule",
     "SparkVerdicts",
@@ -93,6 +100,7 @@ __all__ = [
     "Suggestions",
     "TopicConfig",
     "Verdicts",
+    "Workbench",
     "__version__",
     "broker_verdicts",
     "build_batch",
@@ -160,3 +168,4 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from kqlab.validate import Replayer, Verdicts, replay
     from kqlab.validate.golden import PolicyTestReport, test_policy
     from kqlab.viz import unmask
+    from kqlab.widgets import PolicyEditor, RejectionExplorer, ReplayPanel, Workbench

@@ -1,6 +1,7 @@
 """The ``kqlab`` command line: ``inspect``, ``sample``, ``snapshot``, ``replay``, ``demo``, and
 ``test``, ``suggest`` (those two in :mod:`kqlab.cli_policy`), ``report`` (in
-:mod:`kqlab.cli_report`), ``export`` (in :mod:`kqlab.cli_export`).
+:mod:`kqlab.cli_report`), ``export`` (in :mod:`kqlab.cli_export`), ``gate`` (in
+:mod:`kqlab.cli_gate`).
 
 Every command takes ``--json`` and then prints exactly one JSON document on stdout, for scripts.
 Errors in the request (a missing path, a bad ``--config``) exit with status 2 and one line on
@@ -150,6 +151,9 @@ def _parser() -> argparse.ArgumentParser:
     from kqlab.cli_export import add_parsers as add_export  # kqlab export (enforcement targets)
 
     add_export(sub)
+    from kqlab.cli_gate import add_parsers as add_gate  # kqlab gate (the validating gate)
+
+    add_gate(sub)
     return p
 
 
@@ -707,6 +711,10 @@ def main(argv: list[str] | None = None) -> int:
             from kqlab.cli_export import run as run_export
 
             return run_export(args)
+        if args.command == "gate":
+            from kqlab.cli_gate import run as run_gate
+
+            return run_gate(args)
         return cmd_demo(args)
     except (KqlabError, ValueError) as exc:
         print(f"kqlab {args.command}: error: {exc}", file=sys.stderr)

@@ -1,8 +1,8 @@
-"""The config file of a kqlab validating gate (issue 8's ``extensions/gate/``), kept minimal.
+"""The config file of the kqlab validating gate (``kqlab gate --config``; see ``kqlab.gate``).
 
-The gate itself is future work: it will consume a raw topic, validate every record with the
-same validator the replay uses, forward the valid ones to a clean topic and dead-letter the
-rest.  This exporter only fixes what its config names — the policy (path and content hash, so
+The gate consumes a raw topic, validates every record with the same validator the replay
+uses, forwards the valid ones to a clean topic and dead-letters the rest.  This exporter only
+fixes what its config names — the policy (path and content hash, so
 the gate can refuse an edited file) and, per topic, the source, sink and dead-letter topics —
 and nothing a deployment decides (bootstrap servers, credentials, group ids), so the file
 holds no secret by construction.  Every rule is ``exact``: the gate runs kqlab's own validator
@@ -64,13 +64,13 @@ def gate_config(policy: Any, *, policy_path: str | None = None, sink_suffix: str
 
 
 def build(policy: Any, *, policy_path: str | None = None, today: str | None = None) -> Export:
-    """``gate/gate.yaml``: the minimal config a future ``kqlab gate`` takes."""
+    """``gate/gate.yaml``: the config ``kqlab gate --config`` takes."""
     prov = provenance(policy, today=today)
     cfg = gate_config(policy, policy_path=policy_path)
     head = comment_block([
-        "kqlab gate config (minimal): the shape a future `kqlab gate --config` takes.",
-        "The gate is not implemented yet; bootstrap servers and credentials are deployment",
-        "settings and deliberately not in this file.",
+        "kqlab gate config: run it with `kqlab gate --config gate.yaml --bootstrap B`.",
+        "Bootstrap servers and credentials are deployment settings and deliberately not",
+        "in this file.",
         *provenance_lines(prov)])
     text = head + yaml.safe_dump(cfg, sort_keys=False, default_flow_style=False)
     fid = tuple(RuleFidelity(rule=r.id, kind=r.kind, mode=r.mode, status=EXACT,

