@@ -9,6 +9,7 @@ work between several figures (the report does).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -44,7 +45,31 @@ def aggregates(verdicts: Any, sample: Any = None) -> Aggregates:
                         "views (rejections_by_reason, rejection_timeline, by_producer) or "
                         "collect with SparkVerdicts.to_local()")
     records, batches = _sample_tables(sample)
-    return Aggregates(verdicts, records, batches)
+    # one Aggregates per (verdicts, sample): figures drawn from the same replay, and the next
+    # edit's impact diff (which reads the previous verdicts again), share the per-record work
+    cache = getattr(verdicts, "_viz_aggregates", None)
+    if not isinstance(cache, dict) or cache.get("table") is not verdicts.records:
+        cache = {"table": verdicts.records}
+        with contextlib.suppress(AttributeError):  # a verdicts type without attributes
+            verdicts._viz_aggregates = cache
+    key = (id(records) if records is not None else None,
+           id(batches) if batches is not None else None)
+    hit = cache.get(key)
+    if hit is not None and hit._records is records and hit.sample_batches is batches:
+        return hit
+    agg = Aggregates(verdicts, records, batches)
+    for other in cache.values():  # codes that depend on the verdicts alone are shared
+        if isinstance(other, Aggregates):
+            for name in _VERDICT_ONLY:
+                if name in other.__dict__:
+                    agg.__dict__[name] = other.__dict__[name]
+            break
+    cache[key] = agg
+    return agg
+
+
+#: Aggregates' cached per-record codes computed from the verdicts alone (not the sample)
+_VERDICT_ONLY = ("outcome", "_failures", "reason_labels", "_rule_codes", "batch_id", "reason")
 
 
 def _sample_tables(sample: Any) -> tuple[pa.Table | None, pa.Table | None]:

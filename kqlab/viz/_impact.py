@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kqlab.viz._aggregate import Aggregates, ViewError
-from kqlab.viz._figures import _LAYOUT, COLORS, _title
+from kqlab.viz._figures import _LAYOUT, COLORS, _title, aggregates
 
 __all__ = ["impact_table", "policy_impact"]
 
@@ -40,7 +40,7 @@ def _row_map(before: pa.Table, after: pa.Table) -> np.ndarray:
 def impact_table(before: Any, after: Any) -> pa.Table:
     """Per reason: ``newly_rejected`` and ``newly_accepted`` records, and how many records the
     rule failed before and after (observe rules included), largest change first."""
-    a, b = Aggregates(before), Aggregates(after)
+    a, b = aggregates(before), aggregates(after)
     rows = _row_map(before.records, after.records)
     ok_before = a.outcome[rows] == 0
     ok_after = b.outcome == 0
