@@ -239,25 +239,11 @@ class SparkVerdicts:
     def summary(self) -> dict[str, Any]:
         """The local engine's summary dict, computed by Spark (plus ``engine``, ``units``,
         ``errors`` and ``out``)."""
-        actions = self.by_action()
-        n_records, n_batches = self.count()
-        return {
-            "policy": self.policy_name, "policy_hash": self.policy_hash,
-            "profile": self.profile, "framing": self.framing, "now": self.now,
-            "records": n_records, "batches": n_batches,
-            "outcomes": self.by_outcome(),
-            "by_rule": self.rules.to_pylist(),
-            "by_error": self.by_error(),
-            "by_partition": self.by_partition().to_pylist(),
-            "by_producer": self.by_producer().to_pylist(),
-            "producer_actions": actions,
-            "records_lost": actions.get("failed", 0),
-            "records_delayed": actions.get("retried", 0) + actions.get("split", 0),
-            "issues": [dict(i) for i in self.issues],
-            "notes": self.notes,
-            "engine": "spark", "units": self.units, "errors": self.errors,
-            "out": self.path, "seconds": round(self.seconds, 3),
-        }
+        from kqlab.validate.verdicts import summary_of
+
+        return {**summary_of(self, *self.count()),
+                "engine": "spark", "units": self.units, "errors": self.errors,
+                "out": self.path, "seconds": round(self.seconds, 3)}
 
     def to_local(self, max_records: int | None = 5_000_000) -> Any:
         """Collect into a local :class:`~kqlab.validate.verdicts.Verdicts` (records in

@@ -149,22 +149,28 @@ class Verdicts:
 
     def summary(self) -> dict[str, Any]:
         """Everything above as one JSON-ready dict (what ``kqlab replay --json`` prints)."""
-        actions = self.by_action()
-        return {
-            "policy": self.policy_name, "policy_hash": self.policy_hash,
-            "profile": self.profile, "framing": self.framing, "now": self.now,
-            "records": self.records.num_rows, "batches": self.batches.num_rows,
-            "outcomes": self.by_outcome(),
-            "by_rule": self.rules.to_pylist(),
-            "by_error": self.by_error(),
-            "by_partition": self.by_partition().to_pylist(),
-            "by_producer": self.by_producer().to_pylist(),
-            "producer_actions": actions,
-            "records_lost": actions.get("failed", 0),
-            "records_delayed": actions.get("retried", 0) + actions.get("split", 0),
-            "issues": [i.to_dict() if hasattr(i, "to_dict") else dict(i) for i in self.issues],
-            "notes": self.notes,
-        }
+        return summary_of(self, self.records.num_rows, self.batches.num_rows)
+
+
+def summary_of(v: Any, records: int, batches: int) -> dict[str, Any]:
+    """The summary dict of any engine's verdicts ``v`` (its ``by_*`` methods answer it):
+    one definition, so the engines' summaries cannot drift apart."""
+    actions = v.by_action()
+    return {
+        "policy": v.policy_name, "policy_hash": v.policy_hash,
+        "profile": v.profile, "framing": v.framing, "now": v.now,
+        "records": records, "batches": batches,
+        "outcomes": v.by_outcome(),
+        "by_rule": v.rules.to_pylist(),
+        "by_error": v.by_error(),
+        "by_partition": v.by_partition().to_pylist(),
+        "by_producer": v.by_producer().to_pylist(),
+        "producer_actions": actions,
+        "records_lost": actions.get("failed", 0),
+        "records_delayed": actions.get("retried", 0) + actions.get("split", 0),
+        "issues": [i.to_dict() if hasattr(i, "to_dict") else dict(i) for i in v.issues],
+        "notes": v.notes,
+    }
 
 
 def vetted(policy: Any, *, framing: str, now: int, profile: str,
