@@ -7,7 +7,7 @@ SETUP_INPUTS := pyproject.toml $(wildcard setup.py) $(wildcard kqlab/kafka/*.c)
 STAMP  := $(VENV)/.setup-$(shell cat $(SETUP_INPUTS) 2>/dev/null | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-pure lab bench lint check-java clean
+.PHONY: setup setup-browser demo test test-pure test-browser lab bench lint check-java clean
 
 setup: $(STAMP) check-java
 
@@ -22,6 +22,18 @@ $(STAMP): $(SETUP_INPUTS)
 
 check-java:
 	@scripts/check-java
+
+# the real-browser test's tools: Debian chromium and the pinned npm packages of e2e/
+# (Playwright never downloads a browser here)
+E2E_STAMP := e2e/node_modules/.kqlab-$(shell cat e2e/package-lock.json 2>/dev/null | sha1sum | cut -c1-12)
+setup-browser: $(E2E_STAMP)
+	@scripts/install-chromium
+
+$(E2E_STAMP): e2e/package.json e2e/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { echo "the browser test needs node + npm (Node >= 20)" >&2; exit 1; }
+	cd e2e && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error
+	@rm -f e2e/node_modules/.kqlab-*
+	@touch $@
 
 # the demo partition replayed through its policy, its HTML report, and the policy exported to
 # every enforcement target with the fidelity report (all under out/demo/); then the demo topics
@@ -39,7 +51,7 @@ demo: setup
 	$(BIN)/kqlab demo --spark
 
 # pytest's exit code 5 means "no tests ran": that is a failure here, there must be tests.
-test: setup
+test: setup setup-browser
 	@$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
 	  exit $$rc
@@ -47,6 +59,11 @@ test: setup
 # the pure-Python reference kernels (what runs where the C extension cannot be built)
 test-pure: setup
 	KQLAB_PURE_PYTHON=1 $(BIN)/python -m pytest tests/kafka $(PYTEST_ARGS)
+
+# JupyterLab in Debian chromium: the quickstart notebook run and the workbench used in the page
+# (part of `make test`; screenshots under out/browser/)
+test-browser: setup setup-browser
+	$(BIN)/python -m pytest tests/browser -p no:cacheprovider $(PYTEST_ARGS)
 
 lint: setup
 	$(BIN)/ruff check kqlab tests benchmarks
@@ -60,5 +77,5 @@ bench: setup
 	@for b in benchmarks/[!_]*.py; do echo "== $$b"; $(BIN)/python $$b $(BENCH_ARGS) || exit 1; done
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .ruff_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .ruff_cache e2e/node_modules
 	find kqlab -name '*.so' -delete

@@ -40,6 +40,11 @@ def add_parsers(sub: Any) -> None:
                      help="embed plotly.js (inline) or write plotly.min.js next to the report")
     rep.add_argument("--unmask", action="store_true",
                      help="show the policy's sensitive data in this report (masked by default)")
+    rep.add_argument("--engine", choices=("local", "spark"), default="local",
+                     help="replay in-process (local) or on Spark: figures, summaries and top "
+                     "failures then come from Spark aggregations, for samples of any size")
+    rep.add_argument("--master", default=None,
+                     help="Spark master for --engine spark (default local[*])")
     rep.add_argument("--json", action="store_true",
                      help="print one JSON document: the report's path, size and the summary")
 
@@ -55,8 +60,15 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     policy = load_policy(args.policy)
     _prepare(policy)
-    replayer = Replayer(args.source, now=args.now, framing=args.framing)
-    verdicts = replayer.run(policy)
+    if args.engine == "spark":
+        from kqlab.spark import replay_spark
+
+        replayer = None
+        verdicts = replay_spark(args.source, policy, master=args.master, now=args.now,
+                                framing=args.framing)
+    else:
+        replayer = Replayer(args.source, now=args.now, framing=args.framing)
+        verdicts = replayer.run(policy)
     out = Path(args.out or f"{policy.name}-report.html")
     report(verdicts, policy, sample=replayer, path=out, title=args.title,
            source=str(args.source), unmask=bool(args.unmask),
@@ -68,7 +80,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     else:
         outcomes = verdicts.by_outcome()
         print(f"report written to {out} ({size / 1e6:.1f} MB): "
-              f"{verdicts.records.num_rows:,} records, "
+              f"{sum(outcomes.values()):,} records, "
               + ", ".join(f"{k} {v:,}" for k, v in outcomes.items()))
     return 0
 

@@ -72,22 +72,21 @@ def top_failures(verdicts: Any, policy: Any = None, *, limit: int = 50,
     grouped by Arrow, whatever the sample size."""
     from kqlab.viz._masking import masker
 
+    if hasattr(verdicts, "record_files"):  # SparkVerdicts: the same table, grouped by Spark
+        return _spark_top_failures(verdicts, masker(policy, unmask), limit, empty=_EMPTY_TOP)
     col = verdicts.records.column("failures")
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     flat = pc.list_flatten(arr)
-    empty = pa.table({"rule": pa.array([], pa.string()), "code": pa.array([], pa.int16()),
-                      "message": pa.array([], pa.string()), "records": pa.array([], pa.int64()),
-                      "topic": pa.array([], pa.string()), "partition": pa.array([], pa.int32()),
-                      "offset": pa.array([], pa.int64())})
     if not len(flat):
-        return empty
+        return _EMPTY_TOP
     parents = pc.list_parent_indices(arr)
     rules = flat.field("rule")
     messages = masker(policy, unmask).messages(rules, flat.field("message"))
     t = pa.table({"rule": rules, "code": flat.field("code"), "message": messages,
                   "row": parents})
     g = t.group_by(["rule", "code", "message"]).aggregate([("row", "count"), ("row", "min")])
-    g = g.sort_by([("row_count", "descending"), ("rule", "ascending")]).slice(0, limit)
+    g = g.sort_by([("row_count", "descending"), ("rule", "ascending"), ("code", "ascending"),
+                   ("message", "ascending")]).slice(0, limit)
     first = g.column("row_min")
     rec = verdicts.records
     return pa.table({"rule": g.column("rule"), "code": g.column("code"),
@@ -95,6 +94,45 @@ def top_failures(verdicts: Any, policy: Any = None, *, limit: int = 50,
                      "topic": rec.column("topic").take(first),
                      "partition": rec.column("partition").take(first),
                      "offset": rec.column("offset").take(first)})
+
+
+_EMPTY_TOP = pa.table({"rule": pa.array([], pa.string()), "code": pa.array([], pa.int16()),
+                       "message": pa.array([], pa.string()),
+                       "records": pa.array([], pa.int64()), "topic": pa.array([], pa.string()),
+                       "partition": pa.array([], pa.int32()), "offset": pa.array([], pa.int64())})
+
+
+def _spark_top_failures(sv: Any, m: Any, limit: int, *, empty: pa.Table) -> pa.Table:
+    """:func:`top_failures` of Spark verdicts: one Spark aggregation, ``limit`` rows collected.
+    Masking is per rule (a CASE on the rule id), as the local table masks before grouping;
+    the example is the first record in the local engine's order (unit, then position)."""
+    from pyspark.sql import functions as sf
+
+    from kqlab.viz._masking import masked_template
+
+    f = sv.raw_records.select("unit", "seq", "topic", "partition", "offset",
+                              sf.explode("failures").alias("f"))
+    message = sf.col("f.message")
+    if m.active:
+        for rule in sorted(m.sensitive_rules):
+            message = sf.when(sf.col("f.rule") == rule,
+                              sf.lit(masked_template(m.rules[rule]))).otherwise(message)
+    g = (f.select(sf.col("f.rule").alias("rule"), sf.col("f.code").alias("code"),
+                  message.alias("message"),
+                  sf.struct("unit", "seq", "topic", "partition", "offset").alias("at"))
+         .groupBy("rule", "code", "message")
+         .agg(sf.count(sf.lit(1)).alias("records"), sf.min("at").alias("at"))
+         .orderBy(sf.desc("records"), "rule", "code", "message").limit(int(limit)))
+    rows = g.collect()
+    if not rows:
+        return empty
+    return pa.table({"rule": pa.array([r["rule"] for r in rows], pa.string()),
+                     "code": pa.array([r["code"] for r in rows], pa.int16()),
+                     "message": pa.array([r["message"] for r in rows], pa.string()),
+                     "records": pa.array([r["records"] for r in rows], pa.int64()),
+                     "topic": pa.array([r["at"]["topic"] for r in rows], pa.string()),
+                     "partition": pa.array([r["at"]["partition"] for r in rows], pa.int32()),
+                     "offset": pa.array([r["at"]["offset"] for r in rows], pa.int64())})
 
 
 def _policy_text(policy: Any, unmask: bool | None) -> str:
@@ -134,13 +172,16 @@ def _when(ms: int) -> str:
 def report(verdicts: Any, policy: Any = None, *, sample: Any = None,
            path: str | Path | None = None, title: str | None = None,
            source: str | None = None, unmask: bool | None = None, max_rows: int = 50,
-           plotlyjs: str = "inline") -> str | Path:
+           plotlyjs: str = "inline", spark_offsets_limit: int = 1_000_000) -> str | Path:
     """A static HTML report of a replay; written to ``path`` (returned) or returned as text.
 
     Parameters
     ----------
     verdicts
-        The replay's :class:`~kqlab.validate.verdicts.Verdicts`.
+        The replay's :class:`~kqlab.validate.verdicts.Verdicts`, or a Spark replay's
+        :class:`~kqlab.spark.SparkVerdicts`: its summaries, top failures and figures are
+        Spark aggregations (only small results reach the driver), so the report stays small
+        and quick whatever the sample size.
     policy
         The policy replayed: shown in the report, and its ``sensitive`` section masks data.
     sample
@@ -156,6 +197,10 @@ def report(verdicts: Any, policy: Any = None, *, sample: Any = None,
     plotlyjs
         ``"inline"`` embeds plotly.js (one file, opens anywhere offline); ``"file"`` writes
         ``plotly.min.js`` next to ``path`` once and references it (many small reports).
+    spark_offsets_limit
+        Spark verdicts with at most this many records also get the partition × offset view
+        (a record-level view, drawn from the collected verdicts); above, it is left out with
+        a note.
     """
     import plotly.io as pio
     from plotly.offline import get_plotlyjs
@@ -167,15 +212,30 @@ def report(verdicts: Any, policy: Any = None, *, sample: Any = None,
         raise ReportError(f"plotlyjs must be 'inline' or 'file', not {plotlyjs!r}")
     if plotlyjs == "file" and path is None:
         raise ReportError("plotlyjs='file' writes plotly.min.js next to the report: pass path=")
-    agg = figs.aggregates(verdicts, sample)
     summary = verdicts.summary()
-    figures: list[tuple[str, str, Any]] = [
-        ("reasons", "Why records were rejected", figs.rejections_by_reason(agg)),
-        ("offsets", "Where in each partition", figs.rejections_by_offset(agg)),
-        ("timeline", "When", figs.rejection_timeline(agg)),
-        ("producers", "Which producers", figs.by_producer(agg)),
-    ]
-    if agg._records is not None:
+    notes: list[str] = []
+    if hasattr(verdicts, "record_files"):  # Spark: aggregated views; offsets if collectable
+        agg = None
+        figures: list[tuple[str, str, Any]] = [
+            ("reasons", "Why records were rejected", figs.rejections_by_reason(verdicts))]
+        if verdicts.n_records <= spark_offsets_limit:
+            local = verdicts.to_local(max_records=None)
+            figures.append(("offsets", "Where in each partition",
+                            figs.rejections_by_offset(figs.aggregates(local))))
+        else:
+            notes.append(f"the partition × offset view is left out: {verdicts.n_records:,} "
+                         f"records are more than spark_offsets_limit={spark_offsets_limit:,}")
+        figures += [("timeline", "When", figs.rejection_timeline(verdicts)),
+                    ("producers", "Which producers", figs.by_producer(verdicts))]
+    else:
+        agg = figs.aggregates(verdicts, sample)
+        figures = [
+            ("reasons", "Why records were rejected", figs.rejections_by_reason(agg)),
+            ("offsets", "Where in each partition", figs.rejections_by_offset(agg)),
+            ("timeline", "When", figs.rejection_timeline(agg)),
+            ("producers", "Which producers", figs.by_producer(agg)),
+        ]
+    if agg is not None and agg._records is not None:
         figures.append(("schemas", "Which schema ids", figs.by_schema_id(agg, None)))
         figures.append(("keys", "Which keys", figs.by_key_pattern(agg, None, policy=policy,
                                                                   unmask=unmask)))
@@ -233,13 +293,15 @@ def report(verdicts: Any, policy: Any = None, *, sample: Any = None,
         "<h2>Rules</h2>",
         _table(summary["by_rule"]),
         "<h2>Broker errors</h2>",
-        _table([{"error": k, **v} for k, v in summary["by_error"].items()]),
+        _table([{"error": k, **v} for k, v in sorted(summary["by_error"].items(),
+                                                      key=lambda kv: (kv[0] != "NONE", kv[0]))]),
         "<h2>Producer actions</h2>",
-        _table([{"action": k, "records": v} for k, v in summary["producer_actions"].items()]),
+        _table([{"action": k, "records": v}
+                for k, v in sorted(summary["producer_actions"].items())]),
         "<h2>Partitions</h2>",
         _table(partitions[:max_rows], note=part_note),
         "<h2>Notes and issues</h2>",
-        _table([{"note": x} for x in summary["notes"]] +
+        _table([{"note": x} for x in summary["notes"] + notes] +
                [{"note": f"issue: {i}"} for i in issues]),
         "<h2>Provenance</h2>",
         _table(provenance),

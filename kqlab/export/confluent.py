@@ -44,11 +44,17 @@ BEHAVIOUR = (
     "code and no batch collateral — the replay's 'collateral' records would be produced",
     "null values (tombstones) are never serialized, so no rule runs on them (kqlab's field "
     "checks do not judge tombstones either)",
-    "records that do not match the schema cannot be serialized at all (the writer fails "
-    "before the rules run): decode and schema-id rules hold by construction",
+    "Avro: records that do not match the schema cannot be serialized at all (the writer "
+    "fails after the rules ran); JSON: the JSONSerializer validates every value against the "
+    "registered JSON Schema after the domain rules. Decode and schema-id rules hold by "
+    "construction: the serializer is handed objects, never bytes",
     "onFailure DLQ copies the record as JSON with __rule.* headers to the dead-letter topic "
     "and still raises (confluent-kafka >= 2.16)",
     "observe-mode rules are exported with onFailure NONE: the client neither rejects nor counts",
+    "JSON: a value that is the JSON text null is handed to the serializer as None, which "
+    "returns None - the producer writes a tombstone and no rule runs",
+    "JSON: a JSON integer outside the signed 64-bit range anywhere in the value makes the "
+    "Python CEL executor fail before any rule is evaluated: every rule refuses that record",
 )
 
 #: variables of the Confluent executor a kqlab expression may map to
@@ -138,10 +144,15 @@ def confluent_rule(rule: Any, *, dlq_topic: str | None = None
 
     k = rule.kind
     value_side = rule.spec.param("target") is None or rule.param("target") != "key"
+    status = EXACT
     if k in FIELD_KINDS:
         expr, how = field_rule_to_cel(rule), "CEL CONDITION via field_rule_to_cel"
     elif k == "cel":
         expr, how = rule.param("expr"), "CEL CONDITION, the expression as written"
+        status = APPROXIMATE
+        how += (" (approximate: the Python client evaluates it with cel-python, kqlab with "
+                "cel-expr-python; cel-python has no heterogeneous equality - `1 != null` "
+                "raises - and a rule that raises refuses the record)")
     elif k in ("decodable", "avro_valid", "json_valid", "json_schema") and value_side:
         return row(APPROXIMATE, "by construction: the serializer writes only data that "
                    "conforms to the registered schema (a raw-bytes producer is not checked)"
@@ -200,7 +211,7 @@ def confluent_rule(rule: Any, *, dlq_topic: str | None = None
         out["onFailure"] = "DLQ"
     else:
         out["onFailure"] = "ERROR"
-    return row(EXACT, how), out
+    return row(status, how), out
 
 
 def _subject(policy: Any, subject: str | None) -> str:
@@ -215,12 +226,14 @@ def _subject(policy: Any, subject: str | None) -> str:
                       "subject=")
 
 
-def _schema(policy: Any, subject: str, schema: str | None) -> tuple[str, str, str | None]:
-    """``(schemaType, schema text, note)``: given, the subject's latest, or from the policy."""
+def _schema(policy: Any, subject: str, schema: str | None
+            ) -> tuple[str, str, str | None, str | None]:
+    """``(schemaType, schema text, note, rule id)``: given, the subject's latest, or from the
+    policy; ``rule id`` names the ``json_schema`` rule whose schema is registered (or None)."""
     fmt = policy.value.format
     if fmt == "avro":
         if schema is not None:
-            return "AVRO", schema, None
+            return "AVRO", schema, None, None
         src = policy.value.schemas
         if src is None or not src.registry:
             raise ExportError("an Avro data contract needs the writer schema: give schema= or "
@@ -233,21 +246,86 @@ def _schema(policy: Any, subject: str, schema: str | None) -> tuple[str, str, st
             raise ExportError(f"cannot read the latest schema of {subject!r} from the policy's "
                               f"registry: {type(exc).__name__}: {exc}") from None
         return "AVRO", latest.schema.schema_str, \
-            f"schema: latest version {latest.version} of {subject!r} (id {latest.schema_id})"
+            f"schema: latest version {latest.version} of {subject!r} (id {latest.schema_id})", \
+            None
     if fmt == "json":
         if schema is not None:
-            return "JSON", schema, None
-        inline = next((r.param("schema") for r in policy.rules if r.kind == "json_schema"
-                       and r.param("schema") is not None and r.param("target") != "key"), None)
-        if inline is not None:
-            from kqlab.policy.model import thaw
-
-            return "JSON", json.dumps(thaw(inline), sort_keys=True), \
-                "schema: the policy's inline json_schema rule"
-        return "JSON", json.dumps({"type": "object"}), \
-            "schema: a permissive {'type': 'object'} (the policy declares no JSON Schema)"
+            return "JSON", schema, None, None
+        for r in policy.rules:
+            if r.kind != "json_schema" or r.param("target") == "key" or r.mode != "reject":
+                continue  # an observe-mode schema would refuse: it is not registered
+            doc = _json_schema_of(r)
+            if doc is None:
+                continue
+            note = f"schema: the policy's json_schema rule {r.id!r}"
+            if isinstance(doc, dict) and "$schema" not in doc:
+                # kqlab validates with fastjsonschema, whose default is draft-07; the
+                # serializer's jsonschema defaults to the newest draft: pin the one kqlab used
+                doc = {"$schema": _DRAFT7, **doc}
+                note += " (pinned to draft-07, the draft kqlab's validator assumed)"
+            return "JSON", json.dumps(doc, sort_keys=True), note, r.id
+        return "JSON", json.dumps({}), \
+            "schema: the empty schema {} accepts any JSON value, as json_valid does (the " \
+            "policy declares no JSON Schema)", None
     raise ExportError(f"a data contract needs an Avro or JSON value; policy {policy.name!r} "
                       f"has value format {fmt!r}")
+
+
+_DRAFT7 = "http://json-schema.org/draft-07/schema#"
+#: what keeps an expression rule from being exact on JSON values (verified with 2.16.0)
+_JSON_INT64 = ("; approximate on JSON values: a JSON integer outside the signed 64-bit range "
+               "anywhere in the value makes the executor's conversion of the message fail "
+               "(ValueError 'overflow'), so the record is refused whatever the rule says")
+
+
+def _json_schema_of(rule: Any) -> Any:
+    """The schema of a ``json_schema`` rule (inline, else read from its ``path``), or None."""
+    from kqlab.policy.model import thaw
+
+    inline = rule.param("schema")
+    if inline is not None:
+        return thaw(inline)
+    if rule.param("path"):
+        try:
+            with open(rule.param("path"), encoding="utf-8") as fh:
+                return json.load(fh)
+        except (OSError, ValueError):
+            return None
+    return None
+
+
+def _has_key(doc: Any, key: str) -> bool:
+    if isinstance(doc, dict):
+        return key in doc or any(_has_key(v, key) for v in doc.values())
+    if isinstance(doc, list):
+        return any(_has_key(v, key) for v in doc)
+    return False
+
+
+def _json_schema_fidelity(rule: Any, registered: str | None) -> RuleFidelity:
+    """A value-side ``json_schema`` rule of a JSON policy: the JSONSerializer validates every
+    value against the *registered* schema (``validate`` is on by default), after the domain
+    rules; a second schema has no place in the contract."""
+    def row(status: str, how: str) -> RuleFidelity:
+        return RuleFidelity(rule=rule.id, kind=rule.kind, status=status, how=how,
+                            mode=rule.mode)
+
+    if rule.mode == "observe":
+        return row(NOT_EXPRESSIBLE, "observe mode: the serializer refuses every value that "
+                   "does not conform to the registered schema and cannot merely count, so this "
+                   "schema is not registered")
+    if rule.id != registered:
+        why = f"rule {registered!r}'s schema is the registered one" if registered else \
+            "its schema could not be read"
+        return row(NOT_EXPRESSIBLE, "a schema version carries one JSON Schema and " + why +
+                   "; the serializer validates against that one only")
+    how = ("the registered schema: JSONSerializer validates every value against it "
+           "(validate=true, the default), after the domain rules; a refusal is a "
+           "SerializationError from jsonschema, not a RuleConditionError")
+    if _has_key(_json_schema_of(rule), "format"):
+        return row(APPROXIMATE, how + "; 'format' is asserted by kqlab (fastjsonschema) but "
+                   "only annotated by the serializer (jsonschema without a format checker)")
+    return row(EXACT, how)
 
 
 def build(policy: Any, *, subject: str | None = None, schema: str | None = None,
@@ -259,11 +337,17 @@ def build(policy: Any, *, subject: str | None = None, schema: str | None = None,
     failing rules copy the record there (``onFailure: DLQ``) instead of only raising.
     """
     subject = _subject(policy, subject)
-    schema_type, schema_text, schema_note = _schema(policy, subject, schema)
+    schema_type, schema_text, schema_note, schema_rule = _schema(policy, subject, schema)
     prov = provenance(policy, today=today)
     fid, rules = [], []
     for r in policy.rules:
         f, rule = confluent_rule(r, dlq_topic=dlq_topic)
+        if schema_type == "JSON" and schema is None and r.kind == "json_schema" and \
+                r.param("target") != "key":
+            f = _json_schema_fidelity(r, schema_rule)
+        elif schema_type == "JSON" and rule is not None and f.status == EXACT:
+            f = RuleFidelity(rule=f.rule, kind=f.kind, mode=f.mode, status=APPROXIMATE,
+                             how=f.how + _JSON_INT64)
         fid.append(f)
         if rule is not None:
             rules.append(rule)
@@ -287,7 +371,8 @@ def build(policy: Any, *, subject: str | None = None, schema: str | None = None,
                  "silently drops ruleSet")
     return Export(target="confluent", title=TITLE, policy=policy.name, files=files,
                   fidelity=tuple(fid), behaviour=BEHAVIOUR, notes=tuple(notes),
-                  data={"subject": subject, "register": register, "config": config})
+                  data={"subject": subject, "register": register, "config": config,
+                        "schema_rule": schema_rule})
 
 
 def register_contract(client: Any, export: Export) -> int:

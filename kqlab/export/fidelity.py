@@ -6,8 +6,12 @@ the behaviour differences), two targets are *run* on the replayed sample:
 
 (a) **Confluent data contract** — :func:`roundtrip_confluent` registers the exported contract
     in a fresh ``mock://`` registry and serializes every sampled record's decoded value through
-    confluent-kafka's own ``AvroSerializer`` with rule execution; the records it refuses must be
-    exactly the records the replay rejects for the rules the contract expresses exactly.
+    confluent-kafka's own ``AvroSerializer`` (Avro values) or ``JSONSerializer`` (JSON values,
+    which also validates the registered JSON Schema) with rule execution; the records it
+    refuses must be exactly the records the replay rejects for the rules the contract
+    enforces, and each refusal must name the replay's first failing rule.  Known deviations
+    (cel-python's equality, JSON integers outside int64: see the fidelity rows) show up as
+    disagreements with their cause in ``other_errors``; nothing is filtered out.
 (b) **Tansu** — :func:`roundtrip_tansu` starts the embedded Tansu broker with the exported
     schema files, produces every sampled record (same partition, key, value, headers,
     timestamp) in a batch of its own — Tansu rejects whole batches, so one record per batch is
@@ -32,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kqlab.export.base import EXACT, NOT_EXPRESSIBLE, PROPOSED, Export, provenance
+from kqlab.export.base import NOT_EXPRESSIBLE, PROPOSED, Export, provenance
 
 __all__ = ["FidelityReport", "RoundTrip", "fidelity_report", "roundtrip_confluent",
            "roundtrip_tansu"]
@@ -66,6 +70,11 @@ class RoundTrip:
     other_errors: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: the replay's count per compared rule, each record under its first failing rule in
+    #: the target's order (comparable with ``by_rule`` where the target stops at the first)
+    expected_by_rule: dict[str, int] = field(default_factory=dict)
+    #: what judged the records on the target side (e.g. ``JSONSerializer``)
+    serializer: str = ""
 
     @property
     def equal(self) -> bool:
@@ -83,7 +92,8 @@ class RoundTrip:
                 "only_target_count": len(self.only_target),
                 "only_replay": [list(c) for c in self.only_replay[:_SHOWN]],
                 "only_replay_count": len(self.only_replay),
-                "by_rule": self.by_rule, "other_errors": self.other_errors,
+                "by_rule": self.by_rule, "expected_by_rule": self.expected_by_rule,
+                "serializer": self.serializer, "other_errors": self.other_errors,
                 "notes": self.notes, "seconds": round(self.seconds, 3)}
 
 
@@ -128,10 +138,16 @@ def _compare(rt: RoundTrip, refused: Any, expected: Any, judged: Any, coords: li
 def roundtrip_confluent(policy: Any, sample: Any, *, now: int | None = None) -> RoundTrip:
     """Round-trip proof (a); see the module docstring.
 
-    ``sample`` is anything :func:`kqlab.replay` takes (or a ``Replayer``).  Records whose value
-    is null (never serialized) or does not decode with the policy's schemas (the serializer
-    cannot be given them: decode and schema-id rules hold by construction) are excluded and
-    counted.
+    ``sample`` is anything :func:`kqlab.replay` takes (or a ``Replayer``).  Avro values go
+    through ``AvroSerializer``, JSON values through ``JSONSerializer`` (the registered JSON
+    Schema is validated by the serializer itself, after the rules: the ``json_schema`` rule it
+    came from is compared too).  Records whose value is null (never serialized) or does not
+    decode (the serializer cannot be given them: decode and schema-id rules hold by
+    construction) are excluded and counted.
+
+    Besides the record sets, the proof compares *which* rule refused: the serializer stops at
+    the first failing rule of the rule set, so ``by_rule`` (the serializer's) must equal
+    ``expected_by_rule`` (the replay's first failing compared rule, in the same order).
     """
     import numpy as np
 
@@ -139,16 +155,26 @@ def roundtrip_confluent(policy: Any, sample: Any, *, now: int | None = None) -> 
 
     started = time.perf_counter()
     records, effective, results = _replayed(policy, sample, now)
-    ex = build(effective)
-    compared = [f.rule for f in ex.fidelity if f.status == EXACT and f.mode == "reject"]
-    rt = RoundTrip(target="confluent", ran=True, rules=compared, records=records.num_rows)
-    if policy.value.format != "avro":
+    fmt = policy.value.format
+    rt = RoundTrip(target="confluent", ran=True, records=records.num_rows)
+    if fmt not in ("avro", "json"):
         rt.ran = False
-        rt.reason = (f"the proof serializes with AvroSerializer; value format "
-                     f"{policy.value.format!r} is not Avro")
+        rt.reason = (f"a data contract is exported for Avro or JSON values only; value format "
+                     f"{fmt!r} has no serializer here")
         return rt
+    ex = build(effective)
+    schema_rule = ex.data.get("schema_rule")
+    domain = ex.data["register"]["ruleSet"]["domainRules"]
+    # every rule the contract makes the serializer refuse for: the domain rules that fail
+    # with ERROR/DLQ and (JSON) the rule whose schema is registered - exact or approximate
+    enforced = {r["name"] for r in domain if r.get("onFailure", "ERROR") in ("ERROR", "DLQ")}
+    if schema_rule is not None:
+        enforced.add(schema_rule)
+    status = {f.rule: f.status for f in ex.fidelity}
+    compared = [f.rule for f in ex.fidelity if f.rule in enforced and f.mode == "reject"]
+    rt.rules = compared
     from confluent_kafka.schema_registry import SchemaRegistryClient
-    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.schema_registry.common.serde import RuleConditionError
     from confluent_kafka.schema_registry.rules.cel.cel_executor import CelExecutor
     from confluent_kafka.schema_registry.rules.cel.cel_field_executor import CelFieldExecutor
     from confluent_kafka.serialization import (
@@ -161,20 +187,37 @@ def roundtrip_confluent(policy: Any, sample: Any, *, now: int | None = None) -> 
     CelFieldExecutor.register()
     client = SchemaRegistryClient.new_client({"url": f"mock://kqlab-roundtrip-{uuid.uuid4().hex}"})
     register_contract(client, ex)
-    serializer = AvroSerializer(client, None, conf={"auto.register.schemas": False,
-                                                    "use.latest.version": True})
-    datums, why = _decode_avro(policy, records)
+    conf = {"auto.register.schemas": False, "use.latest.version": True}
+    if fmt == "avro":
+        from confluent_kafka.schema_registry.avro import AvroSerializer
+
+        serializer: Any = AvroSerializer(client, None, conf=conf)
+        rt.serializer = "AvroSerializer"
+        datums, why = _decode_avro(policy, records)
+        schema_errors: tuple[type, ...] = ()
+    else:
+        from confluent_kafka.schema_registry.json_schema import JSONSerializer
+        from jsonschema import ValidationError
+
+        serializer = JSONSerializer(None, client, conf=conf)
+        rt.serializer = "JSONSerializer"
+        datums, why = _decode_json(policy, records)
+        schema_errors = (ValidationError,)
     n = records.num_rows
-    judged = np.array([d is not None for d in datums], dtype=bool)
+    judged = np.array([w is None for w in why], dtype=bool)
     for reason in why:
         if reason:
             rt.excluded[reason] = rt.excluded.get(reason, 0) + 1
-    doc_to_rule = {r["doc"]: r["name"] for r in ex.data["register"]["ruleSet"]["domainRules"]}
+    names: dict[str, list[str]] = {}
+    for r in domain:
+        names.setdefault(r["doc"], []).append(r["name"])
+    doc_to_rule = {doc: "|".join(ns) for doc, ns in names.items()}
+    schema_label = schema_rule if schema_rule in compared else "JSON Schema validation"
     refused = np.zeros(n, dtype=bool)
     topics = records.column("topic").to_pylist()
     headers = records.column("headers").to_pylist()
     for i, datum in enumerate(datums):
-        if datum is None:
+        if not judged[i]:
             continue
         ctx = SerializationContext(topics[i], MessageField.VALUE,
                                    [(h["key"], h["value"]) for h in headers[i]])
@@ -182,24 +225,86 @@ def roundtrip_confluent(policy: Any, sample: Any, *, now: int | None = None) -> 
             serializer(datum, ctx)
         except SerializationError as exc:
             refused[i] = True
-            cause = str(exc.__cause__) if exc.__cause__ is not None else str(exc)
-            name = doc_to_rule.get(cause, cause)
-            rt.by_rule[name] = rt.by_rule.get(name, 0) + 1
+            cause = exc.__cause__
+            if isinstance(cause, RuleConditionError):
+                name = doc_to_rule.get(str(cause), str(cause))
+                rt.by_rule[name] = rt.by_rule.get(name, 0) + 1
+            elif cause is None and schema_errors and \
+                    isinstance(exc.__context__, schema_errors):
+                if schema_label in compared:
+                    rt.by_rule[schema_label] = rt.by_rule.get(schema_label, 0) + 1
+                else:
+                    rt.other_errors[schema_label] = rt.other_errors.get(schema_label, 0) + 1
+            else:  # a rule that raised instead of answering, or anything else
+                if isinstance(cause, ValueError) and str(cause) == "overflow":
+                    key = ("ValueError overflow: an integer outside int64 in the value (the "
+                           "executor cannot convert the message)")
+                elif cause is not None:
+                    key = f"{type(cause).__name__} (a rule raised instead of answering)"
+                else:
+                    key = f"SerializationError: {exc}"[:120]
+                rt.other_errors[key] = rt.other_errors.get(key, 0) + 1
         except Exception as exc:  # fastavro refusing a datum: a schema error, not a rule
             refused[i] = True
             key = f"{type(exc).__name__}"
             rt.other_errors[key] = rt.other_errors.get(key, 0) + 1
     expected = _mask(results, compared, n)
     _compare(rt, refused, expected, judged, _coords(records))
-    decode_rules = [r.id for r in effective.rules if r.kind in ("decodable", "avro_valid")]
+    # the serializer's order: the domain rules as listed, then (JSON) the schema validation
+    order = [r["name"] for r in domain if r["name"] in compared]
+    order += [r for r in compared if r not in order]
+    first = np.zeros(n, dtype=bool)
+    for rid in order:
+        hit = results[rid].failed & judged & ~first
+        if hit.any():
+            rt.expected_by_rule[rid] = int(hit.sum())
+        first |= hit
+    decode_rules = [r.id for r in effective.rules
+                    if r.kind in ("decodable", "avro_valid", "json_valid")]
     replay_undecodable = int((_mask(results, decode_rules, n) & ~judged).sum())
+    rt.notes.append(f"serialized with confluent-kafka's {rt.serializer} and its CEL rule "
+                    "executor against the contract registered in a mock:// registry")
     rt.notes.append(f"{int((~judged).sum())} record(s) not serializable input (null or "
                     f"undecodable); {replay_undecodable} of them failed the replay's decode "
                     "rules")
-    rt.notes.append("not compared (not exactly expressible): " + ", ".join(
-        f"{f.rule} ({f.status})" for f in ex.fidelity if f.rule not in compared))
+    rt.notes.append("compared: " + (", ".join(f"{r} ({status[r]})" for r in compared)
+                                     or "none"))
+    rt.notes.append("not compared (not enforced by the contract): " + (", ".join(
+        f"{f.rule} ({f.status})" for f in ex.fidelity if f.rule not in compared) or "none"))
     rt.seconds = time.perf_counter() - started
     return rt
+
+
+def _decode_json(policy: Any, records: Any) -> tuple[list[Any], list[str | None]]:
+    """Each record's JSON value as the object a producer would hand the serializer (parsed
+    as kqlab parses it, ``orjson``), or None + why when there is none."""
+    import orjson
+
+    framed = policy.value.wire == "confluent"
+    datums: list[Any] = []
+    why: list[str | None] = []
+    for value in records.column("value").to_pylist():
+        if value is None:
+            datums.append(None)
+            why.append("null value (never serialized)")
+            continue
+        if framed:
+            if len(value) < 5 or value[0] != 0:
+                datums.append(None)
+                why.append("no Confluent framing (cannot be serialized)")
+                continue
+            value = value[5:]
+        try:
+            datum = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            datums.append(None)
+            why.append("not valid JSON (cannot be serialized)")
+            continue
+        datums.append(datum)
+        # the serializer returns None for None: a producer would write a tombstone
+        why.append("JSON null (serializes to a tombstone, no rule runs)" if datum is None
+                   else None)
+    return datums, why
 
 
 def _decode_avro(policy: Any, records: Any) -> tuple[list[Any], list[str | None]]:
@@ -422,7 +527,8 @@ class FidelityReport:
             out.append(f"<h3>{e(rt.target)}: {verdict}</h3><table>")
             for k in ("reason", "rules", "records", "judged", "excluded", "refused", "expected",
                       "agree", "only_target_count", "only_replay_count", "only_target",
-                      "only_replay", "by_rule", "other_errors", "notes", "seconds"):
+                      "only_replay", "serializer", "by_rule", "expected_by_rule",
+                      "other_errors", "notes", "seconds"):
                 if d.get(k) in (None, "", [], {}):
                     continue
                 out.append(f"<tr><th>{e(k)}</th><td>{e(json.dumps(d[k], default=str))}</td>"

@@ -245,7 +245,7 @@ def build(policy: Any, *, schema: str | None = None, today: str | None = None) -
         from kqlab.export.confluent import _schema, _subject
 
         fid = _avro_rules(policy)
-        _, text, note = _schema(policy, _subject(policy, None), schema)
+        _, text, note, _ = _schema(policy, _subject(policy, None), schema)
         if note:
             notes.append(note)
         writer = json.loads(text)

@@ -19,6 +19,12 @@ members can come and go (scale out by starting more gates with the same ``group`
 
 SIGTERM/SIGINT only set a flag (:meth:`Gate.stop`): the batch in flight is finished, flushed and
 committed, then the consumer leaves the group and :meth:`Gate.run` returns.
+
+Fault injection (for the crash test): ``KQLAB_GATE_KILL_AT=PHASE:N`` makes the process SIGKILL
+itself when its ``N``-th poll batch reaches ``PHASE`` — one of :data:`KILL_PHASES`: ``polled``
+(records consumed, none produced), ``producing`` (half the batch produced), ``produced``
+(all produced, not flushed), ``flushed`` (all delivered, not committed), ``committed``.
+Unset (always, in production), it costs one ``None`` test per batch.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ import contextlib
 import http.server
 import json
 import logging
+import os
+import signal
 import sys
 import threading
 import time
@@ -51,6 +59,20 @@ H_RULE, H_MESSAGE = "kqlab.rule", "kqlab.message"
 H_TOPIC, H_PARTITION, H_OFFSET = "kqlab.source.topic", "kqlab.source.partition", \
     "kqlab.source.offset"
 H_POLICY = "kqlab.policy"
+
+#: the points of a poll batch's cycle ``KQLAB_GATE_KILL_AT`` can kill the process at
+KILL_PHASES = ("polled", "producing", "produced", "flushed", "committed")
+
+
+def _kill_at() -> tuple[str, int] | None:
+    spec = os.environ.get("KQLAB_GATE_KILL_AT")
+    if not spec:
+        return None
+    phase, _, n = spec.partition(":")
+    if phase not in KILL_PHASES or not n.isdigit() or int(n) < 1:
+        raise GateError(f"KQLAB_GATE_KILL_AT must be PHASE:N with PHASE in "
+                        f"{', '.join(KILL_PHASES)} and N >= 1, not {spec!r}")
+    return phase, int(n)
 
 
 class GateError(KqlabError):
@@ -209,6 +231,15 @@ class Gate:
         #: the clients are up and subscribed (errors before that are configuration errors)
         self.subscribed = False
         self._http: http.server.ThreadingHTTPServer | None = None
+        self._kill = _kill_at()
+        self._batch_no = 0
+
+    def _die(self, phase: str) -> None:
+        """SIGKILL this process if ``KQLAB_GATE_KILL_AT`` names this batch and ``phase``."""
+        if self._kill == (phase, self._batch_no):
+            print(f"kqlab gate: KQLAB_GATE_KILL_AT={phase}:{self._batch_no}: SIGKILL",
+                  file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
 
     # -- control ---------------------------------------------------------------------------
     def stop(self) -> None:
@@ -370,6 +401,10 @@ class Gate:
 
         if self.metrics.first_at is None:
             self.metrics.first_at = time.monotonic()
+        self._batch_no += 1
+        kill = self._kill is not None
+        if kill:
+            self._die("polled")
         topics = [m.topic() for m in msgs]
         parts = [m.partition() for m in msgs]
         offsets = [m.offset() for m in msgs]
@@ -385,7 +420,10 @@ class Gate:
         single = routes[topics[0]] if len(routes) == 1 else None
         produce = producer.produce
         k = 0
+        half = len(msgs) // 2 if kill else -1
         for i, is_dead in enumerate(dead.tolist()):
+            if i == half:
+                self._die("producing")
             r = single or routes[topics[i]]
             t_type, ts = stamps[i]
             h = headers[i]
@@ -408,6 +446,8 @@ class Gate:
                     break
                 except BufferError:  # the local queue is full: let deliveries drain it
                     producer.poll(0.05)
+        if kill:
+            self._die("produced")
         while producer.flush(1.0):  # finish the batch whatever the stop flag says
             pass
         if self._errors:
@@ -418,8 +458,12 @@ class Gate:
         last: dict[tuple[str, int], int] = {}
         for t, p, o in zip(topics, parts, offsets, strict=True):
             last[(t, p)] = o
+        if kill:
+            self._die("flushed")
         consumer.commit(offsets=[TopicPartition(t, p, o + 1) for (t, p), o in last.items()],
                         asynchronous=False)
+        if kill:
+            self._die("committed")
         n_dead = int(dead.sum())
         self.metrics.add(len(msgs), n_dead, verdict.by_rule, verdict.observed)
         for (t, p), o in last.items():

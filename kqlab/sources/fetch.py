@@ -50,11 +50,33 @@ from kqlab.sources.kafka import (
 FETCH_MAX_VERSION = 12
 DEFAULT_MAX_BYTES = 8 << 20
 _MAX_BATCH_BYTES = 256 << 20
+#: smallest Fetch budget :meth:`FetchClient.read` sizes a request down to (see there)
+_MIN_FETCH_BYTES = 64 << 10
+#: bytes per offset assumed before a partition's first response (a low guess: too low costs
+#: one more request, too high decodes far more records than asked for)
+_FIRST_BYTES_PER_OFFSET = 1.0
 CLIENT_ID = "kqlab-fetch"
 #: Tansu answers max_wait_ms=0 with no topics at all, so wait a little (min_bytes=1)
 _MAX_WAIT_MS = 20
 #: librdkafka prefetch queue bound for streaming into a snapshot (KiB)
 _QUEUE_KB = 16 << 10
+#: librdkafka ``fetch.max.bytes`` for streaming into a snapshot: the *compressed* size of one
+#: Fetch response.  librdkafka checks its queue bounds only before sending a Fetch, so one
+#: response is always queued whole, decompressed; and some brokers (Tansu) ignore the
+#: per-partition limit (``max.partition.fetch.bytes``) and fill the response up to this one.
+#: With the 50 MB default a well-compressed topic (lz4, ~30x) put a whole partition (>500k
+#: records, ~370 MiB with librdkafka's per-message overhead) in the queue at once.  1 MB (the
+#: default ``message.max.bytes``, which librdkafka requires it not to undercut) keeps one
+#: response to ~120k records even then.  A batch larger than this is still returned (KIP-74).
+_FETCH_MAX_BYTES = 1_000_000
+#: librdkafka ``queued.min.messages`` for streaming (default 100k): stop prefetching at two
+#: consume batches; with a response of ~120k records the default added one more response
+_QUEUE_MIN_MESSAGES = 20_000
+#: librdkafka ``fetch.queue.backoff.ms`` for streaming: how long a partition waits before the
+#: next Fetch once the queue is over its bounds (default 1000 ms: with responses of ~120k
+#: records the queue is over ``queued.min.messages`` after every Fetch, and the read stalled
+#: a second each time).  The queue is re-checked every 20 ms instead.
+_FETCH_QUEUE_BACKOFF_MS = 20
 
 # librdkafka config key -> kafka-python config key (what exact framing can pass on)
 _CONFIG_MAP = {
@@ -101,6 +123,8 @@ class FetchClient:
         _quiet()
         self.bootstrap, conf = _client_config(config_or_bootstrap)
         self.timeout_s = timeout_s
+        #: (topic, partition) -> Fetch response bytes per offset seen last (sizes requests)
+        self._bytes_per_offset: dict[tuple[str, int], float] = {}
         ms = max(int(timeout_s * 1000), 1)
         conf.update(request_timeout_ms=ms, socket_connection_setup_timeout_ms=min(ms, 10_000),
                     reconnect_backoff_ms=20, reconnect_backoff_max_ms=500,
@@ -208,6 +232,13 @@ class FetchClient:
              ) -> Decoded:
         """Read ``[start, end)`` of one partition (see the module doc for the range rules).
 
+        ``max_bytes`` caps each Fetch request.  A request asks for no more than the rest of the
+        range needs, at the bytes per offset of this partition's previous response (plus a
+        quarter, at least ``_MIN_FETCH_BYTES``): the whole response is decoded, and
+        ``max_bytes`` of well-compressed batches can hold far more records than a small range
+        (8 MiB of lz4 batches of repetitive values decoded to ~580k records, ~150 MB, for a
+        window of 20k).  Before a partition's first response, 1 byte per offset is assumed.
+
         ``cancel`` is checked before every Fetch request; once set, the batches read so far are
         returned as a :class:`_PartialRead` exception (internal).
         """
@@ -215,11 +246,12 @@ class FetchClient:
         rec_parts: list[pa.Table] = []
         batch_parts: list[pa.Table] = []
         issues: list = []
-        offset, size = start, max_bytes
+        offset, floor = start, 0
         idle_since = time.monotonic()
         while offset < end:
             if cancel is not None and cancel.is_set():
                 raise _PartialRead(_decoded(rec_parts, batch_parts, issues))
+            size = max(self._request_size(topic, partition, end - offset, max_bytes), floor)
             buf, hw = self.fetch(topic, partition, offset, size)
             stop, kind, new_issues = builder.add_buffer(buf, 0, final=False)
             records, batches = builder.take()
@@ -227,7 +259,7 @@ class FetchClient:
                 issues.extend(new_issues)
             if batches.num_rows == 0:
                 if buf and stop == 0 and kind in (1, 3) and size < _MAX_BATCH_BYTES:
-                    size *= 2  # one batch larger than max_bytes (old brokers): ask for more
+                    floor = size * 2  # one batch larger than the budget (old brokers): more
                     continue
                 if new_issues or (hw is not None and hw <= offset):
                     break  # corrupt data, or the log ends before `end` (truncated)
@@ -238,9 +270,13 @@ class FetchClient:
                 time.sleep(0.01)
                 continue
             idle_since = time.monotonic()
+            floor = 0
             bo = batches.column("batch_offset")
             last = pc.add(bo, pc.cast(batches.column("last_offset_delta"), pa.int64()))
             nxt = pc.max(last).as_py() + 1
+            span = nxt - pc.min(bo).as_py()
+            if span > 0 and stop > 0:
+                self._bytes_per_offset[(topic, partition)] = stop / span
             keep_b = pc.and_(pc.less(bo, end), pc.greater_equal(last, start))
             batch_parts.append(batches.filter(keep_b))
             off = records.column("offset")
@@ -254,6 +290,12 @@ class FetchClient:
                 break  # no progress possible
             offset = nxt
         return _decoded(rec_parts, batch_parts, issues)
+
+    def _request_size(self, topic: str, partition: int, offsets: int, max_bytes: int) -> int:
+        """The Fetch budget for ``offsets`` more offsets (see :meth:`read`)."""
+        per = self._bytes_per_offset.get((topic, partition), _FIRST_BYTES_PER_OFFSET)
+        want = int(per * offsets * 1.25) + 1
+        return min(max(want, _MIN_FETCH_BYTES), max_bytes)
 
 
 class _PartialRead(Exception):
@@ -355,9 +397,13 @@ def sample_to_snapshot(config_or_bootstrap: str | Mapping[str, Any], topic: str,
     The ranges are resolved once; then each partition is read in windows of
     ``chunk_records`` offsets, each window is appended as its own part and dropped.  **Memory
     bound:** one window's records (at most ``chunk_records`` rows) plus, with exact framing, the
-    batches overlapping it and one Fetch response (``max_bytes``, 8 MiB by default) — not the
-    whole sample.  Exception: ``random_fraction`` together with ``max_records`` (the cap applies
-    after the random filter) reads the whole sample in memory first.
+    batches overlapping it and one Fetch response sized to the window (see
+    :meth:`FetchClient.read`), or without it librdkafka's prefetch queue, bounded to about
+    20k records plus one Fetch response of 1 MB compressed (``queued.min.messages``,
+    ``queued.max.messages.kbytes``, ``fetch.max.bytes``; settings given in the config win) —
+    not the whole sample, whatever the compression ratio.  Exception: ``random_fraction``
+    together with ``max_records`` (the cap applies after the random filter) reads the whole
+    sample in memory first.
 
     A batch that straddles two windows is written once (with the first window).  The snapshot
     records ``method`` (``"fetch:<how>"`` or ``"consumer:<how>"``), the resolved ``ranges`` and the
@@ -508,8 +554,13 @@ def _stream_consumer(config: dict[str, Any], topic: str, ranges: list, snap: Any
     bootstrap = str(config.get("bootstrap.servers") or config.get("metadata.broker.list"))
     errors: list[str] = []
     conf = dict(config)
-    # bound librdkafka's prefetch queue (default 64 MiB) to a few windows
+    # bound librdkafka's prefetch queue (default 64 MiB) to a few windows, and one Fetch
+    # response (queued whole, decompressed) to ~1 MB compressed; see _FETCH_MAX_BYTES
     conf.setdefault("queued.max.messages.kbytes", _QUEUE_KB)
+    conf.setdefault("fetch.max.bytes", max(_FETCH_MAX_BYTES,
+                                           int(conf.get("message.max.bytes") or 0)))
+    conf.setdefault("fetch.queue.backoff.ms", _FETCH_QUEUE_BACKOFF_MS)
+    conf.setdefault("queued.min.messages", _QUEUE_MIN_MESSAGES)
     consumer = Consumer(_consumer_conf(conf, GROUP_PREFIX + secrets.token_hex(8), errors))
 
     def write(table: pa.Table) -> None:

@@ -41,7 +41,8 @@ from kqlab.validate.verdicts import (
     RECORD_VERDICTS_SCHEMA,
     REPLAY_BATCHES_SCHEMA,
     Verdicts,
-    failures_array,
+    batch_ids,
+    failures_from_codes,
     producer_action,
 )
 
@@ -281,19 +282,31 @@ class Replayer:
 
     def __init__(self, source: Any, *, now: int | None = None, framing: str = "exact",
                  linger_ms: int = 5, batch_size: int = 16384, resolver: Any = None):
-        self.sample = load_sample(source, framing=framing, linger_ms=linger_ms,
-                                  batch_size=batch_size)
         self.now = now if now is not None else int(time.time() * 1000)
         self.resolver = resolver
+        self.evaluations = 0  # rules evaluated (tests and benchmarks read it)
+        self.sample = load_sample(source, framing=framing, linger_ms=linger_ms,
+                                  batch_size=batch_size)
+
+    @property
+    def sample(self) -> Sample:
+        """The sample replayed."""
+        return self._sample
+
+    @sample.setter
+    def sample(self, sample: Sample) -> None:
+        # everything cached (decoded columns, rule results, the last broker pass) belongs to
+        # the old sample: a new one starts from scratch
+        self._sample = sample
         self._ctx: EvalContext | None = None
         self._ctx_formats: tuple[Any, Any] | None = None
         self._rule_cache: dict[bytes, RuleResult] = {}
-        self._rows = _record_batch_rows(self.sample.records, self.sample.batches)
+        self._rows = _record_batch_rows(sample.records, sample.batches)
         # transaction markers are the coordinator's, not the client's: no record policy applies
-        control = self.sample.batches.column("is_control").to_numpy(zero_copy_only=False)
+        control = sample.batches.column("is_control").to_numpy(zero_copy_only=False)
         self._control = control.astype(bool)[self._rows] if len(self._rows) else \
             np.zeros(0, dtype=bool)
-        self.evaluations = 0  # rules evaluated (tests and benchmarks read it)
+        self._assembler: Assembler | None = None
 
     def _context(self, policy: Policy) -> EvalContext:
         formats = (policy.key, policy.value)
@@ -327,7 +340,15 @@ class Replayer:
         profile = profile or policy.enforcement
         effective = with_implicit_rules(policy)
         results = self.evaluate(effective)
-        return _assemble(self.sample, effective, results, self._rows, self.now, profile)
+        return self.assembler(effective, results, self.now, profile)
+
+    @property
+    def assembler(self) -> Assembler:
+        """The :class:`Assembler` of this sample (it keeps the last broker pass, so the next
+        run re-checks only the batches whose policy messages changed)."""
+        if self._assembler is None or self._assembler.sample is not self.sample:
+            self._assembler = Assembler(self.sample, self._rows)
+        return self._assembler
 
 
 def with_implicit_rules(policy: Policy) -> Policy:
@@ -366,30 +387,11 @@ def replay(source: Any, policy: Policy, *, now: int | None = None, framing: str 
 
 # ---------------------------------------------------------------------------------------------
 
-def _policy_errors(rules: Sequence[Rule], results: dict[str, RuleResult], n: int
-                   ) -> tuple[np.ndarray, list[str]]:
-    """Per record, the index (into ``messages``) of its first failing reject rule, or -1."""
-    first = np.full(n, -1, dtype=np.int64)
-    messages: list[str] = []
-    for rule in rules:
-        if rule.mode != "reject":
-            continue
-        res = results[rule.id]
-        idx = res.failing
-        if not len(idx):
-            continue
-        fresh = first[idx] < 0
-        base = len(messages)
-        messages.extend(res.messages)
-        first[idx[fresh]] = base + np.flatnonzero(fresh)
-    return first, messages
-
-
 def _broker_pass(sample: Sample, config: TopicConfig, now: int, profile: str,
-                 record_messages: np.ndarray, rows: np.ndarray) -> pa.Table:
+                 record_messages: Sequence[str | None] | None, rows: np.ndarray) -> pa.Table:
     """Batch verdicts with the policy injected, partition by partition (producer state is per
     partition), vectorised over the tables; rows the tables cannot judge go to the exact
-    byte-level validator (``raw``)."""
+    byte-level validator (``raw``).  ``record_messages`` None: no record policy at all."""
     from kqlab.kafka.table_checks import RecordPolicy, broker_verdicts
 
     records, batches = sample.records, sample.batches
@@ -398,15 +400,19 @@ def _broker_pass(sample: Sample, config: TopicConfig, now: int, profile: str,
         from kqlab.records import BATCH_VERDICTS_SCHEMA
 
         return BATCH_VERDICTS_SCHEMA.empty_table()
+
+    def policy_of(msgs: Sequence[str | None] | None) -> RecordPolicy | None:
+        return None if msgs is None else RecordPolicy(profile, msgs)
+
     keys = pc.binary_join_element_wise(
         pc.cast(batches.column("topic"), pa.string()),
         pc.cast(batches.column("partition"), pa.string()), "\x00")
     groups = pc.unique(keys).to_pylist()
     if len(groups) == 1:
         return broker_verdicts(records, batches, config, now=now, source=sample.source,
-                               raw=sample.raw,
-                               policy=RecordPolicy(profile, record_messages.tolist()))
+                               raw=sample.raw, policy=policy_of(record_messages))
     key_np = np.asarray(keys.to_pylist(), dtype=object)
+    msgs_np = None if record_messages is None else np.asarray(record_messages, dtype=object)
     parts, order = [], []
     for g in groups:
         b_idx = np.flatnonzero(key_np == g)
@@ -415,7 +421,7 @@ def _broker_pass(sample: Sample, config: TopicConfig, now: int, profile: str,
             records.take(pa.array(r_idx)), batches.take(pa.array(b_idx)), config, now=now,
             source=sample.source,
             raw=None if sample.raw is None else [sample.raw[i] for i in b_idx.tolist()],
-            policy=RecordPolicy(profile, record_messages[r_idx].tolist())))
+            policy=None if msgs_np is None else policy_of(msgs_np[r_idx].tolist())))
         order.append(b_idx)
     merged = pa.concat_tables(parts)
     return merged.take(pa.array(np.argsort(np.concatenate(order), kind="stable")))
@@ -432,107 +438,372 @@ def _record_check(message: str) -> str:
     return "broker"
 
 
+#: the labels :func:`_record_check` gives, in the order of :func:`_record_checks`' codes
+_RECORD_CHECKS = ("broker", "broker:R4", "broker:R3", "broker:R1")
+
+
+def _record_checks(messages: pa.Array) -> np.ndarray:
+    """:func:`_record_check` over an Arrow array: per message, an index into
+    :data:`_RECORD_CHECKS` (same precedence: R4, then R3, then R1)."""
+    def has(mask: Any) -> np.ndarray:
+        return pc.fill_null(mask, False).to_numpy(zero_copy_only=False).astype(bool)
+
+    r4 = has(pc.or_(pc.starts_with(messages, "Timestamp "),
+                    pc.starts_with(messages, "Invalid timestamp type")))
+    r3 = has(pc.starts_with(messages, "Compacted topic"))
+    r1 = has(pc.and_(pc.starts_with(messages, "Record "),
+                     pc.match_substring(messages, "magic does not match")))
+    return np.where(r4, 1, np.where(r3, 2, np.where(r1, 3, 0))).astype(np.int64)
+
+
+@dataclass
+class _PolicyInput:
+    """What the broker sees of a policy: per record the index of its first failing reject
+    rule's message (-1: none) into ``messages`` (Arrow) / ``objects`` (the same, as Python)."""
+
+    first: np.ndarray
+    messages: pa.Array
+    objects: np.ndarray
+    #: where each rule's messages start in ``messages``, and the rule results they came from
+    bases: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    sources: tuple[RuleResult, ...] = ()
+
+    def origin(self, f: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For message indices ``f`` (all >= 0): the ``id`` of the rule result each came
+        from, and its row among that result's failures."""
+        seg = np.searchsorted(self.bases, f, side="right") - 1
+        ids = np.array([id(s) for s in self.sources], dtype=np.int64)
+        return ids[seg], f - self.bases[seg]
+
+    def at(self, rec: np.ndarray) -> pa.Array:
+        """The policy message of records ``rec`` (null where they pass)."""
+        f = self.first[rec]
+        return self.messages.take(pa.array(f, mask=f < 0))
+
+    def python(self, rec: np.ndarray | None = None) -> list[str | None]:
+        """The policy messages as the broker checks take them (None where a record passes)."""
+        f = self.first if rec is None else self.first[rec]
+        out = np.full(len(f), None, dtype=object)
+        has = f >= 0
+        if has.any():
+            out[has] = self.objects[f[has]]
+        return out.tolist()
+
+
+@dataclass
+class _BrokerRun:
+    """The last broker pass: its inputs and its batch verdicts."""
+
+    config: TopicConfig
+    now: int
+    profile: str
+    policy: _PolicyInput
+    verdicts: pa.Table
+
+
+class _BatchIds:
+    """:func:`~kqlab.validate.verdicts.batch_ids` of a sample, computed once when first
+    called; keeps only the three columns it reads (which the verdict tables share)."""
+
+    def __init__(self, records: pa.Table):
+        self._table: pa.Table | None = records.select(["topic", "partition", "batch_offset"])
+        self._ids: np.ndarray | None = None
+
+    def __call__(self) -> np.ndarray:
+        if self._ids is None:
+            assert self._table is not None
+            self._ids, self._table = batch_ids(self._table), None
+        return self._ids
+
+
+#: above this share of changed batches, the broker checks re-run over the whole sample (taking
+#: the changed batches' records out costs more than it saves)
+SPLICE_MAX_SHARE = 0.6
+
+
+class Assembler:
+    """Assembles the verdict tables of one sample under successive policies.
+
+    What does not depend on the policy is computed once (the record → batch accounting, the
+    topics seen, batch ids, each rule result's failing rows and messages as Arrow); the
+    broker checks re-run only on the batches whose records' policy messages changed since the
+    last pass, when the batches are independent of each other (see :meth:`independent`) —
+    else over the whole sample.  Either way the result equals a fresh :func:`replay`.
+    """
+
+    def __init__(self, sample: Sample, rows: np.ndarray):
+        self.sample = sample
+        self.rows = rows
+        self.n = sample.records.num_rows
+        self.nb = sample.batches.num_rows
+        counts = np.bincount(rows, minlength=self.nb) if self.nb else np.zeros(0, np.int64)
+        self.row_start = np.zeros(self.nb + 1, dtype=np.int64)
+        np.cumsum(counts, out=self.row_start[1:])
+        self._rules: dict[int, tuple[RuleResult, np.ndarray, pa.Array, np.ndarray]] = {}
+        self._topics: list[str] | None = None
+        self._batch_id: _BatchIds | None = None
+        self._independent: dict[tuple[TopicConfig, int], bool] = {}
+        self._last: _BrokerRun | None = None
+        #: batches the broker checks ran on, over every pass (tests and benchmarks read it)
+        self.broker_batches = 0
+
+    # -- per-sample facts ---------------------------------------------------------------------
+    @property
+    def topics(self) -> list[str]:
+        """The topics of the sample's records."""
+        if self._topics is None:
+            self._topics = pc.unique(self.sample.records.column("topic")).to_pylist() \
+                if self.n else []
+        return self._topics
+
+    @property
+    def batch_id(self) -> _BatchIds:
+        """:func:`~kqlab.validate.verdicts.batch_ids` of the sample's records, computed when
+        first called (by a view: a replay that is never drawn does not pay for it)."""
+        if self._batch_id is None:
+            self._batch_id = _BatchIds(self.sample.records)
+        return self._batch_id
+
+    def _rule(self, res: RuleResult) -> tuple[np.ndarray, pa.Array, np.ndarray]:
+        """A rule result's failing rows and messages (Arrow and Python), computed once."""
+        hit = self._rules.get(id(res))
+        if hit is None or hit[0] is not res:
+            hit = (res, res.failing, pa.array(res.messages, pa.string()),
+                   np.asarray(res.messages, dtype=object).reshape(-1))
+            self._rules[id(res)] = hit
+        return hit[1], hit[2], hit[3]
+
+    def independent(self, config: TopicConfig, now: int) -> bool:
+        """Whether every batch's verdict depends on that batch alone, whatever the policy.
+
+        True when the sample is a log (``source="log"``), no batch carries a producer id
+        (stage F keeps no producer state), and the tables alone judge every batch without a
+        policy (so no batch goes to the byte-level validator, whose offsets run across
+        batches).  A policy only decides batches that reached the record checks, so it cannot
+        make a batch undetermined."""
+        key = (config, now)
+        hit = self._independent.get(key)
+        if hit is None:
+            s = self.sample
+            pid = s.batches.column("producer_id")
+            hit = s.source == "log" and self.nb > 0 and \
+                not pc.any(pc.greater(pc.fill_null(pid, -1), -1)).as_py()
+            if hit:
+                bare = Sample(s.records, s.batches, None, s.framing, s.source)
+                base = _broker_pass(bare, config, now, "kip-940", None, self.rows)
+                hit = not pc.any(pc.equal(base.column("check"), "undetermined")).as_py()
+            self._independent[key] = bool(hit)
+        return hit
+
+    # -- the broker pass ----------------------------------------------------------------------
+    def broker(self, config: TopicConfig, now: int, profile: str,
+               policy: _PolicyInput) -> pa.Table:
+        """The batch verdicts under ``policy``, re-running only changed batches when that is
+        exact (see :meth:`independent`)."""
+        last = self._last
+        verdicts = None
+        if last is not None and (last.config, last.now, last.profile) == (config, now, profile) \
+                and self.independent(config, now):
+            changed = self._changed_batches(last.policy, policy)
+            if not len(changed):
+                verdicts = last.verdicts
+            elif len(changed) <= SPLICE_MAX_SHARE * self.nb:
+                verdicts = self._splice(last.verdicts, changed, config, now, profile, policy)
+        if verdicts is None:
+            verdicts = _broker_pass(self.sample, config, now, profile, policy.python(),
+                                    self.rows)
+            self.broker_batches += self.nb
+        self._last = _BrokerRun(config, now, profile, policy, verdicts)
+        return verdicts
+
+    def _changed_batches(self, old: _PolicyInput, new: _PolicyInput) -> np.ndarray:
+        """Batches holding a record whose policy message differs between ``old`` and ``new``."""
+        u = np.flatnonzero((old.first >= 0) | (new.first >= 0))
+        if not len(u):
+            return np.zeros(0, np.int64)
+        fo, fn = old.first[u], new.first[u]
+        same = np.zeros(len(u), dtype=bool)
+        both = np.flatnonzero((fo >= 0) & (fn >= 0))
+        if len(both):
+            # the same failure of the same rule result (kept alive by both inputs, so ids are
+            # not reused): the same message, without comparing the text
+            src_o, row_o = old.origin(fo[both])
+            src_n, row_n = new.origin(fn[both])
+            same[both] = (src_o == src_n) & (row_o == row_n)
+            text = both[~same[both]]
+            if len(text):
+                rec = u[text]
+                same[text] = pc.fill_null(pc.equal(old.at(rec), new.at(rec)), False).to_numpy(
+                    zero_copy_only=False).astype(bool)
+        return np.unique(self.rows[u[~same]])
+
+    def _splice(self, before: pa.Table, changed: np.ndarray, config: TopicConfig, now: int,
+                profile: str, policy: _PolicyInput) -> pa.Table:
+        """``before`` with the rows of the ``changed`` batches judged again under ``policy``."""
+        s = self.sample
+        starts, ends = self.row_start[changed], self.row_start[changed + 1]
+        sizes = ends - starts
+        rec = np.repeat(starts - np.cumsum(sizes) + sizes, sizes) + np.arange(int(sizes.sum()))
+        sub = Sample(s.records.take(pa.array(rec)), s.batches.take(pa.array(changed)),
+                     None if s.raw is None else [s.raw[i] for i in changed.tolist()],
+                     s.framing, s.source)
+        sub_rows = np.repeat(np.arange(len(changed), dtype=np.int64), sizes)
+        part = _broker_pass(sub, config, now, profile, policy.python(rec), sub_rows)
+        self.broker_batches += len(changed)
+        take = np.arange(self.nb, dtype=np.int64)
+        take[changed] = self.nb + np.arange(len(changed))
+        return pa.concat_tables([before, part.cast(before.schema)]).take(pa.array(take))
+
+    # -- assembly -----------------------------------------------------------------------------
+    def __call__(self, policy: Policy, results: dict[str, RuleResult], now: int,
+                 profile: str) -> Verdicts:
+        sample = self.sample
+        records, batches, rows = sample.records, sample.batches, self.rows
+        n, nb = self.n, self.nb
+        rules = {rule.id: self._rule(results[rule.id]) for rule in policy.rules}
+        self._rules = {id(results[r.id]): self._rules[id(results[r.id])] for r in policy.rules}
+        # the policy as the broker sees it: each record's first failing reject rule's message
+        first = np.full(n, -1, dtype=np.int64)
+        arrows, objects, bases, sources, base = [], [], [], [], 0
+        for rule in policy.rules:
+            idx, arrow, obj = rules[rule.id]
+            if rule.mode != "reject" or not len(idx):
+                continue
+            fresh = first[idx] < 0
+            first[idx[fresh]] = base + np.flatnonzero(fresh)
+            arrows.append(arrow)
+            objects.append(obj)
+            bases.append(base)
+            sources.append(results[rule.id])
+            base += len(idx)
+        pin = _PolicyInput(first, pa.concat_arrays(arrows) if arrows else pa.array([], pa.string()),
+                           np.concatenate(objects) if objects else np.zeros(0, dtype=object),
+                           np.asarray(bases, dtype=np.int64), tuple(sources))
+        has = first >= 0
+        config = TopicConfig.from_dict(dict(policy.broker.configs), policy.broker.version)
+        verdicts = self.broker(config, now, profile, pin)
+        # a null code: the tables alone could not decide (a snapshot without batch bytes)
+        codes = pc.fill_null(verdicts.column("error_code"), UNDECIDED).to_numpy(
+            zero_copy_only=False).astype(np.int64)
+        checks = np.asarray(verdicts.column("check").to_pylist(), dtype=object)
+        rec_errs = verdicts.column("record_errors").combine_chunks() if nb else \
+            pa.array([], verdicts.schema.field("record_errors").type)
+        n_rec_errs = pc.list_value_length(rec_errs).to_numpy(zero_copy_only=False)
+        policy_batch = checks == "P"
+        batch_level = (n_rec_errs == 0) & ~policy_batch & (codes != 0) & (codes != UNDECIDED)
+        # culprits named in record_errors (KIP-467)
+        flat = pc.list_flatten(rec_errs)
+        err_row = pc.list_parent_indices(rec_errs).to_numpy(zero_copy_only=False)
+        if len(flat):
+            err_idx = flat.field("batch_index").to_numpy(zero_copy_only=False).astype(np.int64)
+            err_msg = flat.field("message")
+            culprit_rec = self.row_start[err_row] + err_idx
+        else:
+            err_idx = culprit_rec = np.zeros(0, dtype=np.int64)
+            err_msg = pa.array([], pa.string())
+        culprit = np.zeros(n, dtype=bool)
+        culprit[culprit_rec] = True
+        # failures, as (record, rule label, code, message) segments; labels are coded
+        labels: dict[str, int] = {}
+
+        def label(name: str) -> int:
+            return labels.setdefault(name, len(labels))
+
+        f_rec: list[np.ndarray] = []
+        f_rule: list[np.ndarray] = []
+        f_code: list[np.ndarray] = []
+        f_msg: list[pa.Array] = []
+        # ... broker record errors that are not the policy's own message ...
+        if len(culprit_rec):
+            mine = pin.at(culprit_rec)
+            same = pc.or_(pc.fill_null(pc.equal(err_msg, mine), False),
+                          pc.and_(pc.is_null(err_msg), pc.is_null(mine)))
+            broker_own = ~same.to_numpy(zero_copy_only=False).astype(bool)
+            if broker_own.any():
+                own_msg = err_msg.filter(pa.array(broker_own))
+                lut = np.array([label(c) for c in _RECORD_CHECKS], dtype=np.int64)
+                kind = _record_checks(own_msg)
+                f_rec.append(culprit_rec[broker_own])
+                f_rule.append(lut[kind])
+                f_code.append(np.where(kind == 1, 32, 87).astype(np.int64))
+                f_msg.append(own_msg)
+        # ... batch-level broker errors on every record of their batch ...
+        rec_code = codes[rows] if n else np.zeros(0, dtype=np.int64)
+        level_rec = np.flatnonzero(batch_level[rows]) if n else np.zeros(0, dtype=np.int64)
+        if len(level_rec):
+            details = verdicts.column("detail").to_pylist()
+            names = verdicts.column("error_name").to_pylist()
+            b_rule = np.zeros(nb, dtype=np.int64)
+            b_msg: list[str | None] = [None] * nb
+            for b in np.flatnonzero(batch_level).tolist():
+                b_rule[b] = label(f"broker:{checks[b]}")
+                b_msg[b] = details[b] or names[b]
+            b_of = rows[level_rec]
+            f_rec.append(level_rec)
+            f_rule.append(b_rule[b_of])
+            f_code.append(codes[b_of])
+            f_msg.append(pa.array(b_msg, pa.string()).take(pa.array(b_of)))
+        # ... and every policy failure (reject and observe) on its record
+        rule_rows = []
+        reject_code = 44 if profile == "kip-686" else 87
+        for rule in policy.rules:
+            res = results[rule.id]
+            idx, arrow, _ = rules[rule.id]
+            is_reject = rule.mode == "reject"
+            rejected_here = rec_code[idx] != 0 if len(idx) else np.zeros(0, dtype=bool)
+            if len(idx):
+                f_rec.append(idx)
+                f_rule.append(np.full(len(idx), label(rule.id), dtype=np.int64))
+                # a reject rule's failure carries the code its batch got; 0 where the policy was
+                # not enforced (KIP-729 never sees compressed batches kept in place)
+                f_code.append(np.where(rejected_here, reject_code, 0) if is_reject
+                              else np.zeros(len(idx), dtype=np.int64))
+                f_msg.append(arrow)
+            rule_rows.append({
+                "rule": rule.id, "kind": rule.kind, "mode": rule.mode, "severity": rule.severity,
+                "exportable": rule.exportable, "failed_records": len(idx),
+                "rejected_records": int(rejected_here.sum()) if is_reject else 0,
+                "rejected_batches": len(np.unique(rows[idx][rejected_here]))
+                if is_reject and len(idx) else 0,
+                "evaluation_errors": res.errors,
+            })
+        # KIP-686 rejects the batch (check "P") without record errors: its culprits are the
+        # records that failed the policy, the others are collateral
+        own = culprit | batch_level[rows] | (has & policy_batch[rows]) if n else culprit
+        # outcome codes -> dictionary -> string (no per-record Python strings)
+        outcome_idx = np.where(rec_code == 0, 0, np.where(own, 1, 2)).astype(np.int8)
+        outcome_idx[rec_code == UNDECIDED] = 3
+        outcome = pa.DictionaryArray.from_arrays(
+            pa.array(outcome_idx),
+            pa.array(["accepted", "rejected", "collateral", "undetermined"])).cast(pa.string())
+        cat = np.concatenate
+        failures, flat_failures = failures_from_codes(
+            n, cat(f_rec).astype(np.int64) if f_rec else np.zeros(0, np.int64),
+            cat(f_rule) if f_rule else np.zeros(0, np.int64), list(labels),
+            cat(f_code).astype(np.int64) if f_code else np.zeros(0, np.int64),
+            pa.concat_arrays(f_msg) if f_msg else pa.array([], pa.string()))
+        record_table = pa.table([
+            records.column("topic"), records.column("partition"), records.column("offset"),
+            records.column("batch_offset"), records.column("batch_index"),
+            records.column("timestamp"), outcome, failures,
+        ], schema=RECORD_VERDICTS_SCHEMA)
+        undetermined = int(sum(1 for c in checks if c == "undetermined"))
+        notes = replay_notes(policy, self.topics, undetermined)
+        out = Verdicts(record_table, _batch_table(batches, verdicts, profile, sample.framing),
+                       pa.Table.from_pylist(rule_rows, RULES_SCHEMA), profile, sample.framing,
+                       now, policy.name, policy.content_hash(), list(sample.issues), notes)
+        # per-record codes the views would derive from these tables again (kqlab.viz reads
+        # them, calling the callable ones; equal to what it computes, tests check)
+        out._codes = {"table": record_table, "outcome": outcome_idx,
+                      "batch_id": self.batch_id, **flat_failures}
+        return out
+
+
 def _assemble(sample: Sample, policy: Policy, results: dict[str, RuleResult], rows: np.ndarray,
               now: int, profile: str) -> Verdicts:
-    records, batches = sample.records, sample.batches
-    n, nb = records.num_rows, batches.num_rows
-    first, messages = _policy_errors(policy.rules, results, n)
-    record_messages = np.full(n, None, dtype=object)
-    has = first >= 0
-    if has.any():
-        record_messages[has] = np.asarray(messages, dtype=object)[first[has]]
-    config = TopicConfig.from_dict(dict(policy.broker.configs), policy.broker.version)
-    verdicts = _broker_pass(sample, config, now, profile, record_messages, rows)
-    # a null code: the tables alone could not decide (a snapshot without batch bytes)
-    codes = pc.fill_null(verdicts.column("error_code"), UNDECIDED).to_numpy(
-        zero_copy_only=False).astype(np.int64)
-    checks = np.asarray(verdicts.column("check").to_pylist(), dtype=object)
-    rec_errs = verdicts.column("record_errors").combine_chunks() if nb else \
-        pa.array([], verdicts.schema.field("record_errors").type)
-    n_rec_errs = pc.list_value_length(rec_errs).to_numpy(zero_copy_only=False)
-    policy_batch = checks == "P"
-    batch_level = (n_rec_errs == 0) & ~policy_batch & (codes != 0) & (codes != UNDECIDED)
-    row_start = np.zeros(nb + 1, dtype=np.int64)
-    np.cumsum(np.bincount(rows, minlength=nb), out=row_start[1:])
-    # culprits named in record_errors (KIP-467)
-    flat = pc.list_flatten(rec_errs)
-    err_row = pc.list_parent_indices(rec_errs).to_numpy(zero_copy_only=False)
-    err_idx = flat.field("batch_index").to_numpy(zero_copy_only=False).astype(np.int64) \
-        if len(flat) else np.zeros(0, dtype=np.int64)
-    err_msg = np.asarray(flat.field("message").to_pylist(), dtype=object) if len(flat) else \
-        np.zeros(0, dtype=object)
-    culprit_rec = row_start[err_row] + err_idx if len(err_row) else np.zeros(0, dtype=np.int64)
-    culprit = np.zeros(n, dtype=bool)
-    culprit[culprit_rec] = True
-    # failures: broker record errors that are not the policy's own message ...
-    broker_own = err_msg != record_messages[culprit_rec] if len(culprit_rec) else \
-        np.zeros(0, dtype=bool)
-    f_rec = [culprit_rec[broker_own]]
-    f_msg = err_msg[broker_own].tolist()
-    f_rule = [_record_check(m) for m in f_msg]
-    f_code = [np.array([32 if r == "broker:R4" else 87 for r in f_rule], dtype=np.int64)]
-    # ... batch-level broker errors on every record of their batch ...
-    rec_code = codes[rows] if n else np.zeros(0, dtype=np.int64)
-    level_rec = np.flatnonzero(batch_level[rows]) if n else np.zeros(0, dtype=np.int64)
-    if len(level_rec):
-        details = verdicts.column("detail").to_pylist()
-        names = verdicts.column("error_name").to_pylist()
-        f_rec.append(level_rec)
-        b_of = rows[level_rec].tolist()
-        f_rule.extend(f"broker:{checks[b]}" for b in b_of)
-        f_code.append(codes[rows[level_rec]])
-        f_msg.extend(details[b] or names[b] for b in b_of)
-    # ... and every policy failure (reject and observe) on its record
-    rule_rows = []
-    reject_code = 44 if profile == "kip-686" else 87
-    for rule in policy.rules:
-        res = results[rule.id]
-        idx = res.failing
-        f_rec.append(idx)
-        f_rule.extend([rule.id] * len(idx))
-        # a reject rule's failure carries the code its batch got; 0 where the policy was not
-        # enforced (KIP-729 never sees compressed batches kept in place)
-        enforced = rec_code[idx] != 0 if len(idx) else np.zeros(0, dtype=bool)
-        f_code.append(np.where(enforced, reject_code, 0) if rule.mode == "reject"
-                      else np.zeros(len(idx), dtype=np.int64))
-        f_msg.extend(res.messages)
-        rejected_here = rec_code[idx] != 0 if len(idx) else np.zeros(0, dtype=bool)
-        is_reject = rule.mode == "reject"
-        rule_rows.append({
-            "rule": rule.id, "kind": rule.kind, "mode": rule.mode, "severity": rule.severity,
-            "exportable": rule.exportable, "failed_records": res.count,
-            "rejected_records": int(rejected_here.sum()) if is_reject else 0,
-            "rejected_batches": len(np.unique(rows[idx][rejected_here]))
-            if is_reject and len(idx) else 0,
-            "evaluation_errors": res.errors,
-        })
-    # KIP-686 rejects the batch (check "P") without record errors: its culprits are the records
-    # that failed the policy, the others are collateral
-    if n:
-        own = culprit | batch_level[rows] | (has & policy_batch[rows])
-    else:
-        own = culprit
-    # outcome codes -> dictionary -> string (no per-record Python strings)
-    outcome_idx = np.where(rec_code == 0, 0, np.where(own, 1, 2)).astype(np.int8)
-    outcome_idx[rec_code == UNDECIDED] = 3
-    outcome = pa.DictionaryArray.from_arrays(
-        pa.array(outcome_idx),
-        pa.array(["accepted", "rejected", "collateral", "undetermined"])).cast(pa.string())
-    failures = failures_array(n, np.concatenate(f_rec).astype(np.int64) if f_rec else
-                              np.zeros(0, np.int64), f_rule,
-                              np.concatenate(f_code).astype(np.int64) if f_code else
-                              np.zeros(0, np.int64), f_msg)
-    record_table = pa.table([
-        records.column("topic"), records.column("partition"), records.column("offset"),
-        records.column("batch_offset"), records.column("batch_index"),
-        records.column("timestamp"), outcome, failures,
-    ], schema=RECORD_VERDICTS_SCHEMA)
-    seen = pc.unique(records.column("topic")).to_pylist() if n else []
-    undetermined = int(sum(1 for c in checks if c == "undetermined"))
-    notes = replay_notes(policy, seen, undetermined)
-    return Verdicts(record_table, _batch_table(batches, verdicts, profile, sample.framing),
-                    pa.Table.from_pylist(rule_rows, RULES_SCHEMA), profile, sample.framing,
-                    now, policy.name, policy.content_hash(), list(sample.issues), notes)
+    """One assembly of ``sample``'s verdicts (a :class:`Replayer` keeps its
+    :class:`Assembler` between runs instead)."""
+    return Assembler(sample, rows)(policy, results, now, profile)
 
 
 def replay_notes(policy: Policy, topics: Sequence[str], undetermined: int) -> list[str]:

@@ -10,6 +10,7 @@ broker's answer per batch plus the enforcement profile and what the Java produce
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,6 +86,14 @@ class Verdicts:
         """Records per outcome (every outcome listed, zeros included; ``undetermined`` only
         when some batch could not be judged from the tables alone)."""
         counts = dict.fromkeys(OUTCOMES, 0)
+        codes = getattr(self, "_codes", None)
+        if isinstance(codes, dict) and codes.get("table") is self.records:
+            # the replay's own outcome codes (0-3: OUTCOMES, then undetermined)
+            per = np.bincount(codes["outcome"], minlength=4)
+            counts = {o: int(c) for o, c in zip(OUTCOMES, per[:3], strict=True)}
+            if per[3]:
+                counts["undetermined"] = int(per[3])
+            return counts
         vc = pc.value_counts(self.records.column("outcome"))
         for item in vc.to_pylist():
             counts[item["values"]] = item["counts"]
@@ -210,17 +219,68 @@ def _pivot(records: pa.Table, keys: list[str]) -> pa.Table:
     return out.select([*keys, *outcomes]).sort_by([(k, "ascending") for k in keys])
 
 
-def failures_array(n: int, record_idx: np.ndarray, rules: list[str], codes: np.ndarray,
-                   messages: list[str]) -> pa.Array:
+def failures_array(n: int, record_idx: np.ndarray, rules: Sequence[str] | pa.Array,
+                   codes: np.ndarray, messages: Sequence[str] | pa.Array) -> pa.Array:
     """The ``failures`` list column from flat (record, rule, code, message) rows."""
+    rules = rules if isinstance(rules, pa.Array) else pa.array(list(rules), pa.string())
+    labels = pc.unique(rules)
+    coded = pc.index_in(rules, value_set=labels).to_numpy(zero_copy_only=False)
+    messages = messages if isinstance(messages, pa.Array) else \
+        pa.array(list(messages), pa.string())
+    column, _ = failures_from_codes(n, np.asarray(record_idx, dtype=np.int64),
+                                    np.asarray(coded, dtype=np.int64), labels.to_pylist(),
+                                    np.asarray(codes, dtype=np.int64), messages)
+    return column
+
+
+def failures_from_codes(n: int, record_idx: np.ndarray, rule_codes: np.ndarray,
+                        labels: Sequence[str], codes: np.ndarray, messages: pa.Array
+                        ) -> tuple[pa.Array, dict[str, Any]]:
+    """The ``failures`` list column from flat rows whose rule is a code into ``labels``
+    (distinct names), without one Python string per failure; and the flattened column as
+    the views read it (``kqlab.viz.Aggregates``: ``_failures``, ``reason_labels``,
+    ``_rule_codes``), so a replay hands them over instead of having them derived again.
+
+    Rows keep their given order within a record (a stable sort by record)."""
     order = np.argsort(record_idx, kind="stable")
     counts = np.bincount(record_idx, minlength=n) if len(record_idx) else np.zeros(n, np.int64)
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(counts, out=offsets[1:])
     take = pa.array(order)
-    struct = pa.StructArray.from_arrays(
-        [pa.array(rules, pa.string()).take(take),
-         pa.array(codes[order], pa.int16()),
-         pa.array(messages, pa.string()).take(take)],
-        fields=list(FAILURE_TYPE.value_type))
-    return pa.ListArray.from_arrays(pa.array(offsets), struct, type=FAILURE_TYPE)
+    sorted_codes = rule_codes[order]
+    rule_arr = pa.array(list(labels), pa.string()).take(pa.array(sorted_codes))
+    code_arr = pa.array(codes[order], pa.int16())
+    msg_arr = messages.take(take)
+    struct = pa.StructArray.from_arrays([rule_arr, code_arr, msg_arr],
+                                        fields=list(FAILURE_TYPE.value_type))
+    column = pa.ListArray.from_arrays(pa.array(offsets), struct, type=FAILURE_TYPE)
+    flat: dict[str, Any] = {}
+    if len(order):
+        # reasons in order of first appearance (what pc.unique over the rule field gives)
+        seen, at = np.unique(sorted_codes, return_index=True)
+        appearance = seen[np.argsort(at)]
+        lut = np.zeros(len(labels), dtype=np.int64)
+        lut[appearance] = np.arange(len(appearance))
+        flat = {"_failures": (record_idx[order].astype(np.int64), rule_arr,
+                              code_arr.to_numpy(zero_copy_only=False).astype(np.int64), msg_arr),
+                "reason_labels": [labels[i] for i in appearance.tolist()],
+                "_rule_codes": lut[sorted_codes]}
+    return column, flat
+
+
+def batch_ids(records: pa.Table) -> np.ndarray:
+    """int64 per record: its batch, numbered in record order (records arrive batch by batch,
+    so a change of topic, partition or batch offset starts the next one).  Reads the
+    ``topic``, ``partition`` and ``batch_offset`` columns of a records or record-verdicts
+    table (the same values in both)."""
+    n = records.num_rows
+    if n == 0:
+        return np.zeros(0, np.int64)
+    col = records.column("topic")
+    topic = pc.dictionary_encode(col).combine_chunks().indices.to_numpy(zero_copy_only=False) \
+        if col.num_chunks else np.zeros(n, np.int64)
+    part = records.column("partition").to_numpy(zero_copy_only=False).astype(np.int64)
+    boff = records.column("batch_offset").to_numpy(zero_copy_only=False).astype(np.int64)
+    new = np.ones(n, dtype=bool)
+    new[1:] = (topic[1:] != topic[:-1]) | (part[1:] != part[:-1]) | (boff[1:] != boff[:-1])
+    return np.cumsum(new) - 1

@@ -22,9 +22,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kqlab.errors import KqlabError
-from kqlab.validate.verdicts import OUTCOMES
+from kqlab.validate.verdicts import OUTCOMES, batch_ids
 
-__all__ = ["Aggregates", "ViewError", "nice_bucket"]
+__all__ = ["Aggregates", "ViewError", "group_table", "nice_bucket"]
 
 #: outcome codes used in every per-record array (``undetermined``: the tables alone could not
 #: judge the batch)
@@ -133,17 +133,7 @@ class Aggregates:
     def batch_id(self) -> np.ndarray:
         """int64 per record: its batch, numbered in record order (records arrive batch by
         batch, so a change of topic, partition or batch offset starts the next one)."""
-        n = self.n
-        if n == 0:
-            return np.zeros(0, np.int64)
-        t = self.table
-        topic = _np(pc.dictionary_encode(t.column("topic")).combine_chunks().indices) \
-            if t.column("topic").num_chunks else np.zeros(n, np.int64)
-        part = _np(t.column("partition")).astype(np.int64)
-        boff = _np(t.column("batch_offset")).astype(np.int64)
-        new = np.ones(n, dtype=bool)
-        new[1:] = (topic[1:] != topic[:-1]) | (part[1:] != part[:-1]) | (boff[1:] != boff[:-1])
-        return np.cumsum(new) - 1
+        return batch_ids(self.table)
 
     @cached_property
     def reason(self) -> np.ndarray:
@@ -154,13 +144,13 @@ class Aggregates:
         enforced = codes != 0
         if enforced.any():
             p = parents[enforced]
-            first_rec, first_at = np.unique(p, return_index=True)
+            first_rec, first_at = _first_of_runs(p)
             out[first_rec] = self._rule_codes[enforced][first_at]
         out[self.outcome == 0] = -1
         own = (self.outcome == 1) & (out >= 0)
         if own.any() and (self.outcome == 2).any():
             bid = self.batch_id
-            batches, first = np.unique(bid[own], return_index=True)
+            batches, first = _first_of_runs(bid[own])
             batch_reason = np.full(int(bid[-1]) + 1, -1, dtype=np.int64)
             batch_reason[batches] = out[own][first]
             coll = self.outcome == 2
@@ -188,7 +178,7 @@ class Aggregates:
         rc = self._rule_codes
         enforced = codes != 0
         # a culprit counts once per reason even when the same rule failed it twice
-        pairs = np.unique(parents[enforced] * k + rc[enforced])
+        pairs = _distinct(parents[enforced] * k + rc[enforced])
         culprit = np.bincount(pairs % k, minlength=k)
         coll = (self.outcome == 2) & (self.reason >= 0)
         collateral = np.bincount(self.reason[coll], minlength=k)
@@ -265,18 +255,7 @@ class Aggregates:
         valid = codes >= 0
         counts = np.bincount(codes[valid] * 4 + self.outcome[valid],
                              minlength=4 * k).reshape(k, 4) if k else np.zeros((0, 4), np.int64)
-        bad = counts[:, 1] + counts[:, 2]
-        order = np.lexsort((-counts.sum(axis=1), -bad))
-        keep, rest = order[:limit], order[limit:]
-        names = [labels[i] for i in keep]
-        rows = counts[keep]
-        if len(rest):
-            names.append(f"other ({len(rest)})")
-            rows = np.vstack([rows, counts[rest].sum(axis=0)])
-        return pa.table({"group": pa.array(names, pa.string()),
-                         **{o: pa.array(rows[:, j] if len(rows) else [], pa.int64())
-                            for j, o in enumerate(OUTCOME_CODES)
-                            if o != "undetermined" or rows[:, j].any()}})
+        return group_table(counts, labels, limit)
 
     # -- per batch ------------------------------------------------------------------------------
     @cached_property
@@ -456,6 +435,45 @@ class Aggregates:
                                    if isinstance(per_record, pa.ChunkedArray) else
                                    pc.fill_null(per_record, "unknown batch"))
         return _np(enc.indices).astype(np.int64), enc.dictionary.to_pylist(), exact
+
+
+def group_table(counts: np.ndarray, labels: list[str], limit: int) -> pa.Table:
+    """Groups (rows of ``counts``: records per :data:`OUTCOME_CODES`) as the grouped views
+    show them: the ``limit`` groups with most rejected + collateral records first (then most
+    records, then by label), the rest summed as ``other``.  Shared by the local views and
+    their Spark aggregations, so both engines draw the same bars."""
+    counts = np.asarray(counts, dtype=np.int64).reshape(len(labels), 4)
+    bad = counts[:, 1] + counts[:, 2]
+    by_label = np.argsort(np.argsort(np.asarray(labels, dtype=object))) if labels else \
+        np.zeros(0, np.int64)
+    order = np.lexsort((by_label, -counts.sum(axis=1), -bad))
+    keep, rest = order[:limit], order[limit:]
+    names = [labels[i] for i in keep]
+    rows = counts[keep]
+    if len(rest):
+        names.append(f"other ({len(rest)})")
+        rows = np.vstack([rows, counts[rest].sum(axis=0)])
+    return pa.table({"group": pa.array(names, pa.string()),
+                     **{o: pa.array(rows[:, j] if len(rows) else [], pa.int64())
+                        for j, o in enumerate(OUTCOME_CODES)
+                        if o != "undetermined" or rows[:, j].any()}})
+
+
+def _first_of_runs(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_index=True)``, in one pass when ``values`` is already sorted
+    (failure parents and batch ids are: they follow record order)."""
+    if len(values) and not (values[1:] >= values[:-1]).all():
+        return np.unique(values, return_index=True)
+    at = np.flatnonzero(np.r_[True, values[1:] != values[:-1]]) if len(values) else \
+        np.zeros(0, np.int64)
+    return values[at], at
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)``; the values are (parent * k + rule) of failures in record order,
+    nearly sorted already, which a stable (run-merging) sort handles in about one pass."""
+    s = np.sort(values, kind="stable")
+    return s[np.r_[True, s[1:] != s[:-1]]] if len(s) else s
 
 
 def _coarsen(spans: dict[str, np.ndarray], max_spans: int) -> dict[str, np.ndarray]:

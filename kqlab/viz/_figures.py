@@ -16,7 +16,7 @@ import numpy as np
 import plotly.graph_objects as go
 import pyarrow as pa
 
-from kqlab.viz._aggregate import Aggregates, ViewError
+from kqlab.viz._aggregate import OUTCOME_CODES, Aggregates, ViewError, group_table
 from kqlab.viz._masking import masker
 
 __all__ = ["aggregates", "by_key_pattern", "by_producer", "by_schema_id", "rejection_timeline",
@@ -29,7 +29,31 @@ COLORS = {"accepted": "#4c9a6a", "rejected": "#c0392b", "collateral": "#e6a23c",
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442",
            "#000000", "#7f7f7f")
 _LAYOUT = {"template": "plotly_white", "margin": {"l": 10, "r": 10, "t": 60, "b": 40},
-           "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.0, "x": 0}}
+           # beside the plot, not above it: above, a legend of several rows ran over the title
+           "legend": {"orientation": "v", "x": 1.01, "xanchor": "left", "y": 1.0,
+                      "yanchor": "top"}}
+#: :data:`_LAYOUT` without the template, which :func:`_figure` sets
+_STYLE = {k: v for k, v in _LAYOUT.items() if k != "template"}
+
+
+def _figure() -> go.Figure:
+    """An empty figure with the shared template (``_LAYOUT["template"]``).
+
+    Equal to ``go.Figure().update_layout(template=...)``, without plotly validating the
+    template property by property: that costs ~8 ms, as much as the rest of a figure, and the
+    editor draws figures after every edit.  The template is a fresh copy of the registered
+    (already validated) one; validation is on again for everything set afterwards.
+    """
+    import plotly.io as pio
+
+    template = pio.templates[_LAYOUT["template"]].to_plotly_json()
+    try:
+        fig = go.Figure(layout={"template": template}, _validate=False)
+    except TypeError:  # a plotly without the flag: the validated way
+        return go.Figure().update_layout(template=_LAYOUT["template"])
+    fig._validate = True
+    fig.layout._validate = True
+    return fig
 
 
 def aggregates(verdicts: Any, sample: Any = None) -> Aggregates:
@@ -58,6 +82,14 @@ def aggregates(verdicts: Any, sample: Any = None) -> Aggregates:
     if hit is not None and hit._records is records and hit.sample_batches is batches:
         return hit
     agg = Aggregates(verdicts, records, batches)
+    # codes a local replay computed while assembling the tables (equal to what Aggregates
+    # derives from them; tests check), so the views do not derive them again
+    seed = getattr(verdicts, "_codes", None)
+    if isinstance(seed, dict) and seed.get("table") is verdicts.records:
+        for name in _VERDICT_ONLY:
+            if name in seed:
+                value = seed[name]
+                agg.__dict__[name] = value() if callable(value) else value
     for other in cache.values():  # codes that depend on the verdicts alone are shared
         if isinstance(other, Aggregates):
             for name in _VERDICT_ONLY:
@@ -111,7 +143,7 @@ def rejections_by_reason(verdicts: Any, *, max_reasons: int = 30) -> go.Figure:
         for name in ("culprit", "collateral", "not_enforced"):
             rows[name] = [*rows[name][:max_reasons - 1], sum(rows[name][max_reasons - 1:])]
         rows["reason"] = [*rows["reason"][:max_reasons - 1], f"other ({n - max_reasons + 1})"]
-    fig = go.Figure()
+    fig = _figure()
     for name, label in (("culprit", "rejected (culprit)"),
                         ("collateral", "collateral (rejected with its batch)"),
                         ("not_enforced", "failed, not enforced")):
@@ -119,7 +151,7 @@ def rejections_by_reason(verdicts: Any, *, max_reasons: int = 30) -> go.Figure:
         fig.add_trace(go.Bar(y=rows["reason"], x=rows[name], name=label, orientation="h",
                              marker_color=color,
                              hovertemplate="%{y}: %{x:,} records<extra>" + label + "</extra>"))
-    fig.update_layout(**_LAYOUT, barmode="stack",
+    fig.update_layout(**_STYLE, barmode="stack",
                       title=_title("Rejections by reason", "records per rule or broker check"),
                       height=max(260, 60 + 26 * len(rows["reason"])),
                       yaxis={"autorange": "reversed", "automargin": True},
@@ -173,7 +205,7 @@ def rejections_by_offset(verdicts: Any, *, max_spans: int = 2000, max_points: in
     spans = agg.spans(max_spans=max_spans)
     top = agg.top_reasons(max_reasons)
     labels = agg.reason_labels
-    fig = go.Figure()
+    fig = _figure()
     rows = np.arange(len(spans.partitions))
     if len(rows):  # the sampled range of every partition
         x = np.column_stack([spans.extent[:, 0], spans.extent[:, 1] + 1,
@@ -216,7 +248,7 @@ def rejections_by_offset(verdicts: Any, *, max_spans: int = 2000, max_points: in
                f"{max_points:,} are left out"
     if spans.merged:
         note = (note + "; " if note else "") + f"nearby runs merged to at most {max_spans:,} spans"
-    fig.update_layout(**_LAYOUT, title=_title("Rejected batches by partition and offset", note),
+    fig.update_layout(**_STYLE, title=_title("Rejected batches by partition and offset", note),
                       height=max(260, 120 + 40 * len(rows)),
                       xaxis={"title": "offset", "tickformat": ",d"},
                       yaxis={"tickmode": "array", "tickvals": rows.tolist(),
@@ -245,16 +277,18 @@ def rejection_timeline(verdicts: Any, *, bucket_ms: int | None = None, max_bucke
     on top: the share of each bucket's records that production would have refused.
 
     ``bucket_ms=None`` picks a round bucket giving at most ``max_buckets`` buckets.  Accepts
-    a :class:`~kqlab.spark.verdicts.SparkVerdicts` (``bucket_ms`` then defaults to one minute).
+    a :class:`~kqlab.spark.verdicts.SparkVerdicts` (the bucket is chosen the same way, from
+    Spark aggregations).
     """
     if hasattr(verdicts, "record_files"):
-        table, bucket_ms = _spark_timeline(verdicts, bucket_ms or 60_000, max_reasons)
+        bucket_ms = bucket_ms or _spark_bucket(verdicts, max_buckets)
+        table, bucket_ms = _spark_timeline(verdicts, bucket_ms, max_reasons)
     else:
         table, bucket_ms = aggregates(verdicts).timeline(bucket_ms, max_buckets, max_reasons)
     cols = table.to_pydict()
     x = np.asarray(cols.pop("bucket"), dtype="datetime64[ms]")
     total = np.maximum(np.asarray(cols.pop("total"), dtype=np.float64), 1)
-    fig = go.Figure()
+    fig = _figure()
     for j, (name, counts) in enumerate(cols.items()):
         color = COLORS["collateral"] if name == "collateral" else "#555555" if name == "other" \
             else _color(j)
@@ -264,7 +298,7 @@ def rejection_timeline(verdicts: Any, *, bucket_ms: int | None = None, max_bucke
                                  customdata=np.asarray(counts),
                                  hovertemplate="%{y:.2f} % (%{customdata:,} records)<extra>"
                                  + name + "</extra>"))
-    fig.update_layout(**_LAYOUT, hovermode="x unified",
+    fig.update_layout(**_STYLE, hovermode="x unified",
                       title=_title("Rejection rate over time",
                                    f"share of records per {_duration(bucket_ms)} bucket, "
                                    "by reason"),
@@ -278,6 +312,35 @@ def _duration(ms: int) -> str:
         if ms % size == 0:
             return f"{ms // size} {unit}"
     return f"{ms} ms"
+
+
+#: up to this many records the Spark timeline's bucket comes from exact percentiles (the
+#: local engine's, so both draw the same figure); above, from approximate ones (bounded memory)
+EXACT_PERCENTILE_RECORDS = 5_000_000
+
+
+def _spark_bucket(sv: Any, max_buckets: int) -> int:
+    """:meth:`Aggregates.timeline`'s bucket choice as Spark aggregations: a round bucket for
+    the 0.1–99.9 % timestamp range, the full range when that leaves too many buckets."""
+    from pyspark.sql import functions as sf
+
+    from kqlab.viz._aggregate import nice_bucket
+
+    ts = sv.records.select("timestamp")
+    if sv.n_records <= EXACT_PERCENTILE_RECORDS:  # linear interpolation, as numpy's default
+        q = sf.percentile("timestamp", sf.array(sf.lit(0.001), sf.lit(0.999)))
+    else:
+        q = sf.percentile_approx("timestamp", sf.array(sf.lit(0.001), sf.lit(0.999)), 100_000)
+    row = ts.agg(q.alias("q"), sf.min("timestamp").alias("lo"),
+                 sf.max("timestamp").alias("hi")).first()
+    if row is None or row["q"] is None:
+        return 60_000
+    lo, hi = (int(v) for v in row["q"])
+    bucket_ms = nice_bucket(hi - lo, max_buckets)
+    n = ts.select(sf.expr(f"timestamp div {bucket_ms}").alias("b")).distinct().count()
+    if n > 2 * max_buckets:
+        bucket_ms = nice_bucket(int(row["hi"]) - int(row["lo"]), max_buckets)
+    return bucket_ms
 
 
 def _spark_timeline(sv: Any, bucket_ms: int, max_reasons: int) -> tuple[pa.Table, int]:
@@ -321,13 +384,13 @@ def _spark_timeline(sv: Any, bucket_ms: int, max_reasons: int) -> tuple[pa.Table
 def _outcome_bars(table: pa.Table, title: str, note: str | None, axis: str) -> go.Figure:
     cols = table.to_pydict()
     groups = cols.pop("group")
-    fig = go.Figure()
+    fig = _figure()
     for outcome, counts in cols.items():
         fig.add_trace(go.Bar(y=groups, x=counts, name=outcome, orientation="h",
                              marker_color=COLORS[outcome],
                              hovertemplate="%{y}: %{x:,} records<extra>" + outcome +
                              "</extra>"))
-    fig.update_layout(**_LAYOUT, barmode="stack", title=_title(title, note),
+    fig.update_layout(**_STYLE, barmode="stack", title=_title(title, note),
                       height=max(240, 80 + 28 * len(groups)),
                       yaxis={"autorange": "reversed", "automargin": True, "title": axis},
                       xaxis={"title": "records"})
@@ -339,20 +402,14 @@ def by_producer(verdicts: Any, sample: Any = None, *, limit: int = 20) -> go.Fig
     say it): a bad deploy of one producer stands out.  Reconstructed framing has no producer
     ids (a consumer never sees them): the subtitle says so.
 
-    Accepts a :class:`~kqlab.spark.verdicts.SparkVerdicts` (producer ids only, from its
-    aggregated :meth:`by_producer`).
+    Accepts a :class:`~kqlab.spark.verdicts.SparkVerdicts` (producer ids without epochs:
+    the same figure as the local verdicts without a sample), aggregated by Spark.
     """
     if hasattr(verdicts, "record_files"):
-        t = verdicts.by_producer().to_pydict()
-        ids = t["producer_id"]
-        table = pa.table({
-            "group": pa.array([("no producer id" if p is None or p < 0 else f"pid {p}")
-                               for p in ids], pa.string()),
-            "rejected": pa.array([r or 0 for r in t["rejected_batches"]], pa.int64()),
-            "accepted": pa.array([b - (r or 0) for b, r in zip(
-                t["batches"], t["rejected_batches"], strict=True)], pa.int64())})
-        return _outcome_bars(table.select(["group", "accepted", "rejected"]),
-                             "Batches by producer", "Spark: batches per producer id",
+        counts, labels = _spark_producer_counts(verdicts)
+        note = None if verdicts.framing == "exact" else \
+            f"framing {verdicts.framing}: batches were rebuilt, the producer ids are unknown"
+        return _outcome_bars(group_table(counts, labels, limit), "Records by producer", note,
                              "producer")
     agg = aggregates(verdicts, sample)
     codes, labels, exact = agg.producers()
@@ -360,6 +417,29 @@ def by_producer(verdicts: Any, sample: Any = None, *, limit: int = 20) -> go.Fig
                               "producer ids are unknown"
     return _outcome_bars(agg.by_group(codes, labels, limit), "Records by producer", note,
                          "producer")
+
+
+def _spark_producer_counts(sv: Any) -> tuple[np.ndarray, list[str]]:
+    """Records per outcome per producer label, as :meth:`Aggregates.producers` labels them:
+    each record joined to its batch's verdict on (unit, topic, partition, batch offset), the
+    first such batch winning."""
+    from pyspark.sql import functions as sf
+
+    keys = ["unit", "topic", "partition", "batch_offset"]
+    batches = (sv.raw_batches.groupBy(*keys)
+               .agg(sf.min_by("producer_id", "seq").alias("producer_id"))
+               .withColumn("matched", sf.lit(True)))
+    rows = (sv.raw_records.select(*keys, "outcome").join(batches, keys, "left")
+            .groupBy("producer_id", "matched", "outcome").count().collect())
+    acc: dict[str, np.ndarray] = {}
+    for r in rows:
+        pid = r["producer_id"]
+        label = "unknown batch" if not r["matched"] else \
+            "no producer id" if pid is None or pid < 0 else f"pid {pid}"
+        acc.setdefault(label, np.zeros(4, np.int64))[OUTCOME_CODES.index(r["outcome"])] += \
+            r["count"]
+    labels = sorted(acc)
+    return (np.array([acc[k] for k in labels], np.int64).reshape(len(labels), 4), labels)
 
 
 def by_schema_id(verdicts: Any, sample: Any, *, limit: int = 20) -> go.Figure:

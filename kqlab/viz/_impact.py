@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kqlab.viz._aggregate import Aggregates, ViewError
-from kqlab.viz._figures import _LAYOUT, COLORS, _title, aggregates
+from kqlab.viz._figures import _STYLE, COLORS, _figure, _title, aggregates
 
 __all__ = ["impact_table", "policy_impact"]
 
@@ -93,7 +93,7 @@ def policy_impact(before: Any, after: Any, *, policies: tuple[Any, Any] | None =
 
         change = diff(*policies).summary().replace("\n", "; ")
         note += f" — {change[:200]}"
-    fig = go.Figure()
+    fig = _figure()
     fig.add_trace(go.Bar(y=table["reason"], x=table["newly_rejected"], orientation="h",
                          name="newly rejected", marker_color=COLORS["rejected"],
                          hovertemplate="%{y}: %{x:,} records newly rejected<extra></extra>"))
@@ -102,7 +102,7 @@ def policy_impact(before: Any, after: Any, *, policies: tuple[Any, Any] | None =
                          marker_color=COLORS["accepted"], customdata=table["newly_accepted"],
                          hovertemplate="%{y}: %{customdata:,} records newly accepted"
                          "<extra></extra>"))
-    fig.update_layout(**_LAYOUT, barmode="relative",
+    fig.update_layout(**_STYLE, barmode="relative",
                       title=_title("Policy impact", note),
                       height=max(240, 100 + 28 * len(table["reason"])),
                       yaxis={"autorange": "reversed", "automargin": True},

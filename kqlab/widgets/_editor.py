@@ -21,7 +21,7 @@ from kqlab.errors import KqlabError
 from kqlab.policy.catalog import KINDS, Param
 from kqlab.policy.cel import CelSyntaxError, compile_cel
 from kqlab.policy.model import ENFORCEMENT_PROFILES, MODES, SEVERITIES, Policy, Rule
-from kqlab.widgets._common import build_figures, css, error_html, show
+from kqlab.widgets._common import FigureView, build_figures, css, error_html
 
 
 class EditError(KqlabError, ValueError):
@@ -273,6 +273,8 @@ class PolicyEditor:
         self.suggest_button.on_click(lambda _b: self._try(self.suggest))
         self.suggestions_box = w.VBox()
         self.figures_out = css(w.Output(), "figures")
+        self._figure_view = FigureView(self.figures_out)
+        self._rules_shown: tuple[Any, ...] | None = None  # what the rule rows were built for
         tabs = w.Tab(children=[
             w.VBox([self.rules_box, w.HBox([self.new_kind, self.add_button]), self.form.widget]),
             w.VBox([self.suggest_button, self.suggestions_box]),
@@ -500,7 +502,7 @@ class PolicyEditor:
         self.figures = build_figures(self.figure_names, self.verdicts, {
             "sample": self.replayer, "before": self.previous,
             "policies": (self.history[-1], self.policy) if self.history else None})
-        show(self.figures_out, *self.figures.values())
+        self._figure_view.show(self.figures)
         self._render_rules()
         o = self.verdicts.by_outcome()
         n = sum(o.values()) or 1
@@ -518,6 +520,15 @@ class PolicyEditor:
     def _render_rules(self) -> None:
         counts = self.counts
         n = self.verdicts.records.num_rows or 1
+        layout = tuple((r.id, r.kind, r.mode, r.severity) for r in self.policy.rules)
+        if layout == self._rules_shown and set(self.rows) == {r.id for r in self.policy.rules}:
+            # the same rows: only the counts change (rebuilding ~8 widgets a rule would cost
+            # more than the rest of a refresh's widget work)
+            for rule in self.policy.rules:
+                c = counts.get(rule.id, {"failed": 0, "rejected": 0})
+                self.rows[rule.id]["count"].value = _count_html(c, n, rule.mode)
+            return
+        self._rules_shown = layout
         self.rows = {}
         rows = []
         for rule in self.policy.rules:

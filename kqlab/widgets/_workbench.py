@@ -14,7 +14,7 @@ from typing import Any
 
 import ipywidgets as w
 
-from kqlab.widgets._common import build_figures, css, show
+from kqlab.widgets._common import FigureView, build_figures, css
 from kqlab.widgets._editor import PolicyEditor
 from kqlab.widgets._explorer import RejectionExplorer
 from kqlab.widgets._replay import ReplayPanel
@@ -44,11 +44,15 @@ class Workbench:
                  figures: tuple[str, ...] = ("reasons", "offsets", "timeline")):
         self.figure_names = tuple(figures)
         self.figures: dict[str, Any] = {}
+        #: most record verdicts a Spark replay collects to the driver for the explorer
+        self.explore_limit = 1_000_000
+        self._spark: Any = None
         named = {"sample": source, **(sources or {})}
         self.panel = ReplayPanel(policy, named, now=now)
         self.panel.on_result(self._on_replay)
         self.explorer = RejectionExplorer()
         self.figures_out = css(w.Output(), "figures")
+        self._figure_view = FigureView(self.figures_out)
         self.editor: PolicyEditor | None = None
         self._editor_box = w.VBox()
         tabs = w.Tab(children=[self._editor_box, self.explorer.widget, self.figures_out])
@@ -67,7 +71,10 @@ class Workbench:
 
     @property
     def verdicts(self) -> Any:
-        """The current verdicts (after the last replay or edit)."""
+        """The current verdicts (after the last replay or edit): a Spark replay's
+        :class:`~kqlab.spark.SparkVerdicts` until the next edit or local replay."""
+        if self._spark is not None:
+            return self._spark
         return self.editor.verdicts if self.editor is not None else self.panel.verdicts
 
     def replay(self, source: Any = None, *, engine: str | None = None) -> Any:
@@ -78,14 +85,16 @@ class Workbench:
         """A static HTML report of the current replay (:func:`kqlab.report`)."""
         from kqlab.reporting import report
 
-        sample = self.editor.replayer if self.editor is not None else None
+        sample = self.editor.replayer if self.editor is not None and self._spark is None \
+            else None
         return report(self.verdicts, self.policy, sample=sample, path=path, **options)
 
     # -- wiring ---------------------------------------------------------------------------------
     def _on_replay(self, panel: ReplayPanel) -> None:
         if panel.replayer is None:  # Spark: no local sample to edit against; show the result
-            self._show(panel.verdicts, None)
+            self._show_spark(panel.verdicts)
             return
+        self._spark = None
         if self.editor is None:
             self.editor = PolicyEditor(panel.replayer, panel.policy, figures=("impact",))
             self.editor.on_change(lambda ed: self._show(ed.verdicts, ed.replayer))
@@ -97,6 +106,29 @@ class Workbench:
         self._show(self.editor.verdicts, panel.replayer)
 
     def _show(self, verdicts: Any, sample: Any) -> None:
+        self._spark = None  # a local replay or an edit supersedes the last Spark result
         self.explorer.set_verdicts(verdicts, sample, self.policy)
         self.figures = build_figures(self.figure_names, verdicts, {"sample": sample})
-        show(self.figures_out, *self.figures.values())
+        self._figure_view.show(self.figures)
+
+    def _show_spark(self, verdicts: Any) -> None:
+        """A Spark result: the reasons and timeline from Spark aggregations; the explorer and
+        the offsets figure from the record verdicts collected to the driver, when there are at
+        most :attr:`explore_limit` of them (else the explorer says how to look instead)."""
+        from kqlab.spark.verdicts import TooLargeToCollect
+        from kqlab.widgets._common import error_html
+
+        try:
+            local = verdicts.to_local(max_records=self.explore_limit)
+        except TooLargeToCollect:
+            local = None
+        if local is not None:
+            self.explorer.set_verdicts(local, None, self.policy)
+        else:
+            self.explorer.error.value = error_html(
+                f"{verdicts.n_records:,} record verdicts are more than explore_limit="
+                f"{self.explore_limit:,} to browse here: use verdicts.examples(rule) or the "
+                "verdicts' DataFrames, or raise Workbench.explore_limit")
+        self.figures = build_figures(self.figure_names, verdicts, {"local": local})
+        self._figure_view.show(self.figures)
+        self._spark = verdicts

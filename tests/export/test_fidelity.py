@@ -24,6 +24,7 @@ def test_roundtrip_confluent_refuses_what_the_replay_rejects(vetted, replayers):
     assert rt.only_target == [] and rt.only_replay == []
     assert rt.by_rule.keys() == {"amount-range", "customer-present"}
     assert sum(rt.by_rule.values()) == rt.refused
+    assert rt.by_rule == rt.expected_by_rule  # each refusal names the same first rule
     # the replay's own per-rule counts, over the records the serializer could be given
     results = replayers["orders"].evaluate(vetted["orders"])
     assert rt.expected == int((results["amount-range"].failed |
@@ -138,3 +139,164 @@ def test_cli_bad_target_is_a_usage_error(tmp_path):
     with pytest.raises(SystemExit) as exc:
         main(["export", str(tmp_path / "p.yaml"), "--target", "bogus"])
     assert exc.value.code == 2
+
+
+# ------------------------------------------------------------ (a) with JSON values
+
+#: the clicks contract: the shipped clicks policy plus a JSON Schema and expression rules the
+#: demo clicks break (the shipped policy's only expressible rule, event-type, never fails)
+_CLICKS_SCHEMA = {"type": "object", "required": ["event_id", "session", "type", "page", "ts"],
+                  "properties": {"page": {"type": "string", "maxLength": 8},
+                                 "ts": {"type": "integer"}}}
+
+
+@pytest.fixture(scope="module")
+def clicks_contract(policies):
+    from kqlab.policy.model import Rule
+
+    p = policies["clicks"]
+    return p.with_rules([*p.rules,
+        Rule(id="recent", kind="field_range", params={"field": "ts", "min": NOW - 5 * 3600_000}),
+        Rule(id="cart-needs-user", kind="cel",
+             params={"expr": "value.type != 'add_to_cart' || value.user_id != null"}),
+        Rule(id="page-known", kind="field_regex",
+             params={"field": "page", "pattern": "^/(|cart|checkout|search|p/[0-9]+)$"}),
+        Rule(id="shape", kind="json_schema", params={"schema": _CLICKS_SCHEMA})])
+
+
+def test_roundtrip_confluent_json_values(clicks_contract, replayers):
+    """(a) for JSON: every sampled clicks record through JSONSerializer with the exported rules
+    and the registered JSON Schema; same records refused, each for the same first rule."""
+    rt = roundtrip_confluent(clicks_contract, replayers["clicks"])
+    assert rt.ran and rt.serializer == "JSONSerializer", rt.reason
+    assert rt.rules == ["event-type", "recent", "cart-needs-user", "page-known", "shape"]
+    assert rt.equal, rt.to_dict()
+    assert rt.refused > 0 and rt.other_errors == {}
+    # per rule: the serializer stops at the first failing rule, the schema comes after them
+    assert rt.by_rule == rt.expected_by_rule, rt.to_dict()
+    assert set(rt.by_rule) == {"recent", "cart-needs-user", "page-known", "shape"}
+    results = replayers["clicks"].evaluate(clicks_contract)
+    assert rt.expected == int(sum(results[r].failed for r in rt.rules).astype(bool).sum())
+    # the excluded records are exactly the truncated JSON the replay's json rule rejects
+    assert rt.excluded == {"not valid JSON (cannot be serialized)":
+                           int(results["json"].failed.sum())}
+    assert rt.judged + 5 == rt.records
+
+
+def test_roundtrip_confluent_json_shipped_clicks_policy(vetted, replayers):
+    """The shipped clicks policy runs too: nothing to refuse, nothing refused."""
+    rt = roundtrip_confluent(vetted["clicks"], replayers["clicks"])
+    assert rt.ran and rt.equal and rt.rules == ["event-type"] and rt.refused == 0
+
+
+_EDGE_VALUES = [
+    b'{"n": 5, "s": "abc", "t": 1, "a": {"b": 1}}',
+    b'{"n": 5.5, "s": "x", "t": 1.0, "a": {"b": null}}',
+    b'{"n": true, "s": "\\u0663\\u0664", "t": true, "a": 3}',       # RE2 \\w is ASCII
+    b'{"n": "7", "s": "\\ud83d\\ude00\\ud83d\\ude00", "t": "1"}',   # 2 code points
+    b'{"n": null, "s": null, "t": null, "a": {}}',
+    b'{"n": 9007199254740993, "s": "ab\\ncd", "t": 2.5}',
+    b'{"n": 18446744073709551615, "s": "ABC", "t": 2}',            # > int64: overflow
+    b'{"n": -1e400, "s": "", "t": 1e0}',                           # not JSON for orjson
+    b'{"n": 1e308, "s": "\\u00e9t\\u00e9", "t": -0.0}',
+    b'{"x-y": 1, "n": 0, "s": "a1", "t": 0}',
+    b'{"x-y": "z", "n": 100, "s": "a\\u00a01", "t": 10000000000000000000}',  # > int64
+    b'[1, 2]', b'"just a string"', b'42', b'null',
+    b'{"n": 3, "s": "abc", "t": 3, "list": [1, 2, 3]}',
+    b'{"n": 3, "s": "abc", "t": 3, "list": []}',
+]
+_OVERFLOW = {6, 10}
+
+_EDGE_POLICY = """
+kqlab: 1
+name: json-edges
+topics: {names: [edge]}
+key: {format: none}
+value: {format: json}
+rules:
+- {id: n-range, kind: field_range, field: n, min: 0, max: 100}
+- {id: t-in, kind: field_in, field: t, values: [1, 2.5, 3, 9223372036854775807]}
+- {id: s-regex, kind: field_regex, field: s, pattern: '^\\\\w+\\\\d?$'}
+- {id: s-len, kind: field_length, field: s, min: 1, max: 3}
+- {id: ab-present, kind: field_not_null, field: a.b}
+- {id: t-int, kind: field_type, field: t, type: integer}
+- {id: n-num, kind: field_type, field: n, type: number}
+- {id: xy-str, kind: field_type, field: x-y, type: string}
+- {id: list-len, kind: field_length, field: list, min: 1}
+"""
+
+
+@pytest.fixture(scope="module")
+def edges():
+    import pyarrow as pa
+
+    from kqlab.policy.io import loads_policy
+    from kqlab.records import RECORDS_SCHEMA
+    from kqlab.validate.replay import Replayer
+
+    n = len(_EDGE_VALUES)
+    table = pa.table({
+        "topic": ["edge"] * n, "partition": [0] * n, "offset": list(range(n)),
+        "timestamp": [NOW] * n, "timestamp_type": [0] * n, "key": [None] * n,
+        "value": _EDGE_VALUES, "headers": [[] for _ in range(n)],
+        "batch_offset": list(range(n)), "batch_index": [0] * n}, schema=RECORDS_SCHEMA)
+    return loads_policy(_EDGE_POLICY, "edges"), Replayer(table, framing="single", now=NOW)
+
+
+def test_roundtrip_confluent_json_edge_values_each_field_kind(edges):
+    """Each field kind alone on JSON edge values (types, nulls, non-objects, Unicode, odd
+    keys): the serializer agrees record for record, except exactly where the fidelity row
+    says it cannot - integers outside int64 refuse the record whatever the rule."""
+    policy, replayer = edges
+    for rule in policy.rules:
+        rt = roundtrip_confluent(policy.with_rules([rule]), replayer)
+        assert rt.ran and rt.rules == [rule.id], rule.id
+        assert rt.only_replay == [], (rule.id, rt.to_dict())
+        assert {c[2] for c in rt.only_target} <= _OVERFLOW, (rule.id, rt.to_dict())
+        overflow = [k for k in rt.other_errors if k.startswith("ValueError overflow")]
+        assert len(overflow) == 1 and rt.other_errors[overflow[0]] == len(_OVERFLOW), rule.id
+        assert rt.excluded == {"not valid JSON (cannot be serialized)": 1,
+                               "JSON null (serializes to a tombstone, no rule runs)": 1}
+    from kqlab.export.confluent import build
+
+    for f in build(policy).fidelity:
+        assert f.status == "approximate" and "64-bit" in f.how, f
+
+
+def test_roundtrip_confluent_json_cel_equality_difference_is_reported(edges):
+    """cel-python (the Python client's engine) has no heterogeneous equality: `int != null`
+    raises and the serializer refuses; kqlab's engine answers.  The row says approximate and
+    the round trip shows the disagreement with its cause instead of hiding it."""
+    from kqlab.export.confluent import build
+    from kqlab.policy.model import Rule
+
+    policy, replayer = edges
+    p = policy.with_rules([Rule(id="n-set", kind="cel",
+                                params={"expr": "has(value.n) && value.n != null"})])
+    row = build(p).fidelity[0]
+    assert row.status == "approximate" and "cel-python" in row.how
+    rt = roundtrip_confluent(p, replayer)
+    assert not rt.equal and rt.only_replay == []
+    # records whose n is a number: kqlab passes them, cel-python raises comparing with null
+    assert {c[2] for c in rt.only_target} == {0, 1, 5, 8, 9, 15, 16} | _OVERFLOW
+    assert rt.other_errors["CELEvalError (a rule raised instead of answering)"] == 7
+
+
+def test_confluent_json_schema_fidelity(policies):
+    from kqlab.export.confluent import build
+    from kqlab.policy.model import Rule
+
+    p = policies["clicks"]
+    fmt = {"type": "object", "properties": {"at": {"type": "string", "format": "date-time"}}}
+    one = Rule(id="one", kind="json_schema", params={"schema": _CLICKS_SCHEMA})
+    two = Rule(id="two", kind="json_schema", params={"schema": fmt})
+    rows = {f.rule: f for f in build(p.with_rules([*p.rules, one, two])).fidelity}
+    assert rows["one"].status == "exact" and rows["two"].status == "not expressible"
+    ex = build(p.with_rules([*p.rules, two]))
+    assert {f.rule: f for f in ex.fidelity}["two"].status == "approximate"  # format
+    body = json.loads(ex.data["register"]["schema"])
+    assert body["$schema"] == "http://json-schema.org/draft-07/schema#"  # kqlab's draft
+    observe = Rule(id="obs", kind="json_schema", mode="observe", params={"schema": fmt})
+    ex = build(p.with_rules([*p.rules, observe]))
+    assert ex.data["schema_rule"] is None and json.loads(ex.data["register"]["schema"]) == {}
+    assert {f.rule: f for f in ex.fidelity}["obs"].status == "not expressible"

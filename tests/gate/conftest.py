@@ -85,3 +85,12 @@ def wait_for(pred: Any, timeout_s: float = 30.0, what: str = "condition") -> Non
             return
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The crash test's counts (kills, records, lost, duplicates) even without ``-s``."""
+    import sys
+
+    crash = sys.modules.get("tests.gate.test_gate_crash")
+    for line in getattr(crash, "REPORT", ()):
+        terminalreporter.write_line(line)

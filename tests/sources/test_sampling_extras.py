@@ -28,6 +28,8 @@ BIG_PER_PART = 2000
 TIMED = "timed"      # 2 partitions x 40 records, timestamps TS0 + i * 1000 (i per partition)
 TIMED_PER_PART = 40
 TS0 = 1_700_000_000_000
+SQUEEZE = "squeeze"  # 1 partition x 100k lz4 records of one repeated value (~30x smaller)
+SQUEEZE_N = 100_000
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +44,10 @@ def kafka():
         b.produce(TIMED, ({"key": b"t%d" % i, "value": b"x", "partition": p,
                            "timestamp": TS0 + i * 1000}
                           for p in range(2) for i in range(TIMED_PER_PART)))
+        b.create_topic(SQUEEZE, partitions=1)
+        b.produce(SQUEEZE, ({"key": b"s%d" % i, "value": b"0123456789abcdef" * 12,
+                             "partition": 0} for i in range(SQUEEZE_N)), timeout=30,
+                  config={"compression.type": "lz4", "linger.ms": 20, "batch.size": 1 << 20})
         yield b
     finally:
         b.stop()
@@ -265,6 +271,58 @@ def test_time_window_options_and_snapshot(kafka, tmp_path):
 
 
 # -- 4. bounded memory -----------------------------------------------------------------------
+def test_exact_fetch_requests_are_sized_to_the_window(kafka, monkeypatch):
+    """Small windows of a well-compressed partition: each Fetch asks for about what the window
+    needs (the whole response is decoded), not for ``max_bytes`` — which would return the whole
+    partition (~100k records) for every 1000-offset window."""
+    import kqlab.sources.fetch as fetch_mod
+    from kqlab.sources.fetch import FetchClient
+
+    calls: list[tuple[int, int, int]] = []
+    with FetchClient(kafka.bootstrap, timeout_s=10) as client:
+        real = client.fetch
+
+        def spy(topic, partition, offset, max_bytes):
+            buf, hw = real(topic, partition, offset, max_bytes)
+            calls.append((offset, max_bytes, len(buf)))
+            return buf, hw
+
+        monkeypatch.setattr(client, "fetch", spy)
+        whole = len(real(SQUEEZE, 0, 0, 8 << 20)[0])  # what max_bytes returns: the partition
+        offsets = []
+        for s in range(0, 20_000, 1000):
+            d = client.read(SQUEEZE, 0, s, s + 1000)
+            offsets.extend(d.records.column("offset").to_pylist())
+        assert offsets == list(range(20_000))
+    # the first request assumes 1 byte per offset; later ones use what the partition showed
+    assert calls[0][1] == fetch_mod._MIN_FETCH_BYTES
+    assert max(size for _, size, _ in calls) == fetch_mod._MIN_FETCH_BYTES
+    # one batch of this topic holds ~4-5k records; a response is at most the budget plus the
+    # batch that crosses it, far below the whole partition
+    assert max(n for _, _, n in calls) < 200_000 < whole
+    assert len(calls) <= 20 + 2
+
+
+def test_streaming_consumer_bounds_the_fetch_and_lets_the_config_win(kafka, tmp_path,
+                                                                    monkeypatch):
+    import confluent_kafka
+
+    confs = []
+    real = confluent_kafka.Consumer
+    monkeypatch.setattr(confluent_kafka, "Consumer", lambda conf: confs.append(conf) or real(conf))
+    sample_to_snapshot(kafka.bootstrap, TIMED, tmp_path / "a", timeout_s=10)
+    conf = confs[-1]
+    assert conf["fetch.max.bytes"] == 1_000_000 and conf["fetch.queue.backoff.ms"] == 20
+    assert conf["queued.min.messages"] == 20_000 and conf["queued.max.messages.kbytes"] == 16384
+    snap = sample_to_snapshot({"bootstrap.servers": kafka.bootstrap, "message.max.bytes": 3 << 20,
+                               "queued.min.messages": 5000, "fetch.queue.backoff.ms": 100},
+                              TIMED, tmp_path / "b", timeout_s=10)
+    conf = confs[-1]
+    assert conf["fetch.max.bytes"] == 3 << 20  # librdkafka wants >= message.max.bytes
+    assert conf["queued.min.messages"] == 5000 and conf["fetch.queue.backoff.ms"] == 100
+    assert snap.num_records == 2 * TIMED_PER_PART
+
+
 _MEM_CHILD = r"""
 import json, resource, sys
 from kqlab.sources.fetch import sample_to_snapshot
@@ -288,20 +346,20 @@ print(json.dumps({"records": snap.num_records, "base_kb": base, "peak_kb": statu
 
 @pytest.mark.skipif(not __import__("os").path.exists("/proc/self/clear_refs"),
                     reason="needs Linux /proc peak-RSS reset")
-@pytest.mark.parametrize("compression", [
-    "none",
-    pytest.param("lz4", marks=pytest.mark.xfail(
-        strict=True, reason="known gap: with compressed batches the peak reached 437-481 MiB "
-        "over baseline for 390 MiB of payload (consumer and exact paths); to investigate: "
-        "librdkafka's decompressed prefetch and the size of Tansu's Fetch responses")),
-])
+@pytest.mark.parametrize("compression", ["none", "lz4"])
 def test_snapshot_memory_is_bounded_by_the_chunk_not_the_data(tmp_path, compression):
     """2M records of ~204 B (~390 MiB of payload) into a snapshot in chunks of 20k.
 
     The issue's measurement: peak RSS over the interpreter baseline must stay below the data
-    itself.  Against Tansu the peak is dominated by a constant (oversized Fetch responses and
-    librdkafka's prefetch; ~130-210 MiB), not by the data, so the bound of 300 MiB — below the
+    itself.  Against Tansu the peak is dominated by a constant (librdkafka's prefetch queue
+    and one Fetch response; ~120-200 MiB), not by the data, so the bound of 300 MiB — below the
     390 MiB the sample holds — fails as soon as the sample is kept in memory whole.
+
+    lz4 is the hard case: the values repeat, so a batch compresses ~30x and a Fetch response
+    sized in compressed bytes holds hundreds of thousands of records.  Before the Fetch budgets
+    were bounded (``fetch.max.bytes`` for librdkafka, requests sized to the window for exact
+    framing) it peaked at 420-470 MiB: librdkafka queued a whole partition from one response,
+    and each 20k window of the exact path decoded an 8 MiB response (~580k records).
     """
     import json
     import os

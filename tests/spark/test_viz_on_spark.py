@@ -26,4 +26,10 @@ def test_reason_timeline_and_producer_views_match_local(spark, demo):  # noqa: F
     assert got == want and any(sum(t["x"]) > 0 for t in want)
     got = _data(viz.rejection_timeline(sv, bucket_ms=3_600_000))
     assert got == _data(viz.rejection_timeline(local, bucket_ms=3_600_000))
-    assert _data(viz.by_producer(sv))  # producer ids from the Spark aggregation
+    # the bucket chosen for the data (0.1-99.9 % range; far-past and future records included)
+    auto = viz.rejection_timeline(sv)
+    assert _data(auto) == _data(viz.rejection_timeline(local))
+    assert auto.layout.title.text == viz.rejection_timeline(local).layout.title.text
+    # records per outcome per producer id, joined to their batches by Spark
+    assert _data(viz.by_producer(sv)) == _data(viz.by_producer(local))
+    assert {t["name"] for t in _data(viz.by_producer(sv))} >= {"accepted", "rejected"}

@@ -1,0 +1,154 @@
+// The quickstart notebook in a real JupyterLab in a real browser (issue 7, "Real-browser test"):
+// run every cell, then use the workbench the way an analyst does — add a CEL rule through the
+// PolicyEditor's form, watch its live count and the figures follow, open one rejected record —
+// asserting on the page's DOM and cross-checking what the page shows against the kernel.
+// The widgets' stable CSS classes are documented in kqlab.widgets.CSS.
+import { test, expect } from '@playwright/test';
+
+const NOTEBOOK = '01_quickstart.ipynb';
+const RULE = 'browser-cap';                       // the rule this test adds
+const EXPR = 'value.amount <= 500.0';             // refuses the larger orders of the demo
+
+test.beforeEach(async ({ request }) => {
+  // the server keeps one kernel per notebook path: start from a fresh one
+  for (const s of await (await request.get('/api/sessions')).json()) {
+    await request.delete(`/api/sessions/${s.id}`);
+  }
+});
+
+async function openNotebook(page, nb) {
+  await page.goto(`/lab/tree/${nb}?reset`);
+  await expect(page.locator('.jp-StatusBar-Widget', { hasText: /\| Idle/ }).first())
+    .toBeVisible({ timeout: 90_000 });
+}
+
+// Run code in the notebook's kernel and return what it printed (needs expose_app_in_browser).
+async function kernelEval(page, code) {
+  return page.evaluate(async (code) => {
+    const k = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+    let text = '';
+    const f = k.requestExecute({ code, silent: false, store_history: false });
+    f.onIOPub = (m) => {
+      if (m.header.msg_type === 'stream') text += m.content.text;
+      if (m.header.msg_type === 'error') text += `ERROR ${m.content.ename}: ${m.content.evalue}`;
+    };
+    await f.done;
+    return text.trim();
+  }, code);
+}
+
+function count(text) {
+  const m = /([\d,]+)/.exec(text);
+  if (!m) throw new Error(`no number in ${JSON.stringify(text)}`);
+  return Number(m[1].replaceAll(',', ''));
+}
+
+test('quickstart: run all, add a rule in the editor, counts and figures follow, open a record',
+  async ({ page }, testInfo) => {
+    const errors = [];
+    page.on('pageerror', (e) => errors.push(String(e)));
+    const shot = (name) => page.screenshot({ path: testInfo.outputPath(name), fullPage: false });
+
+    await openNotebook(page, NOTEBOOK);
+    await page.getByRole('menuitem', { name: 'Run', exact: true }).click();
+    await page.getByRole('menuitem', { name: /^Run All Cells/ }).click();
+
+    // the last cell prints the report path: every cell above it ran without an error (a cell
+    // that raises fails the test at once, with its traceback)
+    const done = page.locator('[data-mime-type="application/vnd.jupyter.stdout"]',
+      { hasText: 'static report:' });
+    const failed = page.locator('[data-mime-type="application/vnd.jupyter.stderr"]',
+      { hasText: 'Traceback (most recent call last)' });
+    await expect(done.or(failed).first()).toBeVisible({ timeout: 240_000 });
+    if (await failed.count()) {
+      throw new Error(`a notebook cell failed:\n${(await failed.first().innerText()).slice(-3000)}`);
+    }
+    await expect(failed).toHaveCount(0);
+
+    const wb = page.locator('.kqlab-workbench').first();
+    await wb.scrollIntoViewIfNeeded();
+    await expect(wb).toBeVisible();
+    const editor = wb.locator('.kqlab-policy-editor');
+    await expect(editor.locator('.kqlab-rule-amount-range')).toBeVisible();
+    // the edit the notebook made (min=50) is what the page shows, and it matches the kernel
+    const amountShown = count(await editor.locator('.kqlab-rule-count-amount-range').innerText());
+    const amountKernel = Number(await kernelEval(page,
+      'print(wb.editor.counts["amount-range"]["failed"])'));
+    expect(amountShown).toBe(amountKernel);
+    expect(amountShown).toBeGreaterThan(0);
+    await expect(editor.locator(`.kqlab-rule-${RULE}`)).toHaveCount(0);
+    const outcomesBefore = await editor.locator('.kqlab-outcomes').innerText();
+    // (the editor's own figures sit in the Policy tab: the workbench's are the last ones)
+    const figures = wb.locator('.kqlab-figures').last();
+    await expect(figures.locator('.js-plotly-plot')).toHaveCount(3);   // reasons, offsets, timeline
+    await expect(figures).not.toContainText(RULE);
+    await shot('01-workbench.png');
+
+    // -- add a CEL rule through the form ---------------------------------------------------------
+    await editor.locator('.kqlab-new-rule-kind select').selectOption('cel');
+    await editor.locator('.kqlab-add-rule').click();
+    const form = editor.locator('.kqlab-rule-form');
+    await expect(form).toBeVisible();
+    await form.locator('.kqlab-form-id input').fill(RULE);
+    const expr = form.locator('.kqlab-form-param-expr textarea');
+    await expr.fill('value.amount <= ');              // validated as you type: an error first
+    await expect(form.locator('.kqlab-cel-status')).toContainText('⚠', { timeout: 30_000 });
+    await expr.fill(EXPR);
+    await expect(form.locator('.kqlab-cel-status')).toContainText('CEL compiles',
+      { timeout: 30_000 });
+    await shot('02-rule-form.png');
+    await form.locator('.kqlab-form-apply').click();
+
+    // the new rule's row with its live count; the form closes
+    const row = editor.locator(`.kqlab-rule-${RULE}`);
+    await expect(row).toBeVisible({ timeout: 60_000 });
+    await expect(form).toBeHidden({ timeout: 60_000 });
+    const shown = count(await editor.locator(`.kqlab-rule-count-${RULE}`).innerText());
+    const kernel = JSON.parse(await kernelEval(page,
+      `import json; print(json.dumps({"failed": wb.editor.counts["${RULE}"]["failed"],` +
+      ` "policy": [r.id for r in wb.policy.rules],` +
+      ` "fresh": kqlab.replay(orders, wb.policy, now=NOW).by_outcome()["rejected"],` +
+      ` "now": wb.verdicts.by_outcome()["rejected"]}))`));
+    expect(kernel.policy).toContain(RULE);
+    expect(shown).toBe(kernel.failed);
+    expect(shown).toBeGreaterThan(0);
+    expect(kernel.now).toBe(kernel.fresh);             // the editor's verdicts = a full replay
+    await expect(editor.locator('.kqlab-outcomes')).not.toHaveText(outcomesBefore);
+
+    // the editor's impact figure names the rule that changed verdicts
+    const impact = editor.locator('.kqlab-figures .js-plotly-plot').first();
+    await expect(impact).toContainText(RULE, { timeout: 60_000 });
+    await shot('03-rule-added.png');
+
+    // the workbench's figures follow: the reasons figure now has a bar for the rule
+    await wb.locator('.lm-TabBar-tab', { hasText: 'Figures' }).first().click();
+    const reasons = figures.locator('.js-plotly-plot').first();
+    await expect(reasons).toBeVisible({ timeout: 60_000 });
+    await expect(reasons).toContainText(RULE, { timeout: 60_000 });
+    await reasons.scrollIntoViewIfNeeded();
+    await shot('04-figures.png');
+
+    // -- one rejected record, down to its bytes --------------------------------------------------
+    await wb.locator('.lm-TabBar-tab', { hasText: 'Rejections' }).first().click();
+    const explorer = wb.locator('.kqlab-rejection-explorer');
+    await explorer.locator('.kqlab-filter-reason select').selectOption(RULE);
+    const first = explorer.locator('.kqlab-rejected-table .widget-button').first();
+    await expect(first).toBeVisible({ timeout: 60_000 });
+    const where = await first.innerText();             // e.g. orders-1@1234
+    await first.click();
+    const detail = explorer.locator('.kqlab-record-detail');
+    await expect(detail).toContainText(RULE, { timeout: 60_000 });
+    await expect(detail).toContainText(where.split('@')[0]);
+    await expect(detail).toContainText(/[0-9a-f]{2} [0-9a-f]{2} [0-9a-f]{2}/);   // the raw bytes
+    await detail.scrollIntoViewIfNeeded();
+    await shot('05-record-detail.png');
+
+    // the kernel agrees that this record failed the rule
+    const [topicPart, offset] = where.split('@');
+    const partition = topicPart.split('-').pop();
+    const failed = await kernelEval(page,
+      `d = wb.explorer.detail; print(d.partition == ${partition} and d.offset == ${offset} and ` +
+      `"${RULE}" in [f["rule"] for f in d.failures])`);
+    expect(failed).toBe('True');
+    expect(errors).toEqual([]);
+  });

@@ -1,0 +1,182 @@
+"""The editor's fast refresh shows what a full refresh would: after every kind of edit its
+counts, verdicts and figures equal a fresh replay of the same policy, the figure views are
+updated in place (same widgets), and the rule rows are rebuilt only when the rules' layout
+changes."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import plotly.graph_objects as go
+import pytest
+
+from kqlab.policy.io import dump_policy
+from kqlab.policy.model import Broker
+from kqlab.validate import Replayer, replay
+from kqlab.viz import aggregates, policy_impact, rejections_by_offset, rejections_by_reason
+from kqlab.widgets import PolicyEditor
+from kqlab.widgets._common import FigureView, update_figure_widget
+from tests.validate.test_incremental import KEY, NOW, SIZE, TRACE, assert_same, policy, write_log
+
+FIGURES = ("reasons", "offsets", "timeline", "impact")
+
+
+def plain(fig: go.BaseFigure) -> dict:
+    """A figure's JSON without the trace uids a widget assigns."""
+    d = json.loads(fig.to_json())
+    for t in d.get("data", []):
+        t.pop("uid", None)
+    return d
+
+
+def check(editor: PolicyEditor, source, widgets_before: dict | None = None) -> None:
+    """The editor's state equals a fresh replay of its policy; the views show its figures."""
+    fresh = replay(source, editor.policy, now=NOW)
+    assert_same(editor.verdicts, fresh)
+    assert editor.counts == {r["rule"]: {"failed": r["failed_records"],
+                                         "rejected": r["rejected_records"],
+                                         "rejected_batches": r["rejected_batches"]}
+                             for r in fresh.rules.to_pylist()}
+    for rule in editor.policy.rules:
+        c = editor.counts.get(rule.id)
+        if c is not None:
+            assert f"{c['failed']:,} failed" in editor.rows[rule.id]["count"].value
+    o = fresh.by_outcome()
+    assert f"<b>rejected</b> {o['rejected']:,}" in editor.outcomes.value
+    assert editor.yaml.value == dump_policy(editor.policy)
+    # the figures are those of the fresh verdicts, and the views show exactly them
+    assert plain(editor.figures["reasons"]) == plain(rejections_by_reason(fresh))
+    assert plain(editor.figures["offsets"]) == plain(rejections_by_offset(fresh))
+    view = editor._figure_view.widgets
+    assert list(view) == list(editor.figures)
+    for name, fig in editor.figures.items():
+        assert isinstance(fig, go.Figure) and isinstance(view[name], go.FigureWidget)
+        assert plain(view[name]) == plain(fig), name
+        if widgets_before and name in widgets_before:
+            assert view[name] is widgets_before[name], f"{name} was rebuilt"
+    shown = [o["data"]["application/vnd.jupyter.widget-view+json"]["model_id"]
+             for o in editor.figures_out.outputs]
+    assert shown == [view[n].model_id for n in view]
+
+
+def run_edits(editor: PolicyEditor, source) -> None:
+    check(editor, source)
+    steps = [
+        lambda: editor.update_rule("size", max=100),
+        lambda: editor.add_rule(KEY),
+        lambda: editor.move_rule("key", -2),
+        lambda: editor.set_mode("trace", "observe"),
+        lambda: editor.update_rule("size", max=40),
+        lambda: editor.set_severity("size", "warning"),
+        lambda: editor.remove_rule("key"),
+        lambda: editor.set_policy(replace(editor.policy, broker=Broker(
+            version="4.0", configs={"cleanup.policy": "compact"}))),
+        lambda: editor.set_enforcement("kip-686"),
+        lambda: editor.update_rule("size", max=120),
+        lambda: editor.apply_yaml(dump_policy(editor.policy).replace("max: 120", "max: 60")),
+        lambda: editor.set_mode("trace", "reject"),
+        lambda: editor.undo(),
+        lambda: editor.set_policy(replace(editor.policy, broker=Broker(version="3.9"))),
+    ]
+    for step in steps:
+        widgets = dict(editor._figure_view.widgets)
+        step()
+        check(editor, source, widgets)
+
+
+def test_edits_on_independent_batches_equal_fresh_replays(tmp_path):
+    log = write_log(tmp_path / "log")
+    editor = PolicyEditor(Replayer(log, now=NOW), policy(TRACE, SIZE), figures=FIGURES)
+    editor.update_rule("size", max=200)  # the impact figure appears: views are re-shown
+    run_edits(editor, log)
+    assert editor.replayer.assembler.broker_batches < \
+        16 * editor.replayer.sample.batches.num_rows, "the splice path must have run"
+
+
+def test_edits_with_producer_state_equal_fresh_replays(tmp_path):
+    log = write_log(tmp_path / "log", producer_id=500)
+    editor = PolicyEditor(Replayer(log, now=NOW), policy(TRACE, SIZE), figures=FIGURES)
+    editor.update_rule("size", max=200)
+    run_edits(editor, log)
+
+
+def test_demo_orders_edits_equal_fresh_replays(orders_dir):
+    root, pol = orders_dir
+    editor = PolicyEditor(Replayer(root, now=NOW), pol, figures=FIGURES)
+    editor.update_rule("amount-range", min=50)
+    check(editor, root)
+    for step in (lambda: editor.update_rule("amount-range", max=500),
+                 lambda: editor.set_mode("traceparent", "observe"),
+                 lambda: editor.move_rule("value-size", -5),
+                 lambda: editor.remove_rule("customer-present")):
+        widgets = dict(editor._figure_view.widgets)
+        step()
+        check(editor, root, widgets)
+
+
+def test_rule_rows_are_rebuilt_only_when_the_rules_layout_changes(tmp_path):
+    log = write_log(tmp_path / "log")
+    editor = PolicyEditor(Replayer(log, now=NOW), policy(TRACE, SIZE), figures=("reasons",))
+    row = editor.rows["size"]["count"]
+    editor.update_rule("size", max=50)
+    assert editor.rows["size"]["count"] is row  # only the count text changed
+    assert f"{editor.counts['size']['failed']:,} failed" in row.value
+    editor.set_mode("size", "observe")
+    assert editor.rows["size"]["count"] is not row
+    assert editor.rows["size"]["mode"].value == "observe"
+    editor.rows["size"]["mode"].value = "reject"  # the rebuilt toggles are wired
+    assert editor.policy.rule("size").mode == "reject"
+
+
+def test_a_new_replayer_in_the_editor_refreshes_from_its_sample(tmp_path):
+    a, b = write_log(tmp_path / "a", seed=1), write_log(tmp_path / "b", seed=5, batches=20)
+    editor = PolicyEditor(Replayer(a, now=NOW), policy(TRACE, SIZE), figures=("reasons",))
+    editor.replayer = Replayer(b, now=NOW)
+    editor.previous = None
+    editor._refresh()
+    assert_same(editor.verdicts, replay(b, editor.policy, now=NOW))
+    editor.update_rule("size", max=20)
+    assert_same(editor.verdicts, replay(b, editor.policy, now=NOW))
+
+
+@pytest.mark.parametrize("change", ["traces", "layout", "template"])
+def test_update_figure_widget_equals_a_new_widget(change, tmp_path):
+    log = write_log(tmp_path / "log")
+    r = Replayer(log, now=NOW)
+    v1 = r.run(policy(TRACE, SIZE))
+    v2 = r.run(policy(TRACE, replace(SIZE, params={"max": 30}), KEY))
+    first = rejections_by_reason(aggregates(v1))
+    second = {"traces": rejections_by_reason(aggregates(v2)),
+              "layout": policy_impact(v1, v2),
+              "template": rejections_by_reason(aggregates(v2)).update_layout(
+                  template="plotly_dark", showlegend=False)}[change]
+    widget = go.FigureWidget(first)
+    update_figure_widget(widget, second)
+    assert plain(widget) == plain(go.FigureWidget(second))
+
+
+def test_figure_view_reshows_only_when_the_figures_change(tmp_path):
+    import ipywidgets as w
+
+    log = write_log(tmp_path / "log")
+    v = Replayer(log, now=NOW).run(policy(TRACE))
+    view = FigureView(w.Output())
+    view.show({"reasons": rejections_by_reason(v)})
+    outputs = view.out.outputs
+    view.show({"reasons": rejections_by_reason(v)})
+    assert view.out.outputs is outputs
+    view.show({"reasons": rejections_by_reason(v), "offsets": rejections_by_offset(v)})
+    assert len(view.out.outputs) == 2
+
+
+def test_fast_template_figures_equal_validated_ones():
+    from kqlab.viz._figures import _figure
+
+    a = _figure().update_layout(title={"text": "t"}, height=300)
+    b = go.Figure().update_layout(template="plotly_white", title={"text": "t"}, height=300)
+    assert a.to_plotly_json() == b.to_plotly_json()
+    with pytest.raises(ValueError, match="height"):  # validation is on after the template
+        a.update_layout(height="tall")
+    a.layout.template.layout.paper_bgcolor = "red"  # a copy: the registered one is unchanged
+    assert _figure().layout.template.layout.paper_bgcolor == "white"
