@@ -68,6 +68,9 @@ _UNDET = 10_000  # internal code for undetermined rows
 _V2_MIN = 61
 _PARSE_SUFFIX = re.compile(r"(?:^|; )([^;]*) \(after (\d+) of (-?\d+) records\)$")
 _R3_MESSAGE = "Compacted topic cannot accept message without key in topic partition {tp}"
+#: ``check`` of a batch with record errors, by which kinds it has (bits: P 4, R3 2, R4 1)
+_CHECK_LABELS = np.array(["+".join(c for c, bit in (("P", 4), ("R3", 2), ("R4", 1)) if k & bit)
+                          for k in range(8)], dtype=object)
 
 
 def _np(table: pa.Table, name: str, fill: Any, dtype: Any) -> np.ndarray:
@@ -75,6 +78,32 @@ def _np(table: pa.Table, name: str, fill: Any, dtype: Any) -> np.ndarray:
     if col.null_count:
         col = pc.fill_null(col, fill)
     return np.asarray(col.to_numpy(), dtype=dtype)
+
+
+def _out_of_range(ts: np.ndarray, now: int, below: int, above: int, before_after: bool
+                  ) -> np.ndarray | None:
+    """R4's verdict per record timestamp, in the broker's wrapping long arithmetic: with
+    ``before_after`` ``now - ts > below || ts - now > above`` (KIP-937 bounds), otherwise
+    ``|ts - now| > below`` (``below == above``, the difference bound); ``ts == -1`` never fails.
+    None when no timestamp fails."""
+    if not len(ts):
+        return None
+    lo, hi = now - below, now + above
+    if lo >= -LONG_MAX - 1 and hi <= LONG_MAX and int(ts.min()) >= lo and int(ts.max()) <= hi:
+        # every timestamp within the bounds, and no arithmetic below can wrap: none fails
+        return None
+    with np.errstate(over="ignore"):
+        if before_after:
+            diff = np.subtract(np.int64(now), ts)
+            bad = diff > np.int64(below)
+            np.negative(diff, out=diff)
+            bad |= diff > np.int64(above)
+        else:
+            diff = np.subtract(ts, np.int64(now))
+            np.abs(diff, out=diff)
+            bad = diff > np.int64(below)
+    bad &= ts != -1
+    return bad
 
 
 class _Cascade:
@@ -93,16 +122,22 @@ class _Cascade:
 
     def decide(self, mask: np.ndarray, code: int, check: str, detail: Any,
                message: Any = None) -> np.ndarray:
-        """Decide the open rows of ``mask``; ``detail``/``message`` are a str or f(i) -> str."""
+        """Decide the open rows of ``mask``; ``detail``/``message`` are a str, f(i) -> str or
+        an object array with one entry per batch (only the decided rows' entries are read)."""
         idx = self.open(mask)
         if not len(idx):
             return idx
         self.decided[idx] = True
         self.code[idx] = code
         self.check[idx] = check
+        done: dict[int, list] = {}
         for arr, val in ((self.detail, detail), (self.message, message)):
-            if callable(val):
-                arr[idx] = [val(i) for i in idx.tolist()]
+            if isinstance(val, np.ndarray):
+                arr[idx] = val[idx]
+            elif callable(val):
+                if id(val) not in done:
+                    done[id(val)] = [val(i) for i in idx.tolist()]
+                arr[idx] = done[id(val)]
             elif val is not None:
                 arr[idx] = val
         return idx
@@ -166,28 +201,38 @@ def broker_verdicts(records: pa.Table, batches: pa.Table,
         origin=origin, first_offset=first_offset, resync=resync)
     if raw is not None and len(raw) != nb:
         raise ValueError(f"raw has {len(raw)} batches but the batches table {nb} rows")
-    positions = batches["position"].to_pylist()
     if source != "log" or produce_version < 3:
         if raw is None:
             raise ValueError("broker_verdicts judges source='log' with produce_version >= 3 "
                              "from the tables; pass raw= (the batches' bytes) for other cases")
         per_batch = _policy_by_batch(records, batches, policy)
+        positions = batches["position"].to_pylist()
         outs = [validator.validate(bytes(b), position=p, policy=per_batch[i])
                 for i, (b, p) in enumerate(zip(raw, positions, strict=True))]
         return outcomes_table(outs, topic, partition)
-    return _Verdicts(records, batches, cfg, validator, now, raw, positions, policy).run()
+    return _Verdicts(records, batches, cfg, validator, now, raw, policy).run()
 
 
 @dataclass(frozen=True)
 class RecordPolicy:
     """A record policy's verdict per record: the message of its first failing reject rule.
 
-    ``messages`` has one entry per records-table row (None = the record passes); ``profile``
-    is ``kip-940``, ``kip-729`` or ``kip-686`` (see :class:`PolicyErrors`).
+    ``messages`` has one entry per records-table row (None = the record passes), as a Python
+    sequence or an Arrow string array (null = the record passes); ``profile`` is ``kip-940``,
+    ``kip-729`` or ``kip-686`` (see :class:`PolicyErrors`).
     """
 
     profile: str
-    messages: Sequence[str | None]
+    messages: Sequence[str | None] | pa.Array | pa.ChunkedArray
+
+
+def _messages_array(messages: Any) -> pa.Array:
+    """A policy's messages as one Arrow ``string`` array (null = the record passes)."""
+    if isinstance(messages, pa.ChunkedArray):
+        messages = messages.combine_chunks()
+    if not isinstance(messages, pa.Array):
+        messages = pa.array(messages, pa.string())
+    return messages if messages.type == pa.string() else messages.cast(pa.string())
 
 
 def records_per_batch(batches: pa.Table, n_records: int) -> np.ndarray:
@@ -203,12 +248,13 @@ def records_per_batch(batches: pa.Table, n_records: int) -> np.ndarray:
     n_r = np.where(known & (magic != 2), count, 0)
     n_r = np.where(v2, np.maximum(count, 0), n_r)
     n_r[v2 & (codec > 4)] = 0
-    if batches["decode_error"].null_count < batches.num_rows:
-        for i, de in enumerate(batches["decode_error"].to_pylist()):
-            if de is not None and v2[i]:
-                m = _PARSE_SUFFIX.search(de)
-                if m:
-                    n_r[i] = int(m.group(2))
+    de_col = batches["decode_error"]
+    if de_col.null_count < batches.num_rows:
+        rows = np.flatnonzero(pc.is_valid(de_col).to_numpy(zero_copy_only=False) & v2)
+        for i, de in zip(rows.tolist(), de_col.take(pa.array(rows)).to_pylist(), strict=True):
+            m = _PARSE_SUFFIX.search(de)
+            if m:
+                n_r[i] = int(m.group(2))
     total = int(n_r.sum())
     if total != n_records:
         raise ValueError(f"the records table has {n_records} rows but the batches table "
@@ -222,12 +268,16 @@ def _policy_by_batch(records: pa.Table, batches: pa.Table, policy: RecordPolicy 
     """The policy split per batch row."""
     nb = batches.num_rows
     out: list[PolicyErrors | None] = [None] * nb
-    if policy is None or not any(m is not None for m in policy.messages):
+    if policy is None:
         return out
+    arr = _messages_array(policy.messages)
+    if arr.null_count == len(arr):
+        return out
+    messages = arr.to_pylist()
     n_r = records_per_batch(batches, records.num_rows).tolist()
     start = 0
     for row, k in enumerate(n_r):
-        errors = {i: m for i, m in enumerate(policy.messages[start:start + k]) if m is not None}
+        errors = {i: m for i, m in enumerate(messages[start:start + k]) if m is not None}
         if errors:
             out[row] = PolicyErrors(policy.profile, errors)
         start += k
@@ -239,18 +289,23 @@ class _Verdicts:
 
     def __init__(self, records: pa.Table, batches: pa.Table, cfg: TopicConfig,
                  validator: PartitionValidator, now: int, raw: Sequence[bytes] | None,
-                 positions: list, policy: RecordPolicy | None = None):
+                 policy: RecordPolicy | None = None):
         self.records = records
         self.policy = policy
-        self.pmask = np.zeros(records.num_rows, dtype=bool) if policy is None else \
-            pc.is_valid(pa.array(policy.messages, pa.string())).to_numpy(zero_copy_only=False)
+        #: the policy's messages (Arrow, null = the record passes) and where they are set
+        self.parr = None if policy is None else _messages_array(policy.messages)
+        if self.parr is not None and len(self.parr) != records.num_rows:
+            raise ValueError(f"the policy has {len(self.parr)} messages but the records table "
+                             f"{records.num_rows} rows")
+        self.pmask = np.zeros(records.num_rows, dtype=bool) if self.parr is None else \
+            pc.is_valid(self.parr).to_numpy(zero_copy_only=False)
         self.batches = batches
         self.cfg = cfg
         self.v = validator
         self.tp = validator.tp
         self.now = now
         self.raw = raw
-        self.positions = positions
+        self.positions = batches["position"]
         n = batches.num_rows
         self.n = n
         self.cas = _Cascade(n)
@@ -279,13 +334,21 @@ class _Verdicts:
         self.ctrl_origin = np.full(n, validator.origin == "coordinator") | self.control
         self.rec_errors: pa.Array | None = None
         self.delegated: dict[int, Any] = {}
+        self._rec_batch: np.ndarray | None = None
+
+    @property
+    def rec_batch(self) -> np.ndarray:
+        """The batch row of every records-table row (computed once)."""
+        if self._rec_batch is None:
+            self._rec_batch = np.repeat(np.arange(self.n), self.n_r)
+        return self._rec_batch
 
     def _batch_policy(self, i: int) -> PolicyErrors | None:
         """The policy's failures inside batch ``i`` (for rows delegated to the validator)."""
-        if self.policy is None:
+        if self.policy is None or self.parr is None:
             return None
         start = int(self.n_r[:i].sum())
-        errors = {k: m for k, m in enumerate(self.policy.messages[start:start + int(self.n_r[i])])
+        errors = {k: m for k, m in enumerate(self.parr.slice(start, int(self.n_r[i])).to_pylist())
                   if m is not None}
         return PolicyErrors(self.policy.profile, errors) if errors else None
 
@@ -433,8 +496,8 @@ class _Verdicts:
             return
         recs = self.records
         nrec = recs.num_rows
-        rec_batch = np.repeat(np.arange(self.n), self.n_r)
-        active = stage_r[rec_batch]
+        rec_batch = self.rec_batch
+        active = np.repeat(stage_r, self.n_r)
         err3 = np.zeros(nrec, dtype=bool)
         if cfg.compacted:
             err3 = active & recs["key"].is_null().to_numpy(zero_copy_only=False)
@@ -442,22 +505,19 @@ class _Verdicts:
         now = self.now
         if r4:
             ts = _np(recs, "timestamp", 0, np.int64)
-            with np.errstate(over="ignore"):
-                if cfg.profile.before_after_timestamps:
-                    diff = np.int64(now) - ts
-                    bad = (ts != -1) & ((diff > np.int64(cfg.before_max_ms))
-                                        | (-diff > np.int64(cfg.after_max_ms)))
-                    lo, hi = to_int64(now - cfg.before_max_ms), to_int64(now + cfg.after_max_ms)
-                else:
-                    d = cfg.difference_max_ms
-                    bad = (ts != -1) & (np.abs(ts - np.int64(now)) > np.int64(d))
-                    lo, hi = to_int64(now - d), to_int64(now + d)
-            err4 = active & bad & ~err3
+            if cfg.profile.before_after_timestamps:
+                below, above = cfg.before_max_ms, cfg.after_max_ms
+            else:
+                below = above = cfg.difference_max_ms
+            lo, hi = to_int64(now - below), to_int64(now + above)
+            bad = _out_of_range(ts, now, below, above, cfg.profile.before_after_timestamps)
+            if bad is not None:
+                err4 = active & bad & ~err3
         # the record policy, after R3/R4 and only for records without an earlier error
         profile = self.policy.profile if self.policy is not None else "kip-940"
         errp = active & self.pmask & ~err3 & ~err4
         if profile == "kip-729":  # validators never see records of batches kept in place
-            errp &= ~(self.partial_reader & (self.codec != 0))[rec_batch]
+            errp &= ~np.repeat(self.partial_reader & (self.codec != 0), self.n_r)
         if profile == "kip-686":
             p686, errp = errp, np.zeros(nrec, dtype=bool)
         errs = err3 | err4 | errp
@@ -469,28 +529,39 @@ class _Verdicts:
             return
         eb = rec_batch[eidx]
         n_err = np.bincount(eb, minlength=self.n)
-        n_r4 = np.bincount(rec_batch[err4], minlength=self.n)
-        n_r3 = n_err - n_r4
+        e4 = np.flatnonzero(err4)
+        ep = np.flatnonzero(errp)
+        n_r4 = np.bincount(rec_batch[e4], minlength=self.n)
+        n_p = np.bincount(rec_batch[ep], minlength=self.n)
+        n_r3 = n_err - n_r4 - n_p
         bidx = _np(recs, "batch_index", 0, np.int32)[eidx]
         r3_text = _R3_MESSAGE.format(tp=tp)
-        if err4.any():
-            e4 = np.flatnonzero(err4)
+        # each record error's text: the R3 text, its own R4 text or the policy's message
+        parts: list[pa.Array] = []
+        if len(e4):
             ts_s = pa.array(ts[e4]).cast(pa.string())
             with np.errstate(over="ignore"):
                 odelta = (_np(recs, "offset", 0, np.int64)[e4]
                           - _np(recs, "batch_offset", 0, np.int64)[e4])
-            msgs = pc.binary_join_element_wise(
+            parts.append(pc.binary_join_element_wise(
                 "Timestamp ", ts_s, " of message with offset ", pa.array(odelta).cast(pa.string()),
-                f" is out of range. The timestamp should be within [{lo}, {hi}]", "")
-            if err3[eidx].any() or errp.any():  # a mix: place each record's own text
-                texts = np.full(len(eidx), r3_text, dtype=object)
-                texts[np.searchsorted(eidx, e4)] = np.asarray(msgs.to_pylist(), dtype=object)
-                msgs = self._with_policy_texts(texts, eidx, errp)
-        elif errp.any():
-            texts = np.full(len(eidx), r3_text, dtype=object)
-            msgs = self._with_policy_texts(texts, eidx, errp)
-        else:
+                f" is out of range. The timestamp should be within [{lo}, {hi}]", ""))
+        if len(ep):
+            assert self.parr is not None
+            parts.append(self.parr.take(pa.array(ep)))
+        if len(parts) == 1 and len(parts[0]) == len(eidx):  # one kind of error only
+            msgs = parts[0]
+        elif not parts:
             msgs = pa.repeat(pa.scalar(r3_text), len(eidx))
+        else:  # a mix: place each record's own text
+            src = np.zeros(len(eidx), dtype=np.int64)  # 0: the R3 text
+            base = 1
+            for which in (e4, ep):
+                if len(which):
+                    src[np.searchsorted(eidx, which)] = base + np.arange(len(which))
+                    base += len(which)
+            msgs = pa.concat_arrays([pa.array([r3_text], pa.string()), *parts]).take(
+                pa.array(src))
         offsets = np.zeros(self.n + 1, dtype=np.int32)
         np.cumsum(n_err, out=offsets[1:])
         struct = pa.StructArray.from_arrays([pa.array(bidx, pa.int32()), msgs],
@@ -498,41 +569,38 @@ class _Verdicts:
         self.rec_errors = pa.ListArray.from_arrays(pa.array(offsets), struct,
                                                    type=RECORD_ERROR_TYPE)
         failing = n_err > 0
-        n_p = np.bincount(rec_batch[errp], minlength=self.n)
-        n_r3 = n_r3 - n_p
-        labels = np.array(["+".join(c for c, on in (("P", p), ("R3", r3), ("R4", r4_))
-                                    if on) for p, r3, r4_ in
-                           zip(n_p > 0, n_r3 > 0, n_r4 > 0, strict=True)], dtype=object) \
-            if failing.any() else np.zeros(self.n, dtype=object)
+        labels = _CHECK_LABELS[(n_p > 0) * 4 + (n_r3 > 0) * 2 + (n_r4 > 0)]
         ts_fail = failing & (n_r4 > 0)
         idx = cas.decide(ts_fail, 32, "R4", INVALID_TIMESTAMP_MESSAGE, INVALID_TIMESTAMP_MESSAGE)
         cas.check[idx] = labels[idx]
-        shown_texts = msgs.to_pylist() if (errp.any() or not failing.all()) and failing.any() \
-            else None
-
-        def render(i: int) -> str:
-            start = int(offsets[i])
-            k = min(3, int(n_err[i]))
-            texts = shown_texts[start:start + k] if shown_texts is not None else [r3_text] * k
-            shown = ", ".join(f"RecordError(batchIndex={int(j)}, message='{t}')"
-                              for j, t in zip(bidx[start:start + k], texts, strict=True))
-            return (f"One or more records have been rejected due to {int(n_err[i])} record "
-                    f"errors in total, and only showing the first three errors at most: "
-                    f"[{shown}]")
-        idx = cas.decide(failing, 87, "R3", render, render)
+        rendered = self._render_record_errors(cas.open(failing), offsets, n_err, bidx, msgs)
+        idx = cas.decide(failing, 87, "R3", rendered, rendered)
         cas.check[idx] = labels[idx]
         self._decide_kip686()
 
-    def _with_policy_texts(self, texts: np.ndarray, eidx: np.ndarray, errp: np.ndarray
-                           ) -> pa.Array:
-        """Record-error texts with the policy's messages at the policy-failing records."""
-        if self.policy is None or not errp.any():
-            return pa.array(texts, pa.string())
-        pat = np.flatnonzero(errp[eidx])
-        messages = self.policy.messages
-        for k in pat.tolist():
-            texts[k] = messages[int(eidx[k])]
-        return pa.array(texts, pa.string())
+    def _render_record_errors(self, rows: np.ndarray, offsets: np.ndarray, n_err: np.ndarray,
+                              bidx: np.ndarray, msgs: pa.Array) -> np.ndarray:
+        """Per batch (an entry at ``rows``, None elsewhere) the INVALID_RECORD text: the error
+        count and the first three record errors (spec §3.D.4)."""
+        out = np.full(self.n, None, dtype=object)
+        if not len(rows):
+            return out
+        k = np.minimum(3, n_err[rows])
+        ends = np.cumsum(k)
+        # the shown errors' positions in the flat record-error arrays, batch after batch
+        pos = np.repeat(offsets[rows].astype(np.int64) - (ends - k), k) + np.arange(int(ends[-1]))
+        shown = pc.binary_join_element_wise(
+            "RecordError(batchIndex=", pa.array(bidx[pos], pa.int32()).cast(pa.string()),
+            ", message='", msgs.take(pa.array(pos)), "')", "")
+        lists = pa.ListArray.from_arrays(pa.array(np.concatenate(([0], ends)), pa.int32()),
+                                         shown)
+        text = pc.binary_join_element_wise(
+            "One or more records have been rejected due to ",
+            pa.array(n_err[rows], pa.int64()).cast(pa.string()),
+            " record errors in total, and only showing the first three errors at most: [",
+            pc.binary_join(lists, ", "), "]", "")
+        out[rows] = text.to_numpy(zero_copy_only=False)
+        return out
 
     def _decide_kip686(self) -> None:
         """KIP-686: a batch with no broker record error but a policy failure: 44 for the batch."""
@@ -541,13 +609,17 @@ class _Verdicts:
             return
         p686, rec_batch = pending
         self._kip686 = None
-        assert self.policy is not None
-        first: dict[int, str] = {}
-        for r in np.flatnonzero(p686).tolist():
-            first.setdefault(int(rec_batch[r]), self.policy.messages[r])
+        assert self.parr is not None
+        # the first policy failure of each batch (records are in batch order)
+        r = np.flatnonzero(p686)
+        b = rec_batch[r]
+        first = np.flatnonzero(np.concatenate(([True], b[1:] != b[:-1])))
+        rows = b[first]
+        texts = np.full(self.n, None, dtype=object)
+        texts[rows] = self.parr.take(pa.array(r[first])).to_numpy(zero_copy_only=False)
         mask = np.zeros(self.n, dtype=bool)
-        mask[list(first)] = True
-        self.cas.decide(mask, 44, "P", lambda i: first[i], lambda i: first[i])
+        mask[rows] = True
+        self.cas.decide(mask, 44, "P", texts, texts)
 
     def _sizes(self, v2: np.ndarray, path_z: np.ndarray, in_place_z: np.ndarray,
                target: np.ndarray) -> None:
@@ -564,11 +636,11 @@ class _Verdicts:
         if check_offsets.any():
             # in place only while every record's offset delta is its position (3.D.0)
             recs = self.records
-            rec_batch = np.repeat(np.arange(self.n), self.n_r)
             with np.errstate(over="ignore"):
                 delta = _np(recs, "offset", 0, np.int64) - _np(recs, "batch_offset", 0, np.int64)
-            moved = (delta != _np(recs, "batch_index", 0, np.int64)) & check_offsets[rec_batch]
-            moved_b = np.bincount(rec_batch[moved], minlength=self.n) > 0
+            moved = (delta != _np(recs, "batch_index", 0, np.int64)) & \
+                np.repeat(check_offsets, self.n_r)
+            moved_b = np.bincount(self.rec_batch[moved], minlength=self.n) > 0
             rebuilt |= check_offsets & moved_b
         size = self.size
         cas.decide(stage_e & ~rebuilt & (size > seg), 18, "E2", lambda i: f"Message batch size is "
@@ -582,9 +654,9 @@ class _Verdicts:
         if comp.any():
             usize += self._uncompressed_upper_bound(comp)
         limit = min(mmb, seg)
-        for i in np.flatnonzero(rebuilt).tolist():
-            if _V2_MIN + int(usize[i] * 1.1) + 1024 <= limit:
-                continue
+        # int(x * 1.1) as Python computes it (x >= 0: truncation is the floor)
+        fits = _V2_MIN + np.trunc(usize * 1.1) + 1024 <= limit
+        for i in np.flatnonzero(rebuilt & ~fits).tolist():
             n = self._rebuilt_size(int(starts[i]), int(self.n_r[i]), Codec(int(target[i])))
             one = np.zeros(self.n, dtype=bool)
             one[i] = True
@@ -599,7 +671,7 @@ class _Verdicts:
     def _uncompressed_upper_bound(self, which: np.ndarray) -> np.ndarray:
         """Per batch, at least the decompressed records' length (varints at their widest)."""
         recs = self.records
-        rec_batch = np.repeat(np.arange(self.n), self.n_r)
+        rec_batch = self.rec_batch
         per = 41 + pc.binary_length(pc.fill_null(recs["key"], b"")).to_numpy().astype(np.int64)
         per += pc.binary_length(pc.fill_null(recs["value"], b"")).to_numpy().astype(np.int64)
         headers = recs["headers"].combine_chunks()
@@ -689,7 +761,7 @@ class _Verdicts:
                         tainted.add(pid)
                     continue
                 v.next_offset = next_offset
-                out = v.validate(bytes(self.raw[i]), position=self.positions[i],
+                out = v.validate(bytes(self.raw[i]), position=self.positions[i].as_py(),
                                  policy=self._batch_policy(i))
                 self.delegated[i] = out
                 if out.error_code == 0 and not out.duplicate:
@@ -729,9 +801,10 @@ class _Verdicts:
         cas, n = self.cas, self.n
         code = cas.code
         undet = code == _UNDET
-        names = {c: (kerr.error_for_code(c).name if c != _UNDET else None)
-                 for c in np.unique(code).tolist()}
-        error_name = [names[c] for c in code.tolist()]
+        uniq, inv = np.unique(code, return_inverse=True)
+        names = np.array([kerr.error_for_code(c).name if c != _UNDET else None
+                          for c in uniq.tolist()], dtype=object)
+        error_name = names[inv]
         code_arr = pa.array(code, pa.int16(), mask=undet) if undet.any() else \
             pa.array(code, pa.int16())
         # record_count: the declared count of v2 batches of 61+ bytes (BatchOutcome rules)
@@ -758,7 +831,7 @@ class _Verdicts:
             "check": pa.array(cas.check, pa.string()),
             "detail": pa.array(cas.detail, pa.string()),
             "record_count": rc,
-            "position": pa.array(self.positions, pa.int64()),
+            "position": self.positions.combine_chunks().cast(pa.int64()),
         }
         if self.delegated:
             cols = {k: c.to_pylist() for k, c in cols.items()}
