@@ -146,9 +146,9 @@ test('quickstart: run all, add a rule in the editor, counts and figures follow, 
     // the kernel agrees that this record failed the rule
     const [topicPart, offset] = where.split('@');
     const partition = topicPart.split('-').pop();
-    const failed = await kernelEval(page,
+    const inKernel = await kernelEval(page,
       `d = wb.explorer.detail; print(d.partition == ${partition} and d.offset == ${offset} and ` +
       `"${RULE}" in [f["rule"] for f in d.failures])`);
-    expect(failed).toBe('True');
+    expect(inKernel).toBe("True");
     expect(errors).toEqual([]);
   });
