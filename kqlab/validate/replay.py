@@ -38,6 +38,7 @@ from kqlab.policy.model import Policy, Rule
 from kqlab.validate.context import EvalContext
 from kqlab.validate.rules import RuleResult, evaluate_rule
 from kqlab.validate.verdicts import (
+    POOL,
     RECORD_VERDICTS_SCHEMA,
     REPLAY_BATCHES_SCHEMA,
     Verdicts,
@@ -47,6 +48,8 @@ from kqlab.validate.verdicts import (
 )
 
 FRAMINGS = ("exact", "single", "linger")
+#: a record's outcome by code (``Assembler``: 0 accepted, 1 rejected, 2 collateral, 3 undetermined)
+_OUTCOME_WORDS = pa.array(["accepted", "rejected", "collateral", "undetermined"], pa.string())
 #: stand-in error code of a batch the tables alone could not judge
 UNDECIDED = -1000
 RULES_SCHEMA = pa.schema([
@@ -388,7 +391,8 @@ def replay(source: Any, policy: Policy, *, now: int | None = None, framing: str 
 # ---------------------------------------------------------------------------------------------
 
 def _broker_pass(sample: Sample, config: TopicConfig, now: int, profile: str,
-                 record_messages: Sequence[str | None] | None, rows: np.ndarray) -> pa.Table:
+                 record_messages: Sequence[str | None] | pa.Array | None, rows: np.ndarray
+                 ) -> pa.Table:
     """Batch verdicts with the policy injected, partition by partition (producer state is per
     partition), vectorised over the tables; rows the tables cannot judge go to the exact
     byte-level validator (``raw``).  ``record_messages`` None: no record policy at all."""
@@ -401,7 +405,7 @@ def _broker_pass(sample: Sample, config: TopicConfig, now: int, profile: str,
 
         return BATCH_VERDICTS_SCHEMA.empty_table()
 
-    def policy_of(msgs: Sequence[str | None] | None) -> RecordPolicy | None:
+    def policy_of(msgs: Sequence[str | None] | pa.Array | None) -> RecordPolicy | None:
         return None if msgs is None else RecordPolicy(profile, msgs)
 
     keys = pc.binary_join_element_wise(
@@ -412,7 +416,8 @@ def _broker_pass(sample: Sample, config: TopicConfig, now: int, profile: str,
         return broker_verdicts(records, batches, config, now=now, source=sample.source,
                                raw=sample.raw, policy=policy_of(record_messages))
     key_np = np.asarray(keys.to_pylist(), dtype=object)
-    msgs_np = None if record_messages is None else np.asarray(record_messages, dtype=object)
+    msgs_arr = None if record_messages is None else record_messages \
+        if isinstance(record_messages, pa.Array) else pa.array(record_messages, pa.string())
     parts, order = [], []
     for g in groups:
         b_idx = np.flatnonzero(key_np == g)
@@ -421,7 +426,7 @@ def _broker_pass(sample: Sample, config: TopicConfig, now: int, profile: str,
             records.take(pa.array(r_idx)), batches.take(pa.array(b_idx)), config, now=now,
             source=sample.source,
             raw=None if sample.raw is None else [sample.raw[i] for i in b_idx.tolist()],
-            policy=None if msgs_np is None else policy_of(msgs_np[r_idx].tolist())))
+            policy=None if msgs_arr is None else policy_of(msgs_arr.take(pa.array(r_idx)))))
         order.append(b_idx)
     merged = pa.concat_tables(parts)
     return merged.take(pa.array(np.argsort(np.concatenate(order), kind="stable")))
@@ -459,11 +464,10 @@ def _record_checks(messages: pa.Array) -> np.ndarray:
 @dataclass
 class _PolicyInput:
     """What the broker sees of a policy: per record the index of its first failing reject
-    rule's message (-1: none) into ``messages`` (Arrow) / ``objects`` (the same, as Python)."""
+    rule's message (-1: none) into ``messages`` (Arrow)."""
 
     first: np.ndarray
     messages: pa.Array
-    objects: np.ndarray
     #: where each rule's messages start in ``messages``, and the rule results they came from
     bases: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     sources: tuple[RuleResult, ...] = ()
@@ -478,16 +482,18 @@ class _PolicyInput:
     def at(self, rec: np.ndarray) -> pa.Array:
         """The policy message of records ``rec`` (null where they pass)."""
         f = self.first[rec]
-        return self.messages.take(pa.array(f, mask=f < 0))
+        return pc.take(self.messages, pa.array(f, mask=f < 0), memory_pool=POOL)
+
+    def arrow(self) -> pa.Array:
+        """The policy message of every record (null where it passes), as the broker checks
+        take them."""
+        return pc.take(self.messages, pa.array(self.first, mask=self.first < 0),
+                       memory_pool=POOL)
 
     def python(self, rec: np.ndarray | None = None) -> list[str | None]:
         """The policy messages as the broker checks take them (None where a record passes)."""
         f = self.first if rec is None else self.first[rec]
-        out = np.full(len(f), None, dtype=object)
-        has = f >= 0
-        if has.any():
-            out[has] = self.objects[f[has]]
-        return out.tolist()
+        return self.messages.take(pa.array(f, mask=f < 0)).to_pylist()
 
 
 @dataclass
@@ -516,9 +522,11 @@ class _BatchIds:
         return self._ids
 
 
-#: above this share of changed batches, the broker checks re-run over the whole sample (taking
-#: the changed batches' records out costs more than it saves)
+#: above this share of changed batches, or this many records in them, the broker checks re-run
+#: over the whole sample (taking the changed batches' records out costs more than it saves:
+#: the vectorised full pass runs at ~25 ns a record, taking records out at ~300 ns)
 SPLICE_MAX_SHARE = 0.6
+SPLICE_MAX_RECORDS = 50_000
 
 
 class Assembler:
@@ -539,7 +547,7 @@ class Assembler:
         counts = np.bincount(rows, minlength=self.nb) if self.nb else np.zeros(0, np.int64)
         self.row_start = np.zeros(self.nb + 1, dtype=np.int64)
         np.cumsum(counts, out=self.row_start[1:])
-        self._rules: dict[int, tuple[RuleResult, np.ndarray, pa.Array, np.ndarray]] = {}
+        self._rules: dict[int, tuple[RuleResult, np.ndarray, pa.Array]] = {}
         self._topics: list[str] | None = None
         self._batch_id: _BatchIds | None = None
         self._independent: dict[tuple[TopicConfig, int], bool] = {}
@@ -564,14 +572,13 @@ class Assembler:
             self._batch_id = _BatchIds(self.sample.records)
         return self._batch_id
 
-    def _rule(self, res: RuleResult) -> tuple[np.ndarray, pa.Array, np.ndarray]:
-        """A rule result's failing rows and messages (Arrow and Python), computed once."""
+    def _rule(self, res: RuleResult) -> tuple[np.ndarray, pa.Array]:
+        """A rule result's failing rows and messages (Arrow), computed once."""
         hit = self._rules.get(id(res))
         if hit is None or hit[0] is not res:
-            hit = (res, res.failing, pa.array(res.messages, pa.string()),
-                   np.asarray(res.messages, dtype=object).reshape(-1))
+            hit = (res, res.failing, pa.array(res.messages, pa.string()))
             self._rules[id(res)] = hit
-        return hit[1], hit[2], hit[3]
+        return hit[1], hit[2]
 
     def independent(self, config: TopicConfig, now: int) -> bool:
         """Whether every batch's verdict depends on that batch alone, whatever the policy.
@@ -607,10 +614,12 @@ class Assembler:
             changed = self._changed_batches(last.policy, policy)
             if not len(changed):
                 verdicts = last.verdicts
-            elif len(changed) <= SPLICE_MAX_SHARE * self.nb:
+            elif len(changed) <= SPLICE_MAX_SHARE * self.nb and int(
+                    (self.row_start[changed + 1] - self.row_start[changed]).sum()
+            ) <= SPLICE_MAX_RECORDS:
                 verdicts = self._splice(last.verdicts, changed, config, now, profile, policy)
         if verdicts is None:
-            verdicts = _broker_pass(self.sample, config, now, profile, policy.python(),
+            verdicts = _broker_pass(self.sample, config, now, profile, policy.arrow(),
                                     self.rows)
             self.broker_batches += self.nb
         self._last = _BrokerRun(config, now, profile, policy, verdicts)
@@ -648,7 +657,7 @@ class Assembler:
                      None if s.raw is None else [s.raw[i] for i in changed.tolist()],
                      s.framing, s.source)
         sub_rows = np.repeat(np.arange(len(changed), dtype=np.int64), sizes)
-        part = _broker_pass(sub, config, now, profile, policy.python(rec), sub_rows)
+        part = _broker_pass(sub, config, now, profile, policy.at(rec), sub_rows)
         self.broker_batches += len(changed)
         take = np.arange(self.nb, dtype=np.int64)
         take[changed] = self.nb + np.arange(len(changed))
@@ -664,21 +673,20 @@ class Assembler:
         self._rules = {id(results[r.id]): self._rules[id(results[r.id])] for r in policy.rules}
         # the policy as the broker sees it: each record's first failing reject rule's message
         first = np.full(n, -1, dtype=np.int64)
-        arrows, objects, bases, sources, base = [], [], [], [], 0
+        arrows, bases, sources, base = [], [], [], 0
         for rule in policy.rules:
-            idx, arrow, obj = rules[rule.id]
+            idx, arrow = rules[rule.id]
             if rule.mode != "reject" or not len(idx):
                 continue
             fresh = first[idx] < 0
             first[idx[fresh]] = base + np.flatnonzero(fresh)
             arrows.append(arrow)
-            objects.append(obj)
             bases.append(base)
             sources.append(results[rule.id])
             base += len(idx)
-        pin = _PolicyInput(first, pa.concat_arrays(arrows) if arrows else pa.array([], pa.string()),
-                           np.concatenate(objects) if objects else np.zeros(0, dtype=object),
-                           np.asarray(bases, dtype=np.int64), tuple(sources))
+        pin = _PolicyInput(first, pa.concat_arrays(arrows, POOL) if arrows else
+                           pa.array([], pa.string()), np.asarray(bases, dtype=np.int64),
+                           tuple(sources))
         has = first >= 0
         config = TopicConfig.from_dict(dict(policy.broker.configs), policy.broker.version)
         verdicts = self.broker(config, now, profile, pin)
@@ -748,7 +756,7 @@ class Assembler:
         reject_code = 44 if profile == "kip-686" else 87
         for rule in policy.rules:
             res = results[rule.id]
-            idx, arrow, _ = rules[rule.id]
+            idx, arrow = rules[rule.id]
             is_reject = rule.mode == "reject"
             rejected_here = rec_code[idx] != 0 if len(idx) else np.zeros(0, dtype=bool)
             if len(idx):
@@ -773,15 +781,13 @@ class Assembler:
         # outcome codes -> dictionary -> string (no per-record Python strings)
         outcome_idx = np.where(rec_code == 0, 0, np.where(own, 1, 2)).astype(np.int8)
         outcome_idx[rec_code == UNDECIDED] = 3
-        outcome = pa.DictionaryArray.from_arrays(
-            pa.array(outcome_idx),
-            pa.array(["accepted", "rejected", "collateral", "undetermined"])).cast(pa.string())
+        outcome = pc.take(_OUTCOME_WORDS, pa.array(outcome_idx), memory_pool=POOL)
         cat = np.concatenate
         failures, flat_failures = failures_from_codes(
             n, cat(f_rec).astype(np.int64) if f_rec else np.zeros(0, np.int64),
             cat(f_rule) if f_rule else np.zeros(0, np.int64), list(labels),
             cat(f_code).astype(np.int64) if f_code else np.zeros(0, np.int64),
-            pa.concat_arrays(f_msg) if f_msg else pa.array([], pa.string()))
+            pa.concat_arrays(f_msg, POOL) if f_msg else pa.array([], pa.string()))
         record_table = pa.table([
             records.column("topic"), records.column("partition"), records.column("offset"),
             records.column("batch_offset"), records.column("batch_index"),

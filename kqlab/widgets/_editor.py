@@ -275,6 +275,8 @@ class PolicyEditor:
         self.figures_out = css(w.Output(), "figures")
         self._figure_view = FigureView(self.figures_out)
         self._rules_shown: tuple[Any, ...] | None = None  # what the rule rows were built for
+        #: rule rows built so far, by (id, kind, mode, severity), least recently used first
+        self._row_cache: dict[tuple[str, str, str, str], tuple[w.HBox, dict[str, w.Widget]]] = {}
         tabs = w.Tab(children=[
             w.VBox([self.rules_box, w.HBox([self.new_kind, self.add_button]), self.form.widget]),
             w.VBox([self.suggest_button, self.suggestions_box]),
@@ -531,8 +533,20 @@ class PolicyEditor:
         self._rules_shown = layout
         self.rows = {}
         rows = []
+        cache = self._row_cache
         for rule in self.policy.rules:
             c = counts.get(rule.id, {"failed": 0, "rejected": 0})
+            key = (rule.id, rule.kind, rule.mode, rule.severity)
+            hit = cache.get(key)
+            if hit is not None and hit[1]["mode"].value == rule.mode and \
+                    hit[1]["severity"].value == rule.severity:
+                # a row built earlier for the same rule layout (a rule added back, another
+                # rule's mode switched): reuse its widgets, only the count text changes
+                cache[key] = cache.pop(key)  # most recently used last
+                hit[1]["count"].value = _count_html(c, n, rule.mode)
+                self.rows[rule.id] = hit[1]
+                rows.append(hit[0])
+                continue
             count = css(w.HTML(_count_html(c, n, rule.mode)), "rule_count", id=rule.id)
             mode = css(w.ToggleButtons(options=list(MODES), value=rule.mode,
                                        style={"button_width": "64px"}), "rule_mode", id=rule.id)
@@ -560,8 +574,12 @@ class PolicyEditor:
                            layout=w.Layout(width="260px"))
             self.rows[rule.id] = {"count": count, "mode": mode, "severity": severity,
                                   "edit": edit, "up": up, "down": down, "remove": remove}
-            rows.append(css(w.HBox([label, count, mode, severity, edit, up, down, remove]),
-                            "rule_row", id=rule.id))
+            row = css(w.HBox([label, count, mode, severity, edit, up, down, remove]), "rule_row",
+                      id=rule.id)
+            cache[key] = (row, self.rows[rule.id])
+            rows.append(row)
+        while len(cache) > _ROW_CACHE_MAX:
+            del cache[next(iter(cache))]
         self.rules_box.children = tuple(rows)
 
     def _render_suggestions(self) -> None:
@@ -579,6 +597,9 @@ class PolicyEditor:
                 f"({s.rejection_rate:.2%}) — <small>{html.escape(s.evidence)}</small>")]))
         self.suggestions_box.children = tuple(rows)
 
+
+#: rule rows kept for reuse (a rule's row survives other rules being added or removed)
+_ROW_CACHE_MAX = 64
 
 _RULE_FIELDS = {"id", "kind", "message", "description", "severity", "mode", "when"}
 
