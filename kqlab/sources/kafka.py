@@ -325,6 +325,9 @@ def _consumer_conf(config: Mapping[str, Any], group_id: str, errors: list[str]
     conf = dict(config)
     # a bounded read: don't let an empty fetch (the end of a partition) park for 500 ms
     conf.setdefault("fetch.wait.max.ms", 50)
+    # once the prefetch queue is over its bounds librdkafka waits this long before the next
+    # Fetch (default 1000 ms): a sample drains the queue fast, so look again soon
+    conf.setdefault("fetch.queue.backoff.ms", 20)
     conf.update({
         "group.id": group_id,
         "enable.auto.commit": False,

@@ -395,3 +395,19 @@ def test_snapshot_memory_is_bounded_by_the_chunk_not_the_data(tmp_path, compress
         assert res["records"] == n
         extra_mib = (res["peak_kb"] - res["base_kb"]) / 1024
         assert extra_mib < 300, (exact, results)
+
+
+def test_sample_consumer_refetches_soon_and_lets_the_config_win(kafka, monkeypatch):
+    """``sample()`` drains librdkafka's queue fast: the next Fetch goes out 20 ms after the
+    queue drops below its bounds, not librdkafka's default second (which stalled the read)."""
+    import confluent_kafka
+
+    confs = []
+    real = confluent_kafka.Consumer
+    monkeypatch.setattr(confluent_kafka, "Consumer", lambda conf: confs.append(conf) or real(conf))
+    got = sample(kafka.bootstrap, TIMED, timeout_s=10)
+    assert confs[-1]["fetch.queue.backoff.ms"] == 20
+    again = sample({"bootstrap.servers": kafka.bootstrap, "fetch.queue.backoff.ms": 250}, TIMED,
+                   timeout_s=10)
+    assert confs[-1]["fetch.queue.backoff.ms"] == 250
+    assert got.records.num_rows == again.records.num_rows == 2 * TIMED_PER_PART
