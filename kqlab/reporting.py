@@ -73,7 +73,7 @@ def top_failures(verdicts: Any, policy: Any = None, *, limit: int = 50,
     from kqlab.viz._masking import masker
 
     if hasattr(verdicts, "record_files"):  # SparkVerdicts: the same table, grouped by Spark
-        return _spark_top_failures(verdicts, masker(policy, unmask), limit, empty=_EMPTY_TOP)
+        return _spark_top_failures(verdicts, masker(policy, unmask), limit)
     col = verdicts.records.column("failures")
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     flat = pc.list_flatten(arr)
@@ -102,7 +102,7 @@ _EMPTY_TOP = pa.table({"rule": pa.array([], pa.string()), "code": pa.array([], p
                        "partition": pa.array([], pa.int32()), "offset": pa.array([], pa.int64())})
 
 
-def _spark_top_failures(sv: Any, m: Any, limit: int, *, empty: pa.Table) -> pa.Table:
+def _spark_top_failures(sv: Any, m: Any, limit: int) -> pa.Table:
     """:func:`top_failures` of Spark verdicts: one Spark aggregation, ``limit`` rows collected.
     Masking is per rule (a CASE on the rule id), as the local table masks before grouping;
     the example is the first record in the local engine's order (unit, then position)."""
@@ -125,7 +125,7 @@ def _spark_top_failures(sv: Any, m: Any, limit: int, *, empty: pa.Table) -> pa.T
          .orderBy(sf.desc("records"), "rule", "code", "message").limit(int(limit)))
     rows = g.collect()
     if not rows:
-        return empty
+        return _EMPTY_TOP
     return pa.table({"rule": pa.array([r["rule"] for r in rows], pa.string()),
                      "code": pa.array([r["code"] for r in rows], pa.int16()),
                      "message": pa.array([r["message"] for r in rows], pa.string()),

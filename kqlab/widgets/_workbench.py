@@ -14,7 +14,7 @@ from typing import Any
 
 import ipywidgets as w
 
-from kqlab.widgets._common import FigureView, build_figures, css
+from kqlab.widgets._common import FigureView, build_figures, css, error_html
 from kqlab.widgets._editor import PolicyEditor
 from kqlab.widgets._explorer import RejectionExplorer
 from kqlab.widgets._replay import ReplayPanel
@@ -116,7 +116,6 @@ class Workbench:
         the offsets figure from the record verdicts collected to the driver, when there are at
         most :attr:`explore_limit` of them (else the explorer says how to look instead)."""
         from kqlab.spark.verdicts import TooLargeToCollect
-        from kqlab.widgets._common import error_html
 
         try:
             local = verdicts.to_local(max_records=self.explore_limit)
