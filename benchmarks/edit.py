@@ -54,7 +54,7 @@ def make_sample(values: list[bytes], per_batch: int = 500):
     from kqlab.kafka.batch import decode_records
     from kqlab.kafka.builder import BatchBuilder, Record
     from kqlab.kafka.log import scan_buffer
-    from kqlab.validate.replay import Sample
+    from kqlab.validate.sample import Sample
 
     batches = []
     for start in range(0, len(values), per_batch):
@@ -110,7 +110,7 @@ def percentile(xs: list[float], q: float) -> float:
 
 def main() -> None:
     from kqlab.policy.io import loads_policy
-    from kqlab.validate.replay import Replayer
+    from kqlab.validate.replayer import Replayer
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="200k records")

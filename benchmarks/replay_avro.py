@@ -31,7 +31,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from kqlab.kafka.builder import BatchBuilder, Record
 from kqlab.kafka.log import scan_buffer
 from kqlab.policy.io import loads_policy
-from kqlab.validate.replay import Replayer, Sample
+from kqlab.validate.replayer import Replayer
+from kqlab.validate.sample import Sample
 
 NOW = 1_763_700_000_000
 REGISTRY = "mock://bench-avro"

@@ -142,7 +142,7 @@ def stats(xs: list[float]) -> dict:
 
 def main() -> None:
     from kqlab.policy.io import loads_policy
-    from kqlab.validate.replay import Replayer
+    from kqlab.validate.replayer import Replayer
     from kqlab.widgets import PolicyEditor
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

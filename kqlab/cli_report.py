@@ -56,7 +56,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from kqlab.cli_policy import _prepare
     from kqlab.policy.io import load_policy
     from kqlab.reporting import report
-    from kqlab.validate.replay import Replayer
+    from kqlab.validate.replayer import Replayer
 
     policy = load_policy(args.policy)
     _prepare(policy)

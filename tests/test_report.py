@@ -12,7 +12,7 @@ from plotly.offline import get_plotlyjs
 
 from kqlab.cli import main
 from kqlab.reporting import PLOTLY_FILE, ReportError, report
-from kqlab.validate.replay import Replayer
+from kqlab.validate.replayer import Replayer
 
 from .viz import conftest as shared
 from .viz.conftest import NOW, topic_dir

@@ -101,7 +101,7 @@ class RoundTrip:
 
 def _replayed(policy: Any, sample: Any, now: int | None) -> tuple[Any, Any, dict[str, Any]]:
     """``(records table, effective policy, rule results)`` of the local replay."""
-    from kqlab.validate.replay import Replayer, with_implicit_rules
+    from kqlab.validate.replayer import Replayer, with_implicit_rules
 
     r = sample if hasattr(sample, "evaluate") else Replayer(sample, now=now)
     effective = with_implicit_rules(policy)
@@ -573,7 +573,7 @@ def fidelity_report(policy: Any, *, sample: Any = None, now: int | None = None,
     report = FidelityReport(policy.name, provenance(policy, today=today), exports,
                             skipped=skipped)
     if sample is not None:
-        from kqlab.validate.replay import Replayer
+        from kqlab.validate.replayer import Replayer
 
         replayer = sample if hasattr(sample, "evaluate") else Replayer(sample, now=now)
         if "confluent" in roundtrips:

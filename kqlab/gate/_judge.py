@@ -35,7 +35,7 @@ import pyarrow as pa
 from kqlab.kafka.configs import LONG_MAX, TopicConfig
 from kqlab.policy.model import Policy
 from kqlab.validate.context import EvalContext
-from kqlab.validate.replay import with_implicit_rules
+from kqlab.validate.replayer import with_implicit_rules
 from kqlab.validate.rules import evaluate_rule
 
 __all__ = ["Judge", "Judgement"]

@@ -95,12 +95,9 @@ def replay_spark(source: Any, policy: Any, *, spark: Any = None, master: str | N
     """
     from kqlab.serde.schemas import SchemaResolver, portable_resolver
     from kqlab.spark.session import spark_session
-    from kqlab.validate.replay import (
-        FRAMINGS,
-        ReplayError,
-        check_snapshot_framing,
-        with_implicit_rules,
-    )
+    from kqlab.validate.loading import check_snapshot_framing
+    from kqlab.validate.replayer import with_implicit_rules
+    from kqlab.validate.sample import FRAMINGS, ReplayError
 
     if framing not in FRAMINGS:
         raise ReplayError(f"framing must be one of {', '.join(FRAMINGS)}, not {framing!r}")
@@ -163,7 +160,7 @@ def _collect(session: Any, plan: Plan, policy: Any, rows: list[Any], path: str, 
              framing: str, now: int, seconds: float) -> SparkVerdicts:
     """Aggregate the tasks' rows (rule counts, notes, issues, errors) on the driver."""
     from kqlab.spark.outputs import filesystem, spark_path
-    from kqlab.validate.replay import RULES_SCHEMA, replay_notes
+    from kqlab.validate.assemble import RULES_SCHEMA, replay_notes
 
     got = sorted(((r["unit"], r["kind"], r["seq"], orjson.loads(r["text"])) for r in rows),
                  key=lambda x: (x[0], x[2]))

@@ -1,6 +1,6 @@
 """What runs inside a Spark task: replay one unit with the local engine, write its verdicts.
 
-The same functions as the local engine (:class:`~kqlab.validate.replay.Replayer`) judge each
+The same functions as the local engine (:class:`~kqlab.validate.replayer.Replayer`) judge each
 unit, so the two engines cannot disagree on semantics; this module only reads a unit's data
 (pyarrow for snapshots, kqlab's codec for segments), writes the unit's record and batch
 verdicts as Parquet files straight from the task (pyarrow, no detour through the JVM), and
@@ -96,7 +96,8 @@ def read_unit_tables(unit: Unit) -> tuple[pa.Table, pa.Table | None]:
 
 def replay_unit(unit: Unit, job: Job, stored_framing: str = "exact") -> Any:
     """The local engine's verdicts for one unit."""
-    from kqlab.validate.replay import Replayer, load_sample, sample_from_tables
+    from kqlab.validate.loading import load_sample, sample_from_tables
+    from kqlab.validate.replayer import Replayer
 
     if unit.kind == "snapshot":
         records, batches = read_unit_tables(unit)

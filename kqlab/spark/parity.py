@@ -110,7 +110,7 @@ def parity_check(source: Any, policy: Any, *, spark: Any = None, master: str | N
     ParityReport(identical=True, records=..., ...)
     """
     from kqlab.spark.engine import replay_spark
-    from kqlab.validate.replay import replay
+    from kqlab.validate.replayer import replay
 
     now = now if now is not None else int(time.time() * 1000)
     kw = {"now": now, "framing": framing, "profile": profile, "linger_ms": linger_ms,

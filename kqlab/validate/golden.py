@@ -345,7 +345,7 @@ def test_policy(policy: Policy, *, now: int | None = None,  # noqa: PT028 - not 
     >>> report.failed[0].message
     'expected rule amount-positive to reject this record; it accepted it (record accepted)'
     """
-    from kqlab.validate.replay import replay
+    from kqlab.validate.replayer import replay
 
     now = int(time.time() * 1000) if now is None else int(now)
     every = list(_iter_examples(policy))

@@ -77,7 +77,7 @@ def _data_only(records: pa.Table, batches: pa.Table | None) -> pa.Table:
 
 def sample_records(sample: Any) -> pa.Table:
     """The data records of a records table, ``Sample``, snapshot folder or log segments."""
-    from kqlab.validate.replay import Sample
+    from kqlab.validate.sample import Sample
 
     if isinstance(sample, pa.Table):
         return sample

@@ -59,8 +59,8 @@ def _figure() -> go.Figure:
 def aggregates(verdicts: Any, sample: Any = None) -> Aggregates:
     """The :class:`Aggregates` of ``verdicts`` with the sample's records and batches.
 
-    ``sample`` may be a :class:`~kqlab.validate.replay.Sample`, a
-    :class:`~kqlab.validate.replay.Replayer` (its sample), or a records table.
+    ``sample`` may be a :class:`~kqlab.validate.sample.Sample`, a
+    :class:`~kqlab.validate.replayer.Replayer` (its sample), or a records table.
     """
     if isinstance(verdicts, Aggregates):
         return verdicts

@@ -239,7 +239,7 @@ class PolicyEditor:
 
     def __init__(self, replayer: Any, policy: Policy, *,
                  figures: tuple[str, ...] = ("reasons", "impact"), now: int | None = None):
-        from kqlab.validate.replay import Replayer
+        from kqlab.validate.replayer import Replayer
 
         self.replayer = replayer if isinstance(replayer, Replayer) else Replayer(replayer, now=now)
         self.figure_names = tuple(figures)

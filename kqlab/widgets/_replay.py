@@ -193,7 +193,7 @@ class ReplayPanel:
         return verdicts
 
     def _run_local(self, source: Any, now: int) -> Any:
-        from kqlab.validate.replay import Replayer, with_implicit_rules
+        from kqlab.validate.replayer import Replayer, with_implicit_rules
 
         self.progress.max = 3
         self._step(0, "reading the sample…")

@@ -32,7 +32,7 @@ def policies(demo):
 
 @pytest.fixture(scope="session")
 def replayers(demo, policies):
-    from kqlab.validate.replay import Replayer
+    from kqlab.validate.replayer import Replayer
 
     return {t: Replayer(Path(demo) / t, now=NOW) for t in ("orders", "clicks")}
 

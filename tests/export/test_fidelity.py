@@ -232,7 +232,7 @@ def edges():
 
     from kqlab.policy.io import loads_policy
     from kqlab.records import RECORDS_SCHEMA
-    from kqlab.validate.replay import Replayer
+    from kqlab.validate.replayer import Replayer
 
     n = len(_EDGE_VALUES)
     table = pa.table({

@@ -14,7 +14,7 @@ from kqlab.sources.demo_topics import (
     load_policies,
     to_snapshots,
 )
-from kqlab.validate.replay import replay
+from kqlab.validate.replayer import replay
 
 NOW = 1_763_700_000_000
 

@@ -111,7 +111,7 @@ def test_sample_exact_equals_plain(kafka):
 @pytest.mark.parametrize("exact", [True, False])
 def test_sample_to_snapshot_roundtrip_and_replay(kafka, tmp_path, exact):
     from kqlab.policy.io import loads_policy
-    from kqlab.validate.replay import replay
+    from kqlab.validate.replayer import replay
 
     out = tmp_path / "snap"
     snap = sample_to_snapshot(kafka.bootstrap, "multi", out, exact_framing=exact,

@@ -192,7 +192,7 @@ def test_schema_lookups_are_cached_per_worker(tmp_path):
     from kqlab.spark import executor
     from kqlab.spark.executor import Job, _cached_resolver, replay_unit
     from kqlab.spark.units import plan_units
-    from kqlab.validate.replay import with_implicit_rules
+    from kqlab.validate.replayer import with_implicit_rules
 
     executor._RESOLVERS.clear()
 

@@ -16,7 +16,7 @@ import pytest
 from kqlab.kafka.builder import BatchBuilder, Record
 from kqlab.policy.model import Broker, Policy, Rule
 from kqlab.validate import Replayer, replay
-from kqlab.validate.replay import Assembler
+from kqlab.validate.assemble import Assembler
 from kqlab.validate.verdicts import failures_array
 
 NOW = 1_700_000_000_000
@@ -206,14 +206,14 @@ def test_one_shot_assembler_equals_a_replayer(log):
     r = Replayer(log, now=NOW)
     p = edits()[3]
     a = Assembler(r.sample, r._rows)
-    from kqlab.validate.replay import with_implicit_rules
+    from kqlab.validate.replayer import with_implicit_rules
 
     eff = with_implicit_rules(p)
     assert_same(a(eff, r.evaluate(eff), NOW, p.enforcement), replay(log, p, now=NOW))
 
 
 def test_vectorised_record_checks_name_the_same_checks_as_the_scalar_rule():
-    from kqlab.validate.replay import _RECORD_CHECKS, _record_check, _record_checks
+    from kqlab.validate.assemble import _RECORD_CHECKS, _record_check, _record_checks
 
     texts = ["Timestamp 1 of message with offset 0 is out of range.",
              "Invalid timestamp type in message", "Compacted topic cannot accept message",

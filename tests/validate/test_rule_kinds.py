@@ -25,7 +25,7 @@ from kqlab.policy.io import loads_policy
 from kqlab.policy.model import Policy
 from kqlab.serde.schemas import registry_client
 from kqlab.validate import Replayer, replay
-from kqlab.validate.replay import with_implicit_rules
+from kqlab.validate.replayer import with_implicit_rules
 
 NOW = 1_700_000_000_000
 TOPIC = "orders"

@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 import pytest
 
 from kqlab.records import RECORDS_SCHEMA
-from kqlab.validate.replay import Replayer
+from kqlab.validate.replayer import Replayer
 from kqlab.validate.verdicts import (
     RECORD_VERDICTS_SCHEMA,
     REPLAY_BATCHES_SCHEMA,

@@ -10,7 +10,7 @@ import kqlab
 import kqlab.viz as viz
 from kqlab.policy import PolicyError, diff, dump_policy, loads_policy
 from kqlab.reporting import report, top_failures
-from kqlab.validate.replay import Replayer
+from kqlab.validate.replayer import Replayer
 
 from .conftest import SECRET_EMAIL, SECRET_KEY, SECRET_TOKEN
 

@@ -1,42 +1,24 @@
-"""The full batch validator: broker checks plus a policy's rules, with the record-policy KIPs'
-semantics (local engine).
+"""Assembling verdicts: the broker checks with a policy's failures injected where a
+record-validation policy runs, then record and batch verdict tables (local engine).
 
-``replay(sample, policy)``:
-
-1. evaluates every rule over the whole sample at once (``kqlab.validate.rules``: Arrow kernels,
-   decoded columns cached in the :class:`~kqlab.validate.context.EvalContext`);
-2. per record, the first failing ``reject`` rule (policy order) is the record's policy error;
-   ``observe`` rules are counted and reported but never reject;
-3. replays every partition's batches through the broker's ordered checks
-   (:class:`~kqlab.kafka.validator.PartitionValidator`) with the policy errors injected where a
-   record-validation policy runs (after the key and timestamp checks), so a policy rejection
-   rejects the whole batch, reports ``record_errors`` as KIP-467 does, and — because nothing is
-   appended — leaves producer state alone exactly as a broker would;
-4. assembles the verdict tables (:mod:`kqlab.validate.verdicts`).
-
-Samples read through a consumer have no real batch boundaries: ``framing="single"`` or
-``"linger"`` rebuilds producer-like batches (see :func:`reconstruct_framing`), and the verdicts
-say which framing was used.
+:class:`Assembler` keeps what does not depend on the policy and the last broker pass, so an
+edited policy re-judges only the batches whose policy messages changed.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kqlab.errors import KqlabError
 from kqlab.kafka.configs import TopicConfig
-from kqlab.policy.model import Policy, Rule
-from kqlab.validate.context import EvalContext
-from kqlab.validate.rules import RuleResult, evaluate_rule
+from kqlab.policy.model import Policy
+from kqlab.validate.rules import RuleResult
+from kqlab.validate.sample import Sample
 from kqlab.validate.verdicts import (
     POOL,
     RECORD_VERDICTS_SCHEMA,
@@ -47,7 +29,6 @@ from kqlab.validate.verdicts import (
     producer_action,
 )
 
-FRAMINGS = ("exact", "single", "linger")
 #: a record's outcome by code (``Assembler``: 0 accepted, 1 rejected, 2 collateral, 3 undetermined)
 _OUTCOME_WORDS = pa.array(["accepted", "rejected", "collateral", "undetermined"], pa.string())
 #: stand-in error code of a batch the tables alone could not judge
@@ -60,335 +41,6 @@ RULES_SCHEMA = pa.schema([
 ])
 
 
-class ReplayError(KqlabError):
-    """The replay cannot run as asked (no batches and no framing strategy, bad source ...)."""
-
-
-@dataclass
-class Sample:
-    """Records to replay, their batches (exact or reconstructed) and the batches' bytes."""
-
-    records: pa.Table
-    batches: pa.Table
-    raw: list[bytes] | None  # None: a snapshot (tables only; no batch bytes were kept)
-    framing: str = "exact"
-    source: str = "log"  # "log": stored by a broker; "producer": as a producer sends them
-    issues: list[Any] = field(default_factory=list)
-
-
-def load_sample(source: Any, *, framing: str = "exact", linger_ms: int = 5,
-                batch_size: int = 16384) -> Sample:
-    """A :class:`Sample` from a segment file/folder, a ``Decoded`` or a records table."""
-    if framing not in FRAMINGS:
-        raise ReplayError(f"framing must be one of {', '.join(FRAMINGS)}, not {framing!r}")
-    if isinstance(source, Sample):
-        return source
-    from kqlab.sources.files import Snapshot, is_snapshot
-
-    if isinstance(source, Snapshot) or (isinstance(source, str | Path) and is_snapshot(source)):
-        snap = source if isinstance(source, Snapshot) else Snapshot.open(source)
-        return _sample_from_snapshot(snap, framing, linger_ms, batch_size)
-    if isinstance(source, str | Path):
-        from kqlab.kafka.log import partition_dirs
-
-        folders = partition_dirs(source) or [Path(source)]
-        logs = [_read_segments(f) for f in folders]
-        sample = Sample(pa.concat_tables([s.records for s in logs]),
-                        pa.concat_tables([s.batches for s in logs]),
-                        [b for s in logs for b in s.raw], "exact", "log",
-                        [i for s in logs for i in s.issues])
-        if framing != "exact":
-            # a consumer never sees transaction markers: rebuild from the data records only
-            return sample_from_tables(sample.records, sample.batches, framing,
-                                      linger_ms=linger_ms, batch_size=batch_size,
-                                      issues=sample.issues)
-        return sample
-    if isinstance(source, pa.Table):
-        if framing == "exact":
-            raise ReplayError("a records table has no batch framing: pass framing='single' or "
-                              "'linger' to rebuild producer-like batches")
-        return reconstruct_framing(source, framing, linger_ms=linger_ms, batch_size=batch_size)
-    raise ReplayError(f"cannot replay a {type(source).__name__}: pass a segment path, a "
-                      "records table or a Sample")
-
-
-def _read_segments(path: str | Path) -> Sample:
-    """One segment file or partition folder, decoded, with every batch's bytes."""
-    from kqlab.kafka.log import RawBatch, iter_log_batches, read_log
-
-    log = read_log(path)
-    raw = [b.data for b in iter_log_batches(path) if isinstance(b, RawBatch)]
-    if len(raw) != log.batches.num_rows:  # both walk the same scanner: never expected
-        raise ReplayError(f"{path}: {len(raw)} raw batches for {log.batches.num_rows} "
-                          "decoded rows")
-    return Sample(log.records, log.batches, raw, "exact", "log", list(log.issues))
-
-
-def _data_records(records: pa.Table, batches: pa.Table) -> pa.Table:
-    """The records outside control batches: what a consumer sees (never transaction markers),
-    so what framing is rebuilt from."""
-    control = batches.column("is_control").to_numpy(zero_copy_only=False).astype(bool)
-    return records.filter(pa.array(~control[_record_batch_rows(records, batches)]))
-
-
-def _sample_from_snapshot(snap: Any, framing: str, linger_ms: int, batch_size: int) -> Sample:
-    """A snapshot as a sample: its tables (no raw bytes) or rebuilt producer-like batches."""
-    check_snapshot_framing(snap.framing, framing, snap.path)
-    return sample_from_tables(snap.records(), snap.batches() if snap.framing == "exact" else
-                              None, framing, linger_ms=linger_ms, batch_size=batch_size,
-                              issues=list(snap.issues))
-
-
-def check_snapshot_framing(stored: str, framing: str, where: Any) -> None:
-    """Refuse exact replay of a snapshot whose batches were not kept (its records came
-    through a consumer)."""
-    if framing not in FRAMINGS:
-        raise ReplayError(f"framing must be one of {', '.join(FRAMINGS)}, not {framing!r}")
-    if framing == "exact" and stored != "exact":
-        raise ReplayError(f"snapshot {where} has {stored} framing: pass "
-                          "framing='single' or 'linger'")
-
-
-def sample_from_tables(records: pa.Table, batches: pa.Table | None, framing: str, *,
-                       linger_ms: int = 5, batch_size: int = 16384,
-                       issues: Sequence[Any] = ()) -> Sample:
-    """A sample from stored tables (a snapshot, or one partition of it on a Spark executor).
-
-    ``batches`` is the exact batches table, or None when only records were kept; with
-    ``framing`` other than ``exact`` the data records are re-framed producer-like.
-    """
-    if framing == "exact":
-        if batches is None:
-            raise ReplayError("exact framing needs the batches table: pass framing='single' "
-                              "or 'linger'")
-        return Sample(records, batches, None, "exact", "log", list(issues))
-    if batches is not None:
-        records = _data_records(records, batches)
-    rebuilt = reconstruct_framing(records, framing, linger_ms=linger_ms, batch_size=batch_size)
-    rebuilt.issues = list(issues)
-    return rebuilt
-
-
-def reconstruct_framing(records: pa.Table, strategy: str, *, linger_ms: int = 5,
-                        batch_size: int = 16384) -> Sample:
-    """Rebuild producer-like batches for records that arrived without their framing.
-
-    * ``single``: every record alone in its batch (a producer with ``linger.ms=0`` and no
-      concurrency — the most forgiving framing: one bad record rejects only itself);
-    * ``linger``: per partition, records join that partition's open batch while their
-      timestamps stay within ``linger_ms`` of the batch's first record and the batch stays
-      under ``batch_size`` bytes (the Java producer's ``linger.ms`` / ``batch.size``; like its
-      accumulator, records of other partitions in between do not close the batch).  The
-      returned records are in batch order (unchanged when partitions were not interleaved).
-
-    Batches are re-encoded as a non-idempotent producer would send them (base offset 0,
-    CreateTime, no compression), so the broker checks run on real bytes; record offsets keep
-    their original values in the verdicts.
-    """
-    from kqlab.kafka.batch import TableBuilder
-    from kqlab.kafka.builder import BatchBuilder, Record
-
-    if strategy not in ("single", "linger"):
-        raise ReplayError(f"unknown framing strategy {strategy!r}: use single or linger")
-    n = records.num_rows
-    topic = records.column("topic").to_pylist()
-    part = records.column("partition").to_pylist()
-    ts = records.column("timestamp").to_pylist()
-    keys = records.column("key").to_pylist()
-    values = records.column("value").to_pylist()
-    headers = records.column("headers").to_pylist()
-    offsets = records.column("offset").to_pylist()
-    # a producer keeps one open batch per partition (its RecordAccumulator): a record joins
-    # its partition's open batch, whatever other partitions' records came in between
-    groups: list[list[int]] = []
-    open_batch: dict[tuple[str, int], tuple[int, int]] = {}  # partition -> (group, bytes)
-    for i in range(n):
-        rec_size = 20 + len(keys[i] or b"") + len(values[i] or b"") + sum(
-            len(h["key"]) + len(h["value"] or b"") for h in headers[i])
-        tp = (topic[i], part[i])
-        cur = open_batch.get(tp)
-        if strategy == "linger" and cur is not None and \
-                ts[i] - ts[groups[cur[0]][0]] <= linger_ms and cur[1] + rec_size <= batch_size:
-            groups[cur[0]].append(i)
-            open_batch[tp] = (cur[0], cur[1] + rec_size)
-        else:
-            groups.append([i])
-            open_batch[tp] = (len(groups) - 1, 61 + rec_size)
-    raw = []
-    batch_offset = np.empty(n, dtype=np.int64)
-    batch_index = np.empty(n, dtype=np.int32)
-    builder = TableBuilder(framing=f"reconstructed:{strategy}")
-    for g in groups:
-        b = BatchBuilder(base_timestamp=ts[g[0]])
-        for i in g:
-            b.append(Record(key=keys[i], value=values[i], timestamp=ts[i],
-                            headers=tuple((h["key"], h["value"]) for h in headers[i])))
-        data = b.build()
-        raw.append(data)
-        builder.topic, builder.partition = topic[g[0]], part[g[0]]
-        builder.add(None, data)
-        for k, i in enumerate(g):
-            batch_offset[i] = offsets[g[0]]
-            batch_index[i] = k
-    _, batches = builder.take()
-    batches = batches.set_column(batches.schema.get_field_index("batch_offset"), "batch_offset",
-                                 pa.array([offsets[g[0]] for g in groups], pa.int64()))
-    out = records.set_column(records.schema.get_field_index("batch_offset"), "batch_offset",
-                             pa.array(batch_offset, pa.int64()))
-    out = out.set_column(out.schema.get_field_index("batch_index"), "batch_index",
-                         pa.array(batch_index, pa.int32()))
-    order = np.fromiter((i for g in groups for i in g), dtype=np.int64, count=n)
-    if n and (np.diff(order) < 0).any():  # interleaved partitions: records in batch order
-        out = out.take(pa.array(order))
-    return Sample(out, batches, raw, f"reconstructed:{strategy}", "producer")
-
-
-# ---------------------------------------------------------------------------------------------
-
-def _record_batch_rows(records: pa.Table, batches: pa.Table) -> np.ndarray:
-    """For every record, the row of its batch in ``batches`` (the decoder's own accounting)."""
-    from kqlab.kafka.table_checks import records_per_batch
-
-    try:
-        n_r = records_per_batch(batches, records.num_rows)
-    except ValueError as exc:
-        raise ReplayError(str(exc)) from None
-    return np.repeat(np.arange(batches.num_rows, dtype=np.int64), n_r)
-
-
-@dataclass
-class Evaluation:
-    """Rule results over a sample (cached per rule so an edited policy re-runs only its edits)."""
-
-    results: dict[str, RuleResult]
-
-
-class Replayer:
-    """Replays one sample under successive policies, caching decoded columns and rule results.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> from kqlab.policy import Rule, loads_policy
-    >>> from kqlab.sources.demo import write_demo_segment
-    >>> folder = write_demo_segment(tempfile.mkdtemp(), 1763700000000)
-    >>> policy = loads_policy("kqlab: 1\\nname: p\\nrules: "
-    ...                       "[{id: trace, kind: header_required, name: trace-id}]")
-    >>> r = Replayer(folder, now=1763700000000)
-    >>> r.run(policy).by_outcome()
-    {'accepted': 323, 'rejected': 25, 'collateral': 4}
-    >>> small = Rule(id="small", kind="value_size", params={"max": 100}, mode="observe")
-    >>> _ = r.run(policy.with_rules([*policy.rules, small]))
-    >>> r.evaluations  # the unchanged rule came from the cache
-    2
-    """
-
-    def __init__(self, source: Any, *, now: int | None = None, framing: str = "exact",
-                 linger_ms: int = 5, batch_size: int = 16384, resolver: Any = None):
-        self.now = now if now is not None else int(time.time() * 1000)
-        self.resolver = resolver
-        self.evaluations = 0  # rules evaluated (tests and benchmarks read it)
-        self.sample = load_sample(source, framing=framing, linger_ms=linger_ms,
-                                  batch_size=batch_size)
-
-    @property
-    def sample(self) -> Sample:
-        """The sample replayed."""
-        return self._sample
-
-    @sample.setter
-    def sample(self, sample: Sample) -> None:
-        # everything cached (decoded columns, rule results, the last broker pass) belongs to
-        # the old sample: a new one starts from scratch
-        self._sample = sample
-        self._ctx: EvalContext | None = None
-        self._ctx_formats: tuple[Any, Any] | None = None
-        self._rule_cache: dict[bytes, RuleResult] = {}
-        self._rows = _record_batch_rows(sample.records, sample.batches)
-        # transaction markers are the coordinator's, not the client's: no record policy applies
-        control = sample.batches.column("is_control").to_numpy(zero_copy_only=False)
-        self._control = control.astype(bool)[self._rows] if len(self._rows) else \
-            np.zeros(0, dtype=bool)
-        self._assembler: Assembler | None = None
-
-    def _context(self, policy: Policy) -> EvalContext:
-        formats = (policy.key, policy.value)
-        if self._ctx is None or self._ctx_formats != formats:
-            resolver = self.resolver
-            if resolver is None and policy.value.schemas is not None:
-                from kqlab.serde.schemas import SchemaResolver
-
-                resolver = SchemaResolver.from_source(policy.value.schemas)
-            self._ctx = EvalContext(self.sample.records, self.now, self.sample.batches,
-                                    value_format=policy.value, key_format=policy.key,
-                                    resolver=resolver)
-            self._ctx_formats = formats
-            self._rule_cache.clear()
-        return self._ctx
-
-    def evaluate(self, policy: Policy) -> dict[str, RuleResult]:
-        """Every rule's result, reusing cached results for rules that did not change."""
-        ctx = self._context(policy)
-        out = {}
-        for rule in policy.rules:
-            key = orjson.dumps(rule.to_dict(), option=orjson.OPT_SORT_KEYS)
-            if key not in self._rule_cache:
-                self._rule_cache[key] = _without(evaluate_rule(ctx, rule), self._control)
-                self.evaluations += 1
-            out[rule.id] = self._rule_cache[key]
-        return out
-
-    def run(self, policy: Policy, *, profile: str | None = None) -> Verdicts:
-        """Replay the sample under ``policy``; see the module docstring for the semantics."""
-        profile = profile or policy.enforcement
-        effective = with_implicit_rules(policy)
-        results = self.evaluate(effective)
-        return self.assembler(effective, results, self.now, profile)
-
-    @property
-    def assembler(self) -> Assembler:
-        """The :class:`Assembler` of this sample (it keeps the last broker pass, so the next
-        run re-checks only the batches whose policy messages changed)."""
-        if self._assembler is None or self._assembler.sample is not self.sample:
-            self._assembler = Assembler(self.sample, self._rows)
-        return self._assembler
-
-
-def with_implicit_rules(policy: Policy) -> Policy:
-    """``policy`` with the decode rule first when its value format decodes and it has none.
-
-    A record whose value cannot be decoded as declared is a rejection reason of its own
-    (``decode:value``, with the schema id or parse error), whatever rules follow.
-    """
-    from kqlab.validate.rules import DECODE_KINDS, decodes
-
-    if not decodes(policy.value) or any(r.kind in DECODE_KINDS and r.param("target") != "key"
-                                        for r in policy.rules):
-        return policy
-    implicit = Rule(id="decode:value", kind="decodable",
-                    message=f"value cannot be decoded as {policy.value.format}: {{error}}")
-    return policy.with_rules((implicit, *policy.rules))
-
-
-def _without(result: RuleResult, excluded: np.ndarray) -> RuleResult:
-    """``result`` with the ``excluded`` records never failing."""
-    if not excluded.any() or not result.failed[excluded].any():
-        return result
-    keep = ~excluded[result.failing]
-    return RuleResult(result.failed & ~excluded,
-                      tuple(m for m, k in zip(result.messages, keep, strict=True) if k),
-                      result.errors)
-
-
-def replay(source: Any, policy: Policy, *, now: int | None = None, framing: str = "exact",
-           profile: str | None = None, linger_ms: int = 5, batch_size: int = 16384,
-           resolver: Any = None) -> Verdicts:
-    """Replay ``source`` (segment path, records table or :class:`Sample`) under ``policy``."""
-    return Replayer(source, now=now, framing=framing, linger_ms=linger_ms,
-                    batch_size=batch_size, resolver=resolver).run(policy, profile=profile)
-
-
-# ---------------------------------------------------------------------------------------------
 
 def _broker_pass(sample: Sample, config: TopicConfig, now: int, profile: str,
                  record_messages: Sequence[str | None] | pa.Array | None, rows: np.ndarray
@@ -848,3 +500,4 @@ def _batch_table(batches: pa.Table, verdicts: pa.Table, profile: str, framing: s
         pa.array([framing] * nb, pa.string()),
         pa.array(actions, pa.string()),
     ], schema=REPLAY_BATCHES_SCHEMA)
+
