@@ -88,6 +88,53 @@ def test_inspect_text_output_reads_like_dump_log(tmp_path, capsys):
     assert "issue: truncated_tail" in out
 
 
+def _shared_base_offsets(tmp_path: Path, undecodable: bool) -> Path:
+    """orders-0 where batches share base offsets: a batch rewritten at offset 0 (two records,
+    then three others) and, at offset 2, the valid batch that replaced an undecodable one
+    (unknown codec: no records) when ``undecodable``."""
+    folder = tmp_path / "orders-0"
+    folder.mkdir()
+    batches = []
+    for keys in ([b"a", b"aa"], [b"bbbbb", b"bbbbbb", b"bbbbbbb"]):
+        b = BatchBuilder(base_offset=0, base_timestamp=NOW)
+        for k in keys:
+            b.append(Record(key=k, value=b"v" * len(k)))
+        batches.append(b.build())
+    if undecodable:
+        b = BatchBuilder(base_offset=2, base_timestamp=NOW)
+        b.append(Record(key=b"cccc", value=b"c"))
+        batches.append(rewrite_header(b.build(), attributes=7))  # compression id 7
+    b = BatchBuilder(base_offset=2, base_timestamp=NOW)
+    b.append(Record(key=b"ddddddddd", value=b"d"))
+    batches.append(b.build())
+    (folder / "00000000000000000000.log").write_bytes(b"".join(batches))
+    return folder
+
+
+@pytest.mark.parametrize("undecodable", [False, True])
+def test_inspect_records_of_batches_sharing_a_base_offset(tmp_path, capsys, undecodable):
+    """Each batch lists only the records decoded from it, even when its base offset repeats."""
+    folder = _shared_base_offsets(tmp_path, undecodable)
+    want = [[(0, 1), (1, 2)], [(0, 5), (1, 6), (2, 7)], *([[]] if undecodable else []),
+            [(2, 9)]]
+    doc = _json(capsys, ["inspect", str(folder), "--records", "--json"])
+    assert [b["batch_offset"] for b in doc["batches"]] == [0, 0, *([2] if undecodable else []), 2]
+    assert [[(r["offset"], r["key_size"]) for r in b["records"]]
+            for b in doc["batches"]] == want
+    if undecodable:
+        assert "Unknown compression type id 7" in doc["batches"][2]["decode_error"]
+
+    assert main(["inspect", str(folder), "--records"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    batch_lines = [i for i, line in enumerate(lines) if line.startswith("baseOffset: ")]
+    assert len(batch_lines) == len(want)
+    shown = []
+    for start, end in zip(batch_lines, [*batch_lines[1:], len(lines)], strict=True):
+        shown.append([int(line.split("keySize: ")[1].split()[0]) for line in lines[start:end]
+                      if line.startswith("| offset: ")])
+    assert shown == [[k for _, k in batch] for batch in want]
+
+
 @pytest.mark.parametrize(("argv", "needle"), [
     (["inspect", "{tmp}/missing"], "no such file or directory"),
     (["inspect", "{tmp}", "--validate", "--config", "cleanup.polcy=compact"],

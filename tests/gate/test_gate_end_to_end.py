@@ -53,10 +53,10 @@ def _replay_expectation(bootstrap: str, topic: str, policy) -> dict[tuple[int, i
 
 @pytest.mark.parametrize("topic", [dt.CLICKS_TOPIC, dt.ORDERS_TOPIC])
 def test_every_record_lands_once_matching_the_replay(kafka, demo, topic):
-    from kqlab.cli_policy import _prepare
+    from kqlab.cli._common import prepare_registries
 
     policy = dt.load_policies()[topic]
-    _prepare(policy)  # orders: the demo's mock registry
+    prepare_registries(policy)  # orders: the demo's mock registry
     n_parts = dt.CLICKS_PARTITIONS if topic == dt.CLICKS_TOPIC else dt.ORDERS_PARTITIONS
     kafka.create_topic(topic, partitions=n_parts)
     sink, dlq = f"{topic}.valid", f"{topic}.dlq"

@@ -1,9 +1,13 @@
 """The ``kqlab gate`` command: run the validating gate (:mod:`kqlab.gate`) until SIGTERM/SIGINT.
 
-Kept apart from :mod:`kqlab.cli`, which registers it with :func:`add_parsers` and dispatches to
-:func:`run`.  Exit status: 0 after a graceful stop (the batch in flight finished, flushed and
-committed), 1 when a delivery failed (that batch was not committed; restart to retry it), 2 for
-a wrong request (missing policy, edited policy under a gate.yaml, topics missing ...).
+Exit status: 0 after a graceful stop (the batch in flight finished, flushed and committed), 1
+when a delivery failed (that batch was not committed; restart to retry it), 2 for a wrong
+request (missing policy, edited policy under a gate.yaml, topics missing ...).
+
+Output: metric lines on stderr every ``--log-interval`` seconds; ``--json-metrics`` prints them
+as JSON lines on stdout instead (one per interval, for log shippers); ``--json`` prints one
+JSON document on stdout when the gate stops: the final metrics, with ``"event": "stopped"``
+(or ``"failed"`` and the ``error`` after a failed delivery).
 """
 
 from __future__ import annotations
@@ -11,15 +15,21 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from typing import Any
+from types import FrameType
 
-__all__ = ["COMMANDS", "add_parsers", "run"]
+from kqlab.cli._common import (
+    EXIT_FINDING,
+    EXIT_OK,
+    SubParsers,
+    prepare_registries,
+    write_json,
+)
 
-COMMANDS = ("gate",)
+__all__ = ["add_parser", "cmd_gate"]
 
 
-def add_parsers(sub: Any) -> None:
-    """Add the ``gate`` sub-command to ``kqlab``'s sub-parsers."""
+def add_parser(sub: SubParsers) -> None:
+    """Add ``kqlab gate``."""
     g = sub.add_parser("gate", help="consume, validate, forward valid records, dead-letter "
                        "the rest", description="The validating gate: consume the source "
                        "topic in a consumer group, judge every record with the policy (the "
@@ -52,8 +62,13 @@ def add_parsers(sub: Any) -> None:
                    help="serve /health, /metrics, /metrics.json on 127.0.0.1:PORT (0: any)")
     g.add_argument("--log-interval", type=float, default=10.0, metavar="S",
                    help="seconds between metric lines (0: only the final one)")
-    g.add_argument("--json-metrics", action="store_true",
-                   help="metric lines as JSON objects on stdout (the last one at exit)")
+    out = g.add_mutually_exclusive_group()
+    out.add_argument("--json-metrics", action="store_true",
+                     help="metric lines as JSON objects on stdout (the last one at exit)")
+    out.add_argument("--json", action="store_true",
+                     help="print one JSON document at exit: the final metrics (metric lines "
+                     "stay on stderr)")
+    g.set_defaults(run=cmd_gate)
 
 
 def _client_settings(items: list[str]) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
@@ -73,10 +88,10 @@ def _client_settings(items: list[str]) -> tuple[dict[str, str], dict[str, str], 
     return both, cons, prod
 
 
-def run(args: argparse.Namespace) -> int:
+def cmd_gate(args: argparse.Namespace) -> int:
     """``kqlab gate ...``: build the gate, install the signal handlers, run it."""
     from kqlab.gate import Gate, GateError, GateSettings, Route, load_gate_file
-    from kqlab.policy.io import load_policy
+    from kqlab.policy import load_policy
 
     routes: tuple[Route, ...] = ()
     policy_path = args.policy
@@ -99,9 +114,7 @@ def run(args: argparse.Namespace) -> int:
         routes = (Route(source=args.source, sink=args.sink, dlq=args.dlq),)
     if not routes:
         raise ValueError("no topics: pass --source/--sink/--dlq or a --config with topics")
-    from kqlab.cli_policy import _prepare
-
-    _prepare(policy)  # the demo's in-memory schema registry, as every command fills it
+    prepare_registries(policy)  # the demo's in-memory schema registry, as every command fills it
     both, cons, prod = _client_settings(args.client_config)
     settings = GateSettings(
         routes=routes, bootstrap=args.bootstrap,
@@ -111,16 +124,20 @@ def run(args: argparse.Namespace) -> int:
         json_metrics=args.json_metrics)
     gate = Gate(policy, settings)
 
-    def on_signal(signum: int, frame: Any) -> None:
+    def on_signal(signum: int, frame: FrameType | None) -> None:
         gate.stop()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        gate.run()
+        final = gate.run()
     except GateError as exc:
         if not gate.subscribed:  # a startup problem: a wrong request
             raise
         print(f"kqlab gate: error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+        if args.json:
+            write_json({"event": "failed", "error": str(exc), **gate.metrics.snapshot()})
+        return EXIT_FINDING
+    if args.json:
+        write_json({"event": "stopped", **final})
+    return EXIT_OK

@@ -1,25 +1,29 @@
 """The ``kqlab export`` command: a vetted policy to the configuration of an enforcement target.
 
-Kept apart from :mod:`kqlab.cli` (which registers it with :func:`add_parsers` and dispatches
-to :func:`run`), like :mod:`kqlab.cli_policy`.  ``--target all`` writes every target plus the
-fidelity report (``fidelity.json`` + ``fidelity.html``); with ``--sample`` the report also
-runs the round-trip proofs on that sample.  Exit status 0 on success, 2 for a wrong request.
+``--target all`` writes every target plus the fidelity report (``fidelity.json`` +
+``fidelity.html``); with ``--sample`` the report also runs the round-trip proofs on that
+sample.  Exit status 0 on success, 2 for a wrong request.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["COMMANDS", "add_parsers", "cmd_export", "run"]
+from kqlab.cli._common import (
+    EXIT_OK,
+    SubParsers,
+    add_json_flag,
+    prepare_registries,
+    write_json,
+)
 
-COMMANDS = ("export",)
+__all__ = ["add_parser", "cmd_export"]
 
 
-def add_parsers(sub: Any) -> None:
-    """Add the ``export`` sub-command to ``kqlab``'s sub-parsers."""
+def add_parser(sub: SubParsers) -> None:
+    """Add ``kqlab export``."""
     from kqlab.export import TARGETS
 
     ex = sub.add_parser("export", help="export a policy to an enforcement target's config",
@@ -32,7 +36,7 @@ def add_parsers(sub: Any) -> None:
                     help="the enforcement target, or all")
     ex.add_argument("--out", default=None, metavar="DIR",
                     help="write the files under DIR (default: print a summary only)")
-    ex.add_argument("--json", action="store_true", help="print one JSON document")
+    add_json_flag(ex)
     ex.add_argument("--sample", default=None, metavar="PATH",
                     help="with --target all: run the round-trip proofs on this sample "
                     "(segment file, partition folder or snapshot)")
@@ -40,20 +44,18 @@ def add_parsers(sub: Any) -> None:
                     help="clock for the round trips' replay (default: the wall clock)")
     ex.add_argument("--dlq-topic", default=None, metavar="TOPIC",
                     help="confluent: failing rules copy the record to TOPIC (onFailure DLQ)")
+    ex.set_defaults(run=cmd_export)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     """``kqlab export POLICY --target T``: write the files, print what each rule became."""
-    import orjson
-
-    from kqlab.cli_policy import _prepare
     from kqlab.export import export
     from kqlab.export.fidelity import fidelity_report
-    from kqlab.policy.io import load_policy
+    from kqlab.policy import load_policy
 
     policy = load_policy(args.policy)
-    _prepare(policy)  # the demo's in-memory registry, filled as its demo does
-    options: dict[str, Any] = {"policy_path": str(args.policy)}
+    prepare_registries(policy)  # the demo's in-memory registry, filled as its demo does
+    options: dict[str, str] = {"policy_path": str(args.policy)}
     if args.dlq_topic:
         options["dlq_topic"] = args.dlq_topic
     doc: dict[str, Any] = {"policy": policy.name, "target": args.target}
@@ -80,8 +82,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         if args.out:
             doc["written"] = [str(p) for p in e.write(args.out)]
     if args.json:
-        sys.stdout.write(orjson.dumps(doc).decode() + "\n")
-        return 0
+        write_json(doc)
+        return EXIT_OK
     for name, e in exports.items():
         c = e.counts()
         print(f"{name}: {e.title} — {c['exact']} exact, {c['approximate']} approximate, "
@@ -99,9 +101,4 @@ def cmd_export(args: argparse.Namespace) -> int:
             print(f"round trip {rt['target']}: not run — {rt['reason']}")
     for path in doc.get("written", ()):
         print(f"  wrote {Path(path)}")
-    return 0
-
-
-def run(args: argparse.Namespace) -> int:
-    """Dispatch one of :data:`COMMANDS`."""
-    return cmd_export(args)
+    return EXIT_OK

@@ -1,7 +1,5 @@
-"""The policy-authoring commands of the ``kqlab`` CLI: ``kqlab test`` and ``kqlab suggest``.
+"""The policy-authoring commands: ``kqlab test`` and ``kqlab suggest``.
 
-Kept apart from :mod:`kqlab.cli` (which registers them with :func:`add_parsers` and dispatches
-to :func:`run`) so the authoring commands and the replay/sampling commands evolve separately.
 Exit status: 0 when every golden example behaves (``test``) or suggestions were made
 (``suggest``), 1 when an example misbehaves, 2 for a wrong request (as every kqlab command).
 """
@@ -9,19 +7,21 @@ Exit status: 0 when every golden example behaves (``test``) or suggestions were 
 from __future__ import annotations
 
 import argparse
-import sys
-from typing import Any
 
-__all__ = ["COMMANDS", "add_parsers", "cmd_suggest", "cmd_test", "run"]
+from kqlab.cli._common import (
+    EXIT_FINDING,
+    EXIT_OK,
+    SubParsers,
+    add_json_flag,
+    prepare_registries,
+    write_json,
+)
 
-COMMANDS = ("test", "suggest")
-#: in-memory (mock://) registries the package itself knows how to fill: a fresh process
-#: sees them empty, so the demo policies would have no schemas to encode or decode with
-_KNOWN_MOCK_REGISTRIES = {"mock://kqlab-demo": "kqlab.sources.demo_topics:register_schemas"}
+__all__ = ["add_parser", "cmd_suggest", "cmd_test"]
 
 
-def add_parsers(sub: Any) -> None:
-    """Add the ``test`` and ``suggest`` sub-commands to ``kqlab``'s sub-parsers."""
+def add_parser(sub: SubParsers) -> None:
+    """Add ``kqlab test`` and ``kqlab suggest``."""
     tst = sub.add_parser("test", help="run a policy's golden examples through the validator",
                          description="Run every rule's must-pass and must-fail example "
                          "records (examples: {pass: [...], fail: [...]}) through the full "
@@ -31,7 +31,8 @@ def add_parsers(sub: Any) -> None:
     tst.add_argument("--now", type=int, default=None, metavar="EPOCH_MS",
                      help="clock for relative example timestamps and the broker checks "
                      "(default: the wall clock)")
-    tst.add_argument("--json", action="store_true", help="print one JSON document")
+    add_json_flag(tst)
+    tst.set_defaults(run=cmd_test)
 
     sug = sub.add_parser("suggest", help="propose rules from a sample, with rejection rates",
                          description="Profile a sample (segment file, partition folder or "
@@ -50,47 +51,32 @@ def add_parsers(sub: Any) -> None:
                      help="do not derive rules from the registered schema")
     sug.add_argument("--write", default=None, metavar="FILE",
                      help="write the policy with every suggestion appended to FILE")
-    sug.add_argument("--json", action="store_true", help="print one JSON document")
-
-
-def _prepare(policy: Any) -> None:
-    """Fill the in-memory registries the package knows (the demo's), as its demo does."""
-    import importlib
-
-    for fmt in (policy.key, policy.value):
-        url = fmt.schemas.registry if fmt.schemas is not None else None
-        target = _KNOWN_MOCK_REGISTRIES.get(url or "")
-        if target:
-            module, _, name = target.partition(":")
-            getattr(importlib.import_module(module), name)(url)
+    add_json_flag(sug)
+    sug.set_defaults(run=cmd_suggest)
 
 
 def cmd_test(args: argparse.Namespace) -> int:
     """``kqlab test POLICY``: run the golden examples; exit 1 when one misbehaves."""
-    import orjson
-
-    from kqlab.policy.io import load_policy
-    from kqlab.validate.golden import test_policy
+    from kqlab.policy import load_policy
+    from kqlab.validate.golden import check_examples
 
     policy = load_policy(args.policy)
-    _prepare(policy)
-    report = test_policy(policy, now=args.now)
+    prepare_registries(policy)
+    report = check_examples(policy, now=args.now)
     if args.json:
-        sys.stdout.write(orjson.dumps(report.to_dict()).decode() + "\n")
+        write_json(report.to_dict())
     else:
         print(report.render())
-    return 0 if report.ok else 1
+    return EXIT_OK if report.ok else EXIT_FINDING
 
 
 def cmd_suggest(args: argparse.Namespace) -> int:
     """``kqlab suggest SAMPLE --policy P``: the suggestions, as a table or one JSON document."""
-    import orjson
-
-    from kqlab.policy.io import load_policy, save_policy
-    from kqlab.policy.suggest import suggest
+    from kqlab.policy import load_policy, save_policy
+    from kqlab.validate.rule_suggestion import suggest
 
     policy = load_policy(args.policy)
-    _prepare(policy)
+    prepare_registries(policy)
     found = suggest(args.sample, policy, now=args.now, max_rejection=args.max_rejection,
                     max_examples=args.max_examples, schema=not args.no_schema)
     doc = found.to_dict()
@@ -98,8 +84,8 @@ def cmd_suggest(args: argparse.Namespace) -> int:
         save_policy(found.accept(policy), args.write)
         doc["written"] = str(args.write)
     if args.json:
-        sys.stdout.write(orjson.dumps(doc).decode() + "\n")
-        return 0
+        write_json(doc)
+        return EXIT_OK
     print(f"{len(found)} suggestion(s) from {found.records} records "
           f"(max rejection {args.max_rejection:g}):")
     for s in found:
@@ -114,9 +100,4 @@ def cmd_suggest(args: argparse.Namespace) -> int:
         print(f"  note: {note}")
     if args.write:
         print(f"  policy with every suggestion written to {args.write}")
-    return 0
-
-
-def run(args: argparse.Namespace) -> int:
-    """Dispatch one of :data:`COMMANDS`."""
-    return cmd_test(args) if args.command == "test" else cmd_suggest(args)
+    return EXIT_OK

@@ -1,24 +1,26 @@
 """``kqlab report``: replay a sample under a policy and write the static HTML report.
 
-Kept apart from :mod:`kqlab.cli` (which registers it with :func:`add_parsers` and dispatches
-to :func:`run`).  Exit status 0 when the report was written, 2 for a wrong request (as every
-kqlab command).
+Exit status 0 when the report was written, 2 for a wrong request (as every kqlab command).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
-from typing import Any
 
-__all__ = ["COMMANDS", "add_parsers", "cmd_report", "run"]
+from kqlab.cli._common import (
+    EXIT_OK,
+    SubParsers,
+    add_json_flag,
+    prepare_registries,
+    write_json,
+)
 
-COMMANDS = ("report",)
+__all__ = ["add_parser", "cmd_report"]
 
 
-def add_parsers(sub: Any) -> None:
-    """Add the ``report`` sub-command to ``kqlab``'s sub-parsers."""
+def add_parser(sub: SubParsers) -> None:
+    """Add ``kqlab report``."""
     rep = sub.add_parser("report", help="replay a sample and write a static HTML report",
                          description="Replay SOURCE (segment file, partition folder, log "
                          "directory or snapshot) under the policy and write one HTML file "
@@ -45,21 +47,18 @@ def add_parsers(sub: Any) -> None:
                      "failures then come from Spark aggregations, for samples of any size")
     rep.add_argument("--master", default=None,
                      help="Spark master for --engine spark (default local[*])")
-    rep.add_argument("--json", action="store_true",
-                     help="print one JSON document: the report's path, size and the summary")
+    add_json_flag(rep, "print one JSON document: the report's path, size and the summary")
+    rep.set_defaults(run=cmd_report)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     """``kqlab report SOURCE --policy P``: replay, then write the report and print its path."""
-    import orjson
-
-    from kqlab.cli_policy import _prepare
-    from kqlab.policy.io import load_policy
+    from kqlab.policy import load_policy
     from kqlab.reporting import report
     from kqlab.validate.replayer import Replayer
 
     policy = load_policy(args.policy)
-    _prepare(policy)
+    prepare_registries(policy)
     if args.engine == "spark":
         from kqlab.spark import replay_spark
 
@@ -76,15 +75,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     size = out.stat().st_size
     if args.json:
         doc = {"report": str(out), "bytes": size, "summary": verdicts.summary()}
-        sys.stdout.write(orjson.dumps(doc, default=str).decode() + "\n")
+        write_json(doc, default=str)
     else:
         outcomes = verdicts.by_outcome()
         print(f"report written to {out} ({size / 1e6:.1f} MB): "
               f"{sum(outcomes.values()):,} records, "
               + ", ".join(f"{k} {v:,}" for k, v in outcomes.items()))
-    return 0
-
-
-def run(args: argparse.Namespace) -> int:
-    """Dispatch one of :data:`COMMANDS`."""
-    return cmd_report(args)
+    return EXIT_OK
