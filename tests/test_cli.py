@@ -257,3 +257,69 @@ def test_demo_topics_finds_every_planted_defect_and_round_trips_the_broker(capsy
     for topic, r in doc["broker"].items():
         assert r["sampled"] == r["produced"] > 0, topic
         assert sum(r["outcomes"].values()) == r["sampled"]
+
+
+def test_every_command_takes_json():
+    """``--json`` is the same option on every command (scripts rely on it)."""
+    import argparse
+
+    from kqlab.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    missing = [name for name, p in sub.choices.items()
+               if "--json" not in {o for a in p._actions for o in a.option_strings}]
+    assert missing == []
+
+
+def test_gate_json_and_json_metrics_exclude_each_other(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["gate", "--bootstrap", "127.0.0.1:1", "--json", "--json-metrics"])
+    assert exc.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_gate_json_prints_one_document_with_the_final_metrics(tmp_path):
+    """``kqlab gate --json`` on the embedded broker: SIGTERM once every record was judged;
+    stdout holds exactly one JSON document, the final metrics."""
+    import signal
+    import time
+    import urllib.request
+
+    from kqlab.embedded import broker, free_port
+
+    policy = tmp_path / "p.yaml"
+    policy.write_text("kqlab: 1\nname: short\nrules:\n  - {id: short, kind: value_size, max: 4}\n")
+    port = free_port()
+    with broker() as b:
+        for topic in ("g.raw", "g.valid", "g.dlq"):
+            b.create_topic(topic, partitions=1)
+        b.produce("g.raw", [{"value": v, "partition": 0, "timestamp": NOW}
+                            for v in (b"ok", b"fine", b"too long", b"x", b"far too long")])
+        gate = subprocess.Popen(
+            [sys.executable, "-m", "kqlab.cli", "gate", "--policy", str(policy), "--source",
+             "g.raw", "--sink", "g.valid", "--dlq", "g.dlq", "--bootstrap", b.bootstrap,
+             "--group", "cli-json", "--log-interval", "0", "--health-port", str(port),
+             "--now", str(NOW), "--json"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            judged = 0
+            while judged < 5 and gate.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics.json",
+                                                timeout=1) as r:
+                        judged = json.loads(r.read())["records"]
+                except OSError:
+                    pass
+            gate.send_signal(signal.SIGTERM)
+            out, err = gate.communicate(timeout=60)
+        finally:
+            if gate.poll() is None:
+                gate.kill()
+    assert gate.returncode == 0, err
+    assert out.count("\n") == 1, out
+    doc = json.loads(out)
+    assert doc["event"] == "stopped" and doc["state"] == "stopped"
+    assert (doc["records"], doc["forwarded"], doc["dead_lettered"]) == (5, 3, 2)
+    assert doc["by_rule"] == {"short": 2}
