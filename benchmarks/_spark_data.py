@@ -95,7 +95,7 @@ def log_dir(records: int, partitions: int = 8, topic: str = "orders") -> Path:
 
 
 def policy():
-    from kqlab.policy.io import loads_policy
+    from kqlab.policy import loads_policy
 
     return loads_policy(POLICY)
 

@@ -109,7 +109,7 @@ def percentile(xs: list[float], q: float) -> float:
 
 
 def main() -> None:
-    from kqlab.policy.io import loads_policy
+    from kqlab.policy import loads_policy
     from kqlab.validate.replayer import Replayer
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

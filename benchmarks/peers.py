@@ -40,7 +40,7 @@ import orjson
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from kqlab.policy.io import loads_policy
+from kqlab.policy import loads_policy
 from kqlab.records import RECORDS_SCHEMA
 from kqlab.validate.context import EvalContext
 from kqlab.validate.rules import evaluate_rule

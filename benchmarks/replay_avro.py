@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from kqlab.kafka.builder import BatchBuilder, Record
 from kqlab.kafka.log import scan_buffer
-from kqlab.policy.io import loads_policy
+from kqlab.policy import loads_policy
 from kqlab.validate.replayer import Replayer
 from kqlab.validate.sample import Sample
 

@@ -141,7 +141,7 @@ def stats(xs: list[float]) -> dict:
 
 
 def main() -> None:
-    from kqlab.policy.io import loads_policy
+    from kqlab.policy import loads_policy
     from kqlab.validate.replayer import Replayer
     from kqlab.widgets import PolicyEditor
 

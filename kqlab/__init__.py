@@ -34,7 +34,7 @@ _EXPORTS = {
     "BatchOutcome": "kqlab.kafka.validator",
     "validate_batches": "kqlab.kafka.validator",
     "TopicConfig": "kqlab.kafka.configs",
-    "BrokerProfile": "kqlab.kafka.configs",
+    "BrokerRelease": "kqlab.kafka.configs",
     "RECORDS_SCHEMA": "kqlab.records",
     "BATCHES_SCHEMA": "kqlab.records",
     "BATCH_VERDICTS_SCHEMA": "kqlab.records",
@@ -53,11 +53,11 @@ _EXPORTS = {
     "Replayer": "kqlab.validate",
     "Verdicts": "kqlab.validate",
     "broker_verdicts": "kqlab.kafka.table_checks",
-    "suggest": "kqlab.policy.suggest",
-    "Suggestion": "kqlab.policy.suggest",
-    "Suggestions": "kqlab.policy.suggest",
-    "test_policy": "kqlab.validate.golden",
-    "PolicyTestReport": "kqlab.validate.golden",
+    "suggest": "kqlab.validate.rule_suggestion",
+    "Suggestion": "kqlab.validate.suggestions",
+    "Suggestions": "kqlab.validate.suggestions",
+    "check_examples": "kqlab.validate.golden",
+    "ExamplesReport": "kqlab.validate.golden",
     "replay_spark": "kqlab.spark.engine",
     "parity_check": "kqlab.spark.parity",
     "spark_session": "kqlab.spark.session",
@@ -78,10 +78,11 @@ __all__ = [
     "RECORDS_SCHEMA",
     "BatchBuilder",
     "BatchOutcome",
-    "BrokerProfile",
+    "BrokerRelease",
     "Codec",
     "ConfigError",
     "Decoded",
+    "ExamplesReport",
     "KqlabError",
     "LogIssue",
     "LogPathError",
@@ -89,7 +90,6 @@ __all__ = [
     "Policy",
     "PolicyEditor",
     "PolicyError",
-    "PolicyTestReport",
     "Record",
     "RejectionExplorer",
     "ReplayPanel",
@@ -104,6 +104,7 @@ __all__ = [
     "__version__",
     "broker_verdicts",
     "build_batch",
+    "check_examples",
     "decode_batches",
     "decode_records",
     "diff",
@@ -122,7 +123,6 @@ __all__ = [
     "save_policy",
     "spark_session",
     "suggest",
-    "test_policy",
     "unmask",
     "validate_batches",
 ]
@@ -147,7 +147,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from kqlab.kafka.batch import Decoded, decode_batches, decode_records
     from kqlab.kafka.builder import BatchBuilder, Record, build_batch
     from kqlab.kafka.compression import Codec
-    from kqlab.kafka.configs import BrokerProfile, TopicConfig
+    from kqlab.kafka.configs import BrokerRelease, TopicConfig
     from kqlab.kafka.log import LogIssue, iter_log_batches, iter_log_tables, read_log
     from kqlab.kafka.table_checks import broker_verdicts
     from kqlab.kafka.validator import BatchOutcome, PartitionValidator, validate_batches
@@ -161,11 +161,12 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
         loads_policy,
         save_policy,
     )
-    from kqlab.policy.suggest import Suggestion, Suggestions, suggest
     from kqlab.records import BATCH_VERDICTS_SCHEMA, BATCHES_SCHEMA, RECORDS_SCHEMA
     from kqlab.reporting import report
     from kqlab.spark import SparkVerdicts, parity_check, replay_spark, spark_session
     from kqlab.validate import Replayer, Verdicts, replay
-    from kqlab.validate.golden import PolicyTestReport, test_policy
+    from kqlab.validate.golden import ExamplesReport, check_examples
+    from kqlab.validate.rule_suggestion import suggest
+    from kqlab.validate.suggestions import Suggestion, Suggestions
     from kqlab.viz import unmask
     from kqlab.widgets import PolicyEditor, RejectionExplorer, ReplayPanel, Workbench

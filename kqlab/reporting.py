@@ -139,7 +139,7 @@ def _policy_text(policy: Any, unmask: bool | None) -> str:
     """The policy as YAML, with its golden examples' sensitive data masked too."""
     import yaml
 
-    from kqlab.policy.io import policy_to_dict
+    from kqlab.policy import policy_to_dict
     from kqlab.viz._masking import MASK, masker
 
     m = masker(policy, unmask)

@@ -211,11 +211,11 @@ def check_topics(admin: Any, policy: Any, topics: list[str] | None = None, *,
     """
     from confluent_kafka.admin import ConfigResource, ResourceType
 
-    from kqlab.kafka.configs import BrokerProfile
+    from kqlab.kafka.configs import BrokerRelease
 
     reqs = requirements(policy)
     topics = list(topics if topics is not None else policy.topics.names)
-    defaults = BrokerProfile.parse(policy.broker.version).defaults()
+    defaults = BrokerRelease.parse(policy.broker.version).defaults()
     existing = set(admin.list_topics(timeout=timeout).topics)
     out: list[TopicCheck] = []
     for topic in topics:

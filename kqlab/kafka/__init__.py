@@ -12,7 +12,7 @@ from typing import Any
 _EXPORTS = {
     "BatchBuilder": "kqlab.kafka.builder",
     "BatchOutcome": "kqlab.kafka.validator",
-    "BrokerProfile": "kqlab.kafka.configs",
+    "BrokerRelease": "kqlab.kafka.configs",
     "Codec": "kqlab.kafka.compression",
     "KafkaError": "kqlab.kafka.errors",
     "LogIssue": "kqlab.kafka.log",
@@ -35,7 +35,7 @@ _EXPORTS = {
 __all__ = [
     "BatchBuilder",
     "BatchOutcome",
-    "BrokerProfile",
+    "BrokerRelease",
     "Codec",
     "KafkaError",
     "LogIssue",

@@ -61,8 +61,8 @@ def _version_tuple(text: str) -> tuple[int, int]:
 
 
 @dataclass(frozen=True, slots=True)
-class BrokerProfile:
-    """Which broker release's behaviour to emulate (spec §8): ``BrokerProfile.parse("3.9")``.
+class BrokerRelease:
+    """Which broker release's behaviour to emulate (spec §8): ``BrokerRelease.parse("3.9")``.
 
     Supported: 2.4 (KIP-467's INVALID_RECORD and record_errors) up to 4.x.
     """
@@ -70,11 +70,11 @@ class BrokerProfile:
     version: tuple[int, int] = (4, 0)
 
     @classmethod
-    def parse(cls, value: str | BrokerProfile | None) -> BrokerProfile:
+    def parse(cls, value: str | BrokerRelease | None) -> BrokerRelease:
         """Accept ``"3.9"``, ``"4.1"``, ``"4"`` or an existing profile (``None`` = 4.0)."""
         if value is None:
             return cls()
-        if isinstance(value, BrokerProfile):
+        if isinstance(value, BrokerRelease):
             return value
         v = _version_tuple(value)
         if v < (2, 4):
@@ -135,7 +135,7 @@ def _as_long(name: str, value: Any) -> int:
 
 @dataclass(frozen=True, slots=True)
 class TopicConfig:
-    """Effective topic settings for validation, resolved against a :class:`BrokerProfile`.
+    """Effective topic settings for validation, resolved against a :class:`BrokerRelease`.
 
     Build with :meth:`from_dict`; every attribute is the value the broker would use.
 
@@ -146,7 +146,7 @@ class TopicConfig:
     (True, 1048588)
     """
 
-    profile: BrokerProfile
+    profile: BrokerRelease
     max_message_bytes: int
     segment_bytes: int
     compacted: bool
@@ -162,9 +162,9 @@ class TopicConfig:
 
     @classmethod
     def from_dict(cls, configs: dict[str, Any] | None = None,
-                  profile: str | BrokerProfile | None = None) -> TopicConfig:
+                  profile: str | BrokerRelease | None = None) -> TopicConfig:
         """Resolve ``configs`` (topic names, broker synonyms or broker-only names)."""
-        prof = BrokerProfile.parse(profile)
+        prof = BrokerRelease.parse(profile)
         values = prof.defaults()
         broker_only = dict(BROKER_ONLY)
         configs = dict(configs or {})

@@ -41,7 +41,7 @@ from kqlab.kafka.batch import (
 )
 from kqlab.kafka.checksums import crc32
 from kqlab.kafka.compression import Codec, DecompressionError, decompress
-from kqlab.kafka.configs import BrokerProfile, TopicConfig
+from kqlab.kafka.configs import BrokerRelease, TopicConfig
 from kqlab.kafka.producer_state import BatchMetadata, ProducerCheckError, ProducerStateManager
 from kqlab.kafka.records_parser import crc32c, parse_records, render_parse_error
 from kqlab.kafka.varint import to_int64
@@ -187,7 +187,7 @@ class PartitionValidator:
 
     def __init__(self, topic: str, partition: int,
                  config: TopicConfig | dict[str, Any] | None = None, *,
-                 broker_version: str | BrokerProfile | None = None, now: int | None = None,
+                 broker_version: str | BrokerRelease | None = None, now: int | None = None,
                  source: str = "log", produce_version: int = 9, acks: int = -1,
                  client_id: str = "kqlab", transactional_id_authorized: bool = True,
                  origin: str = "client", first_offset: int | None = None,

@@ -9,6 +9,7 @@ the rule can be exported to enforcement targets (Python plugins cannot).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +44,25 @@ class RuleKind:
     def param(self, name: str) -> Param | None:
         """The parameter called ``name``, or None."""
         return next((p for p in self.params if p.name == name), None)
+
+    def minimal_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """``params`` in catalog order without those equal to their default (unknown names kept
+        last): the canonical form the loader builds and the dump writes, so two spellings of
+        one rule compare, hash and print the same.
+
+        Examples
+        --------
+        >>> kind("field_range").minimal_params({"max": 10, "field": "x", "allow_null": True})
+        {'field': 'x', 'max': 10}
+        """
+        out: dict[str, Any] = {}
+        for p in self.params:
+            if p.name in params:
+                value = params[p.name]
+                if not (value == p.default and type(value) is type(p.default)):
+                    out[p.name] = value
+        out.update((k, v) for k, v in params.items() if self.param(k) is None)
+        return out
 
 
 def _k(name: str, category: str, doc: str, params: tuple[Param, ...], message: str,

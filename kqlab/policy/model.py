@@ -1,21 +1,25 @@
 """The policy model: frozen, hashable value objects built with keywords.
 
 A policy is data (ARCHITECTURE principle 2): the YAML file is its source of truth
-(``kqlab.policy.io`` reads and writes it), the validator runs it, exporters translate it.  These
-classes hold exactly what the file says, with defaults applied; they know nothing about bytes on
-the wire or about how rules are executed.
+(:mod:`kqlab.policy.load` reads it, :mod:`kqlab.policy.dump` writes it), the validator runs it,
+exporters translate it.  These classes hold exactly what the file says, with defaults applied;
+they know nothing about bytes on the wire or about how rules are executed.
+
+The canonical plain-data form (:func:`policy_to_dict`: fixed key order, no defaults, rule
+parameters in catalog order, broker configs sorted) lives here too, beside the model it
+describes: the content hash is built on it, the dump writes it and the loader reads it back.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass
 from types import MappingProxyType
 from typing import Any
 
 import orjson
 
-from kqlab.policy.catalog import NEEDS, kind
+from kqlab.policy.catalog import KINDS, NEEDS, kind
 
 POLICY_VERSION = 1
 SEVERITIES = ("error", "warning", "info")
@@ -105,7 +109,7 @@ class Example:
 class Examples:
     """A rule's golden examples: records it must accept (``pass``) and reject (``fail``).
 
-    ``kqlab test`` (:func:`kqlab.validate.golden.test_policy`) replays them through the real
+    ``kqlab test`` (:func:`kqlab.validate.golden.check_examples`) replays them through the real
     validator: a ``pass`` example must not fail the rule, a ``fail`` example must.  They are
     tests *of* the policy, not part of what it does to records, so they do not count in
     :meth:`Policy.content_hash` (see there).
@@ -253,8 +257,13 @@ class Topics:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Broker:
-    """The topic/broker settings the broker checks use: Kafka config names and a release."""
+class BrokerSettings:
+    """The topic/broker settings the broker checks use: Kafka config names and a release.
+
+    The policy file's ``broker:`` section — settings, not a broker: the embedded broker
+    process is :class:`kqlab.embedded.Broker`, and the behaviour of a release is
+    :class:`kqlab.kafka.configs.BrokerRelease`.
+    """
 
     version: str = "4.0"
     configs: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
@@ -327,7 +336,7 @@ class Policy:
     description: str | None = None
     owner: str | None = None
     topics: Topics = field(default_factory=Topics)
-    broker: Broker = field(default_factory=Broker)
+    broker: BrokerSettings = field(default_factory=BrokerSettings)
     enforcement: str = "kip-940"
     key: Format = field(default_factory=Format)
     value: Format = field(default_factory=Format)
@@ -353,13 +362,11 @@ class Policy:
         Golden examples are left out too: the hash names what the policy *does* to records
         — what a vetting's provenance certifies, what exporters translate and what a replay's
         verdicts record — and examples change none of that.  Adding or fixing a test of the
-        policy must not make a vetted policy look unvetted (``kqlab.policy.diff`` agrees: an
+        policy must not make a vetted policy look unvetted (:func:`kqlab.policy.diff` agrees: an
         examples-only change is reported, but the diff stays false).  The ``sensitive``
         section is left out for the same reason: it says what views and reports mask, and
         changes no verdict, so marking a field sensitive keeps a vetted policy vetted.
         """
-        from kqlab.policy.io import policy_to_dict
-
         body = policy_to_dict(self)
         body.pop("provenance", None)
         body.pop("sensitive", None)  # presentation only: masking changes no verdict
@@ -381,3 +388,70 @@ class Policy:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values["rules"] = tuple(rules)
         return Policy(**values)
+
+
+# ------------------------------------------------------------------- canonical plain data
+def _default_of(f: Field[Any]) -> Any:
+    """The default a dataclass field takes when left out (``MISSING`` when it has none)."""
+    if f.default is not MISSING:
+        return f.default
+    if f.default_factory is not MISSING:
+        return f.default_factory()
+    return MISSING
+
+
+def _minimal(value: Any) -> Any:
+    """A model object as plain data: fields in declaration order, defaults left out."""
+    if not is_dataclass(value):
+        return thaw(value)
+    out = {}
+    for f in fields(value):
+        item = getattr(value, f.name)
+        if item == _default_of(f):
+            continue
+        data = _minimal(item)
+        if data == {} or data == []:
+            continue
+        out[f.name] = data
+    return out
+
+
+def canonical_rule(rule: Rule) -> Rule:
+    """``rule`` with its parameters in catalog order and defaults left out (unknown kinds as
+    they are)."""
+    spec = KINDS.get(rule.kind)
+    if spec is None:
+        return rule
+    params = spec.minimal_params(rule.params)
+    if list(params.items()) == list(rule.params.items()):
+        return rule
+    return Rule(id=rule.id, kind=rule.kind, params=params, message=rule.message,
+                description=rule.description, severity=rule.severity, mode=rule.mode,
+                when=rule.when, examples=rule.examples)
+
+
+def policy_to_dict(policy: Policy) -> dict[str, Any]:
+    """The canonical plain-data form of ``policy`` (what the YAML file holds, no defaults).
+
+    Examples
+    --------
+    >>> policy_to_dict(Policy(name="orders", rules=(Rule(id="k", kind="key_required"),)))
+    {'kqlab': 1, 'name': 'orders', 'rules': [{'id': 'k', 'kind': 'key_required'}]}
+    """
+    out: dict[str, Any] = {"kqlab": policy.version}
+    for f in fields(Policy):
+        value = getattr(policy, f.name)
+        if f.name == "version" or value == _default_of(f):
+            continue
+        if f.name == "rules":
+            data = [canonical_rule(r).to_dict() for r in value]
+        elif f.name == "broker":
+            data = _minimal(value)
+            if "configs" in data:
+                data["configs"] = dict(sorted(data["configs"].items()))
+        else:
+            data = _minimal(value)
+        if data == {} or data == []:
+            continue
+        out[f.name] = data
+    return out

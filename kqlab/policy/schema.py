@@ -9,7 +9,7 @@ keeps it equal to :func:`json_schema`.  Regenerate it after changing the catalog
 
     python -c "from kqlab.policy.schema import write_json_schema; write_json_schema()"
 
-The loader (:mod:`kqlab.policy.io`) checks more than the schema can say (regexes compile,
+The loader (:mod:`kqlab.policy.load`) checks more than the schema can say (regexes compile,
 broker configs resolve, rule ids are unique).
 """
 
@@ -29,7 +29,7 @@ from kqlab.policy.model import (
     RELATIVE_TIMESTAMP_UNITS,
     SEVERITIES,
     WIRE_FORMATS,
-    Broker,
+    BrokerSettings,
     Example,
     Examples,
     Format,
@@ -49,7 +49,7 @@ DRAFT = "https://json-schema.org/draft/2020-12/schema"
 _SCALAR_TYPES = {"int": "integer", "number": "number", "str": "string", "bool": "boolean"}
 _ID_PATTERN = "^[a-z0-9][a-z0-9._-]*$"
 _NOT_BLANK = r"\S"
-#: patterns for parameters the loader checks beyond their type (kqlab.policy.io)
+#: patterns for parameters the loader checks beyond their type (kqlab.policy.rule_checks)
 _PARAM_PATTERNS = {
     "field": r"^[^.]+(\.[^.]+)*$",
     "callable": r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$",
@@ -192,12 +192,12 @@ def _broker_configs() -> dict[str, Any]:
         BROKER_ONLY,
         BROKER_SYNONYMS,
         IGNORED_TOPIC_CONFIGS,
-        BrokerProfile,
+        BrokerRelease,
     )
 
     value_types = ["string", "integer", "number", "boolean"]
     properties: dict[str, Any] = {}
-    defaults = {**BrokerProfile.parse("3.9").defaults(), **BrokerProfile.parse("4.0").defaults()}
+    defaults = {**BrokerRelease.parse("3.9").defaults(), **BrokerRelease.parse("4.0").defaults()}
     for name in sorted(defaults):
         properties[name] = {"type": value_types, "description":
                             f"Topic config (broker synonym {BROKER_SYNONYMS[name]})."}
@@ -263,11 +263,13 @@ def json_schema() -> dict[str, Any]:
                 },
             },
             "broker": {
-                "type": "object", "description": _doc(Broker), "additionalProperties": False,
+                "type": "object", "description": _doc(BrokerSettings),
+                "additionalProperties": False,
                 "properties": {
                     "version": _string("Kafka release whose broker to emulate (2.4 or later), "
                                        "as text: \"3.9\", \"4.0\".",
-                                       pattern=r"^[0-9]+(\.[0-9]+)*", default=Broker().version),
+                                       pattern=r"^[0-9]+(\.[0-9]+)*",
+                                       default=BrokerSettings().version),
                     "configs": _broker_configs(),
                 },
             },

@@ -141,7 +141,7 @@ def policy_path(topic: str):
 
 def load_policies() -> dict[str, Any]:
     """``{"orders": Policy, "clicks": Policy}`` (registers the orders schemas first)."""
-    from kqlab.policy.io import loads_policy
+    from kqlab.policy import loads_policy
 
     register_schemas()
     return {t: loads_policy(policy_path(t).read_text(), str(policy_path(t)))

@@ -1,6 +1,6 @@
 """Golden examples: run every rule's must-pass and must-fail records through the real validator.
 
-A policy is unit-tested like code (issue 4 §3).  :func:`test_policy` encodes each example of
+A policy is unit-tested like code (issue 4 §3).  :func:`check_examples` encodes each example of
 each rule into a record with the policy's own key/value formats (Avro with the policy's schema
 source, framed with the Confluent header when ``wire: confluent``), builds one records table
 from all of them, and replays it with :func:`kqlab.validate.replay` under the *whole* policy —
@@ -14,6 +14,9 @@ every rule, the implicit decode rule and the broker's checks, each record alone 
 ``observe`` rules count: their failures are in the verdicts too.  An example that cannot be
 encoded (a datum that does not fit the schema, no schema source) is an ``error``: the test
 fails with the reason, and the other examples still run.
+
+(The entry point is ``check_examples``, not ``test_*``: pytest and readers take a ``test_``
+function for a test of kqlab; this is a library function testing a *policy*.)
 """
 
 from __future__ import annotations
@@ -28,8 +31,8 @@ from typing import Any
 from kqlab.errors import KqlabError
 from kqlab.policy.model import RELATIVE_TIMESTAMP_UNITS, Example, Format, Policy, thaw
 
-__all__ = ["ExampleError", "ExampleResult", "PolicyTestReport", "RuleTestResult",
-           "encode_example", "examples_table", "test_policy"]
+__all__ = ["ExampleError", "ExampleResult", "ExamplesReport", "RuleExamplesResult",
+           "check_examples", "encode_example", "examples_table"]
 
 _RELATIVE = re.compile(r"now(?:([+-])([0-9]+)([a-z]+))?\Z")
 
@@ -69,7 +72,7 @@ class ExampleResult:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RuleTestResult:
+class RuleExamplesResult:
     """The examples of one rule and whether they all behaved."""
 
     rule: str
@@ -89,12 +92,12 @@ class RuleTestResult:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PolicyTestReport:
+class ExamplesReport:
     """What ``kqlab test`` prints: per rule, per example, pass or fail with the reason."""
 
     policy: str
     now: int
-    rules: tuple[RuleTestResult, ...] = ()
+    rules: tuple[RuleExamplesResult, ...] = ()
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -112,7 +115,7 @@ class PolicyTestReport:
         """The examples that did not behave."""
         return tuple(e for r in self.rules for e in r.examples if not e.ok)
 
-    def rule(self, rule_id: str) -> RuleTestResult:
+    def rule(self, rule_id: str) -> RuleExamplesResult:
         """The result of one rule (``KeyError`` when it has no examples)."""
         for r in self.rules:
             if r.rule == rule_id:
@@ -315,8 +318,8 @@ def examples_table(policy: Policy, *, now: int, resolver: Any = None
 
 
 # --------------------------------------------------------------------------------- running
-def test_policy(policy: Policy, *, now: int | None = None,  # noqa: PT028 - not a pytest test
-                resolver: Any = None) -> PolicyTestReport:  # noqa: PT028
+def check_examples(policy: Policy, *, now: int | None = None, resolver: Any = None
+                   ) -> ExamplesReport:
     """Run the golden examples of every rule of ``policy`` through the real validator.
 
     ``now`` is the broker clock (relative example timestamps are relative to it; default the
@@ -339,7 +342,7 @@ def test_policy(policy: Policy, *, now: int | None = None,  # noqa: PT028 - not 
     ...     pass: [{value: {amount: 10}}]
     ...     fail: [{value: {amount: -1}, name: negative}, {value: {amount: 5}, name: wrong}]
     ... ''')
-    >>> report = test_policy(policy, now=1763700000000)
+    >>> report = check_examples(policy, now=1763700000000)
     >>> report.ok, report.examples, [e.label for e in report.failed]
     (False, 3, ['amount-positive fail[1] (wrong)'])
     >>> report.failed[0].message
@@ -350,9 +353,9 @@ def test_policy(policy: Policy, *, now: int | None = None,  # noqa: PT028 - not 
     now = int(time.time() * 1000) if now is None else int(now)
     every = list(_iter_examples(policy))
     if not every:
-        return PolicyTestReport(policy=policy.name, now=now,
-                                notes=("the policy has no golden examples: add examples: "
-                                       "{pass: [...], fail: [...]} to its rules",))
+        return ExamplesReport(policy=policy.name, now=now,
+                              notes=("the policy has no golden examples: add examples: "
+                                     "{pass: [...], fail: [...]} to its rules",))
     table, _, errors = examples_table(policy, now=now, resolver=resolver)
     outcomes: list[str] = []
     failures: list[list[dict[str, Any]]] = []
@@ -373,11 +376,9 @@ def test_policy(policy: Policy, *, now: int | None = None,  # noqa: PT028 - not 
             result = _judge(rule_id, expect, index, ex, outcomes[row], fs)
             row += 1
         by_rule.setdefault(rule_id, []).append(result)
-    return PolicyTestReport(policy=policy.name, now=now, rules=tuple(
-        RuleTestResult(rule=r, examples=tuple(items)) for r, items in by_rule.items()))
+    return ExamplesReport(policy=policy.name, now=now, rules=tuple(
+        RuleExamplesResult(rule=r, examples=tuple(items)) for r, items in by_rule.items()))
 
-
-test_policy.__test__ = False  # type: ignore[attr-defined]  # a library function, not a pytest test
 
 
 def _judge(rule_id: str, expect: str, index: int, ex: Example, outcome: str,

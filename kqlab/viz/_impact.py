@@ -89,7 +89,7 @@ def policy_impact(before: Any, after: Any, *, policies: tuple[Any, Any] | None =
     n_rej, n_acc = sum(table["newly_rejected"]), sum(table["newly_accepted"])
     note = f"{n_rej:,} records newly rejected, {n_acc:,} newly accepted"
     if policies is not None:
-        from kqlab.policy.diff import diff
+        from kqlab.policy.changes import diff
 
         change = diff(*policies).summary().replace("\n", "; ")
         note += f" — {change[:200]}"

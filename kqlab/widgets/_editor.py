@@ -41,7 +41,7 @@ def _check_policy(policy: Policy) -> Policy:
     """``policy`` validated as if loaded from YAML (unknown or ill-typed parameters, missing
     required ones), plus every CEL expression compiled: the loader does not compile CEL, and an
     expression that does not compile must be an inline error, not a failed replay."""
-    from kqlab.policy.io import policy_from_dict, policy_to_dict
+    from kqlab.policy import policy_from_dict, policy_to_dict
 
     checked = policy_from_dict(policy_to_dict(policy), source="editor")
     for rule in policy.rules:
@@ -380,7 +380,7 @@ class PolicyEditor:
 
     def apply_yaml(self, text: str) -> Any:
         """Replace the policy with the YAML ``text`` (the YAML tab's Apply button)."""
-        from kqlab.policy.io import loads_policy
+        from kqlab.policy import loads_policy
 
         try:
             policy = loads_policy(text, source="editor YAML")
@@ -440,8 +440,8 @@ class PolicyEditor:
     # -- suggestions ----------------------------------------------------------------------------
     def suggest(self, **options: Any) -> Any:
         """Rule suggestions from the sample, each with its would-be rejection rate (the
-        *Suggest rules* button); options go to :func:`kqlab.policy.suggest.suggest`."""
-        from kqlab.policy.suggest import suggest
+        *Suggest rules* button); options go to :func:`kqlab.validate.rule_suggestion.suggest`."""
+        from kqlab.validate.rule_suggestion import suggest
 
         r = self.replayer
         self.suggestions = suggest(r.sample, self.policy, now=r.now, resolver=r.resolver,
@@ -623,7 +623,7 @@ def _with(policy: Policy, **changes: Any) -> Policy:
 
 
 def _yaml(policy: Policy) -> str:
-    from kqlab.policy.io import dump_policy
+    from kqlab.policy import dump_policy
 
     return dump_policy(policy)
 

@@ -230,7 +230,7 @@ rules:
 def edges():
     import pyarrow as pa
 
-    from kqlab.policy.io import loads_policy
+    from kqlab.policy import loads_policy
     from kqlab.records import RECORDS_SCHEMA
     from kqlab.validate.replayer import Replayer
 

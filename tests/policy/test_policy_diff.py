@@ -6,7 +6,16 @@ from dataclasses import replace
 
 import pytest
 
-from kqlab.policy import Broker, Format, Policy, PolicyDiff, Provenance, Rule, RuleChange, diff
+from kqlab.policy import (
+    BrokerSettings,
+    Format,
+    Policy,
+    PolicyDiff,
+    Provenance,
+    Rule,
+    RuleChange,
+    diff,
+)
 
 KEY = Rule(id="key", kind="key_required")
 AMOUNT = Rule(id="amount", kind="field_range", params={"field": "amount", "max": 100})
@@ -67,7 +76,7 @@ def test_additions_do_not_count_as_moves():
 
 
 def test_settings_changed():
-    new = replace(BASE, enforcement="kip-686", broker=Broker(configs={"cleanup.policy":
+    new = replace(BASE, enforcement="kip-686", broker=BrokerSettings(configs={"cleanup.policy":
                                                                       "compact"}),
                   value=Format(format="json"))
     d = diff(BASE, new)

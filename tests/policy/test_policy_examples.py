@@ -7,8 +7,7 @@ from dataclasses import replace
 import pytest
 from jsonschema import Draft202012Validator
 
-from kqlab.policy import PolicyError, diff, dump_policy, json_schema, loads_policy
-from kqlab.policy.io import policy_to_dict
+from kqlab.policy import PolicyError, diff, dump_policy, json_schema, loads_policy, policy_to_dict
 from kqlab.policy.model import Example, Examples, Format, Policy, Rule
 
 POLICY = """\

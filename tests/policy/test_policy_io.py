@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from kqlab.errors import KqlabError
 from kqlab.policy import (
-    Broker,
+    BrokerSettings,
     Format,
     Policy,
     PolicyError,
@@ -22,9 +22,10 @@ from kqlab.policy import (
     dump_policy,
     load_policy,
     loads_policy,
+    policy_from_dict,
+    policy_to_dict,
     save_policy,
 )
-from kqlab.policy.io import policy_from_dict, policy_to_dict
 
 CORPUS = Path(__file__).parent / "corpus"
 ORDERS = CORPUS / "good" / "orders.yaml"
@@ -60,7 +61,7 @@ def full_policy() -> Policy:
         description="Orders must carry a key.",
         owner="team@example.com",
         topics=Topics(names=("orders",), patterns=("orders-.*",)),
-        broker=Broker(version="3.9", configs={"cleanup.policy": "compact",
+        broker=BrokerSettings(version="3.9", configs={"cleanup.policy": "compact",
                                               "max.message.bytes": 2097152}),
         enforcement="kip-686",
         key=Format(format="string"),
@@ -169,9 +170,9 @@ provenance: {records: 5, vetted_at: '2026-01-01'}
 
 
 def test_content_hash_ignores_broker_config_order():
-    a = Policy(name="p", broker=Broker(configs={"cleanup.policy": "compact",
+    a = Policy(name="p", broker=BrokerSettings(configs={"cleanup.policy": "compact",
                                                 "max.message.bytes": 10}))
-    b = Policy(name="p", broker=Broker(configs={"max.message.bytes": 10,
+    b = Policy(name="p", broker=BrokerSettings(configs={"max.message.bytes": 10,
                                                 "cleanup.policy": "compact"}))
     assert a.content_hash() == b.content_hash()
     assert dump_policy(a) == dump_policy(b)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from kqlab.policy import KINDS, json_schema, load_policy
-from kqlab.policy.io import _read_yaml, policy_to_dict
+from kqlab.policy import KINDS, json_schema, load_policy, policy_to_dict
+from kqlab.policy.positioned_yaml import read_yaml
 from kqlab.policy.schema import SCHEMA_FILE, write_json_schema
 
 CORPUS = Path(__file__).parent / "corpus"
@@ -63,12 +63,12 @@ def test_schema_declares_every_rule_kind_and_parameter():
 
 @pytest.mark.parametrize("path", GOOD, ids=lambda p: p.stem)
 def test_good_files_validate(validator, path):
-    raw = _read_yaml(path.read_text(encoding="utf-8"), str(path))
+    raw = read_yaml(path.read_text(encoding="utf-8"), str(path))
     assert list(validator.iter_errors(raw)) == []
     assert list(validator.iter_errors(policy_to_dict(load_policy(path)))) == []
 
 
 @pytest.mark.parametrize("name", SCHEMA_REJECTS)
 def test_malformed_files_fail_the_schema_too(validator, name):
-    raw = _read_yaml((CORPUS / "bad" / f"{name}.yaml").read_text(encoding="utf-8"), name)
+    raw = read_yaml((CORPUS / "bad" / f"{name}.yaml").read_text(encoding="utf-8"), name)
     assert list(validator.iter_errors(raw)) != []

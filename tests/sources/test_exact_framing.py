@@ -110,7 +110,7 @@ def test_sample_exact_equals_plain(kafka):
 
 @pytest.mark.parametrize("exact", [True, False])
 def test_sample_to_snapshot_roundtrip_and_replay(kafka, tmp_path, exact):
-    from kqlab.policy.io import loads_policy
+    from kqlab.policy import loads_policy
     from kqlab.validate.replayer import replay
 
     out = tmp_path / "snap"

@@ -16,7 +16,7 @@ import orjson
 from hypothesis import strategies as st
 
 from kqlab.kafka.builder import BatchBuilder, Record, rewrite_header
-from kqlab.policy.io import loads_policy
+from kqlab.policy import loads_policy
 
 NOW = 1_763_700_000_000
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kqlab.policy.io import loads_policy
+from kqlab.policy import loads_policy
 from kqlab.spark import (
     SparkReplayError,
     SparkTerminalProgress,

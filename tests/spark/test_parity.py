@@ -93,7 +93,7 @@ def test_generated_samples_cover_what_matters(spark, tmp_path):
     checks across batches and every profile's codes (so the property test is not vacuous)."""
     import random
 
-    from kqlab.policy.io import loads_policy
+    from kqlab.policy import loads_policy
     from tests.spark.strategies import RULES, partition_log
 
     rng = random.Random(11)

@@ -12,7 +12,7 @@ from kqlab.policy import load_policy, loads_policy
 from kqlab.policy.model import Example
 from kqlab.sources import demo_topics
 from kqlab.sources.demo import demo_policy_path
-from kqlab.validate.golden import ExampleError, encode_example, test_policy
+from kqlab.validate.golden import ExampleError, check_examples, encode_example
 
 NOW = 1_763_700_000_000
 SHIPPED = [demo_policy_path(), demo_topics.policy_path("orders"),
@@ -24,7 +24,7 @@ GOOD_CORPUS = Path(__file__).parents[1] / "policy" / "corpus" / "good" / "exampl
 def test_shipped_demo_policies_pass_their_own_examples(path):
     demo_topics.register_schemas()
     policy = load_policy(str(path))
-    report = test_policy(policy, now=NOW)
+    report = check_examples(policy, now=NOW)
     assert report.ok, report.render()
     tested = {r.rule for r in report.rules}
     assert len(tested) >= 3
@@ -51,7 +51,7 @@ rules:
     fail: [{value: {status: GONE}}, {name: wrongly expected, value: {status: PAID}}]
 - {id: sized, kind: value_size, max: 16, mode: observe}
 """)
-    report = test_policy(policy, now=NOW)
+    report = check_examples(policy, now=NOW)
     assert not report.ok
     assert [e.label for e in report.failed] == ["status pass[1] (typo)",
                                                 "status fail[1] (wrongly expected)"]
@@ -69,7 +69,7 @@ rules:
 
 
 def test_examples_cover_headers_timestamps_and_broker_checks():
-    report = test_policy(load_policy(GOOD_CORPUS), now=NOW)
+    report = check_examples(load_policy(GOOD_CORPUS), now=NOW)
     assert report.ok, report.render()
     # 25 h ahead: the broker's own check (4.0's one-hour default) rejects it too, as context
     late = report.rule("recent").examples[2]
@@ -98,7 +98,7 @@ def test_an_example_that_cannot_be_built_is_an_error_and_the_rest_still_run():
         "- {name: not an order, key: order-00002, value: {amount: nope}}\n"
         "    - {name: customer_id null, key: order-00002, value: {order_id: o-0000001,")
     policy = loads_policy(text)
-    report = test_policy(policy, now=NOW)
+    report = check_examples(policy, now=NOW)
     assert [e.label for e in report.failed] == ["customer-present fail[0] (not an order)"]
     bad = report.failed[0]
     assert bad.error and bad.outcome is None
@@ -114,8 +114,8 @@ def test_relative_timestamps_follow_the_clock():
 
 
 def test_a_policy_without_examples_tests_nothing():
-    report = test_policy(loads_policy("kqlab: 1\nname: p\nrules: [{id: k, kind: key_required}]"),
-                         now=NOW)
+    report = check_examples(loads_policy("kqlab: 1\nname: p\nrules: [{id: k, kind: key_required}]"),
+                            now=NOW)
     assert report.ok and report.examples == 0
     assert "no golden examples" in report.notes[0]
 

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from kqlab.kafka.builder import BatchBuilder, Record
-from kqlab.policy.model import Broker, Policy, Rule
+from kqlab.policy.model import BrokerSettings, Policy, Rule
 from kqlab.validate import Replayer, replay
 from kqlab.validate.assemble import Assembler
 from kqlab.validate.verdicts import failures_array
@@ -54,7 +54,7 @@ def write_log(root, *, partitions: int = 2, batches: int = 40, seed: int = 7,
 
 def policy(*rules: Rule, enforcement: str = "kip-940", **configs) -> Policy:
     return Policy(name="inc", enforcement=enforcement,
-                  broker=Broker(version="4.0", configs=configs), rules=tuple(rules))
+                  broker=BrokerSettings(version="4.0", configs=configs), rules=tuple(rules))
 
 
 TRACE = Rule(id="trace", kind="header_required", params={"name": "trace-id"})
@@ -83,8 +83,8 @@ def edits() -> list[Policy]:
                         for r in p3.rules])                              # observe
     p5 = p4.with_rules([*p4.rules, ENV])
     p6 = p5.with_rules([r for r in p5.rules if r.id != "key"])          # remove
-    p7 = replace(p6, broker=Broker(version="4.0", configs={"cleanup.policy": "compact"}))
-    p8 = replace(p7, broker=Broker(version="4.0", configs={
+    p7 = replace(p6, broker=BrokerSettings(version="4.0", configs={"cleanup.policy": "compact"}))
+    p8 = replace(p7, broker=BrokerSettings(version="4.0", configs={
         "cleanup.policy": "compact", "message.timestamp.before.max.ms": "3600000"}))
     p9 = replace(p8, enforcement="kip-686")
     p10 = p9.with_rules([replace(r, params={"max": 50}) if r.id == "size" else r
@@ -92,7 +92,7 @@ def edits() -> list[Policy]:
     p11 = replace(p10, enforcement="kip-729")
     p12 = p11.with_rules([replace(r, mode="reject") if r.id == "trace" else r
                           for r in p11.rules])
-    p13 = replace(p12, broker=Broker(version="3.9", configs={}))
+    p13 = replace(p12, broker=BrokerSettings(version="3.9", configs={}))
     p14 = p13.with_rules([])
     p15 = p13
     return [p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, p12, p13, p14, p15]

@@ -10,7 +10,7 @@ import pytest
 
 from kqlab.kafka.builder import BatchBuilder, Record, control_record
 from kqlab.kafka.compression import Codec
-from kqlab.policy.model import Broker, Policy, Rule
+from kqlab.policy.model import BrokerSettings, Policy, Rule
 from kqlab.validate import RECORD_VERDICTS_SCHEMA, REPLAY_BATCHES_SCHEMA, Replayer, replay
 from kqlab.validate.rules import missing_implementations
 from kqlab.validate.verdicts import producer_action
@@ -39,7 +39,7 @@ def _rec(key: bytes | None = b"k", value: bytes | None = b"v", trace: bool = Tru
 
 def _policy(*rules: Rule, enforcement: str = "kip-940", **configs) -> Policy:
     return Policy(name="t", enforcement=enforcement,
-                  broker=Broker(version="4.0", configs=configs), rules=rules)
+                  broker=BrokerSettings(version="4.0", configs=configs), rules=rules)
 
 
 TRACE = Rule(id="trace", kind="header_required", params={"name": "trace-id"},

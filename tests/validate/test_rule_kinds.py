@@ -20,8 +20,8 @@ from fastavro import parse_schema, schemaless_writer
 
 from kqlab.kafka.builder import BatchBuilder, Record
 from kqlab.kafka.compression import Codec
+from kqlab.policy import loads_policy
 from kqlab.policy.catalog import KINDS
-from kqlab.policy.io import loads_policy
 from kqlab.policy.model import Policy
 from kqlab.serde.schemas import registry_client
 from kqlab.validate import Replayer, replay

@@ -11,8 +11,8 @@ from dataclasses import replace
 import plotly.graph_objects as go
 import pytest
 
-from kqlab.policy.io import dump_policy
-from kqlab.policy.model import Broker
+from kqlab.policy import dump_policy
+from kqlab.policy.model import BrokerSettings
 from kqlab.validate import Replayer, replay
 from kqlab.viz import aggregates, policy_impact, rejections_by_offset, rejections_by_reason
 from kqlab.widgets import PolicyEditor
@@ -70,14 +70,14 @@ def run_edits(editor: PolicyEditor, source) -> None:
         lambda: editor.update_rule("size", max=40),
         lambda: editor.set_severity("size", "warning"),
         lambda: editor.remove_rule("key"),
-        lambda: editor.set_policy(replace(editor.policy, broker=Broker(
+        lambda: editor.set_policy(replace(editor.policy, broker=BrokerSettings(
             version="4.0", configs={"cleanup.policy": "compact"}))),
         lambda: editor.set_enforcement("kip-686"),
         lambda: editor.update_rule("size", max=120),
         lambda: editor.apply_yaml(dump_policy(editor.policy).replace("max: 120", "max: 60")),
         lambda: editor.set_mode("trace", "reject"),
         lambda: editor.undo(),
-        lambda: editor.set_policy(replace(editor.policy, broker=Broker(version="3.9"))),
+        lambda: editor.set_policy(replace(editor.policy, broker=BrokerSettings(version="3.9"))),
     ]
     for step in steps:
         widgets = dict(editor._figure_view.widgets)

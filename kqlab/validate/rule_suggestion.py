@@ -1,20 +1,60 @@
-"""Profile a sample with Arrow kernels and turn what it shows into rule suggestions.
+"""Rule suggestion: propose a starting policy from a sample, each rule with its rejection rate.
 
-The engine behind :func:`kqlab.policy.suggest.suggest` (its module docstring documents what is
-proposed and the thresholds).  Statistics come from Arrow/numpy kernels over the records table
-and the decoded value column (one :class:`~kqlab.validate.context.EvalContext`, so values are
-decoded once); every candidate rule is then evaluated with the validator's own kernels
-(:func:`kqlab.validate.rules.evaluate_rule`) on that context — the rate a suggestion carries is
-the validator's verdict, never a re-derivation from the statistics.
+:func:`suggest` takes statistics of a sample (a records table, a
+:class:`~kqlab.validate.Sample`, a snapshot folder or log segments) decoded with a policy's
+key/value formats and proposes
+catalog rules — the sample's invariants, each *evaluated with the real validator* on that same
+sample so it carries the number of records it would reject and up to ``max_examples`` of them
+(partition, offset, message).  With an Avro schema source it also derives rules from the
+registered schema (non-null fields, types, enums, logical types).  :meth:`Suggestions.accept`
+appends the chosen ones to a policy as normal rules.
+
+What is proposed, and the thresholds (the defaults; all are parameters):
+
+* **presence** — ``key_required`` (``allow_empty: false`` when no key is empty) and
+  ``value_required`` when at most ``max_rejection`` of the records lack one;
+* **wire** — ``magic_byte`` when values are Confluent-framed, ``schema_id_registered`` (with
+  a schema source) and ``schema_id_allowed`` listing the ids seen at least ``min_support``
+  times (and registered, when a source can say);
+* **headers** — ``header_required`` for every header name on all but ``max_rejection`` of the
+  records; ``header_values`` for headers with at most ``max_categories`` values that recur;
+* **sizes** — ``key_size`` / ``value_size`` / ``headers_size`` with ``max`` = twice the
+  (1 - ``max_rejection``) quantile rounded up to a power of two: head-room for growth, while
+  the rare outliers (a 70 KB value among 100-byte ones) are exactly what it rejects;
+* **fields** (JSON/Avro values) — ``field_not_null`` when at most ``max_rejection`` are null
+  or absent; ``field_range`` with ``min: 0`` when at most ``max_rejection`` of the values are
+  negative (else minus the power of ten below the ``max_rejection`` quantile) and ``max`` =
+  the next power of ten above the (1 - ``max_rejection``) quantile — an order of magnitude of
+  head-room, so only unit mix-ups and corrupt values fail — and no ``max`` for identifiers and
+  times (names like ``*_id``, ``*_at``, ``ts``, or integers above 1e9), which only grow;
+  ``field_in`` for text fields whose values seen at least ``min_support`` times number at
+  most ``max_categories``;
+* **schema** (Avro) — ``field_not_null`` for non-nullable fields, ``field_type`` for
+  non-nullable fields (a nullable one cannot say "string or null"), ``field_in`` for enums,
+  ``field_regex`` for ``uuid``, ``field_range`` for ``decimal``; dates and times decode to
+  temporal values that have no JSON type, so they get ``field_not_null`` only.
+
+A sample-derived suggestion that would reject more than ``max_rejection`` of the sample is
+dropped: such a rule describes a different population, not a defect.  Schema-derived ones are
+kept whatever their rate (the schema is the contract; the rate says how far the data is from
+it).  Order is fixed — presence, wire, headers, sizes, then fields by path — and ids are
+derived from content (``suggest.field_range.amount``), so the same sample always gives the
+same suggestions, in the same order, with the same numbers.
+
+How: statistics come from Arrow/numpy kernels (:mod:`kqlab.validate.sample_stats`) over the
+records table and the decoded value column (one :class:`~kqlab.validate.context.EvalContext`,
+so values are decoded once); every candidate rule is then evaluated with the validator's own
+kernels (:func:`kqlab.validate.rules.evaluate_rule`) on that context — the rate a suggestion
+carries is the validator's verdict, never a re-derivation from the statistics.  The results
+are plain data (:mod:`kqlab.validate.suggestions`).  This sits above the policy model: the
+policy package declares rules, this reads samples to propose them.
 """
 
 from __future__ import annotations
 
-import math
 import re
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,18 +62,26 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kqlab.policy.model import Policy, Rule
-from kqlab.policy.suggest import RecordRef, Suggestion, Suggestions, suggestion_id
 from kqlab.validate.context import EvalContext
 from kqlab.validate.rules import RuleEvaluationError, decodes, evaluate_rule
+from kqlab.validate.sample_stats import (
+    as_number,
+    pow2_ceil,
+    pow10_ceil,
+    quantiles,
+    recurring,
+    sample_records,
+)
+from kqlab.validate.suggestions import RecordRef, Suggestion, Suggestions, suggestion_id
 
-__all__ = ["propose", "sample_records"]
+__all__ = ["suggest"]
 
 # Bounds are read at the (1 - max_rejection) quantile, so a bound never rejects more than the
 # share the caller accepts, on any sample size (a fixed 99.9th percentile is the maximum of a
 # sample under 1000 records, and then the outlier itself would set the bound).
 #: how deep field suggestions walk nested records
 MAX_DEPTH = 3
-#: at most this many header names are profiled (the most frequent)
+#: at most this many header names are measured (the most frequent)
 MAX_HEADER_NAMES = 50
 #: field names that only grow (identifiers, times, sequence numbers): no upper bound
 _GROWING = re.compile(r"(^|[._-])(id|ids|ts|time|timestamp|at|date|seq|sequence|offset|"
@@ -61,73 +109,10 @@ class _Candidate:
         return (4, self.target, _FIELD_ORDER.index(kind) if kind in _FIELD_ORDER else 9)
 
 
-# ------------------------------------------------------------------------------ the sample
-def _data_only(records: pa.Table, batches: pa.Table | None) -> pa.Table:
-    """The records outside transaction-marker batches (what a client produced)."""
-    if batches is None or not batches.num_rows or "is_control" not in batches.column_names:
-        return records
-    control = batches.column("is_control").to_numpy(zero_copy_only=False).astype(bool)
-    if not control.any():
-        return records
-    from kqlab.kafka.table_checks import records_per_batch
-
-    rows = np.repeat(np.arange(batches.num_rows), records_per_batch(batches, records.num_rows))
-    return records.filter(pa.array(~control[rows]))
-
-
-def sample_records(sample: Any) -> pa.Table:
-    """The data records of a records table, ``Sample``, snapshot folder or log segments."""
-    from kqlab.validate.sample import Sample
-
-    if isinstance(sample, pa.Table):
-        return sample
-    if isinstance(sample, Sample):
-        return _data_only(sample.records, sample.batches)
-    from kqlab.sources.files import Snapshot, is_snapshot
-
-    if isinstance(sample, Snapshot) or (isinstance(sample, str | Path) and is_snapshot(sample)):
-        snap = sample if isinstance(sample, Snapshot) else Snapshot.open(sample)
-        records = snap.records()
-        return _data_only(records, snap.batches()) if snap.framing == "exact" else records
-    if isinstance(sample, str | Path):
-        from kqlab.kafka.log import read_log
-
-        log = read_log(sample)
-        return _data_only(log.records, log.batches)
-    raise TypeError(f"cannot suggest rules from a {type(sample).__name__}: pass a records "
-                    "table, a Sample, a snapshot folder or a segment path")
-
-
-# ------------------------------------------------------------------------------- numbers
-def _pow2_ceil(x: float) -> int:
-    return 1 if x <= 1 else 1 << math.ceil(math.log2(x))
-
-
-def _pow10_ceil(x: float) -> float:
-    """The smallest power of ten >= x (x > 0)."""
-    return 10.0 ** math.ceil(math.log10(x) - 1e-12)
-
-
-def _num(x: float, integral: bool) -> int | float:
-    return int(x) if integral or float(x).is_integer() else float(x)
-
-
-def _quantiles(values: np.ndarray, qs: tuple[float, ...]) -> list[float]:
-    # "inverted_cdf" takes observed values: deterministic, no interpolation artefacts
-    return [float(v) for v in np.quantile(values, qs, method="inverted_cdf")]
-
-
-def _recurring(arr: pa.Array, min_support: int) -> tuple[list[Any], int, int]:
-    """(values seen >= min_support times sorted, their distinct count, all distinct count)."""
-    counts = pc.value_counts(arr.drop_null())
-    values = counts.field("values").to_pylist()
-    n = counts.field("counts").to_numpy(zero_copy_only=False)
-    keep = sorted(v for v, c in zip(values, n.tolist(), strict=True) if c >= min_support)
-    return keep, len(keep), len(values)
-
-
 # ------------------------------------------------------------------------ the candidates
-class _Profiler:
+class _Proposer:
+    """Reads the sample's statistics section by section and collects candidate rules."""
+
     def __init__(self, ctx: EvalContext, policy: Policy, *, max_rejection: float,
                  max_categories: int, min_support: int) -> None:
         self.ctx = ctx
@@ -169,8 +154,8 @@ class _Profiler:
             present = size[size >= 0] if kind != "headers_size" else size[size > 0]
             if not len(present):
                 continue
-            (q,) = _quantiles(present, (1 - self.max_rejection,))
-            bound = _pow2_ceil(2 * q)
+            (q,) = quantiles(present, (1 - self.max_rejection,))
+            bound = pow2_ceil(2 * q)
             self.add(kind, {"max": bound}, f"{what} sizes: p{100 * (1 - self.max_rejection):g}"
                      f" {int(q)} B, max {int(present.max())} B over {len(present)} records")
 
@@ -183,7 +168,7 @@ class _Profiler:
         top = [names.field("values")[int(i)].as_py() for i in order[:MAX_HEADER_NAMES]]
         if len(order) > MAX_HEADER_NAMES:
             self.notes.append(f"{len(order)} header names: only the {MAX_HEADER_NAMES} most "
-                              "frequent were profiled")
+                              "frequent were measured")
         for name in sorted(top):
             mask = pc.fill_null(pc.equal(h.keys, name), False).to_numpy(zero_copy_only=False)
             carriers = len(np.unique(h.parent[mask]))
@@ -193,7 +178,7 @@ class _Profiler:
             values = h.values.filter(pa.array(mask))
             text = pc.cast(values, pa.string(), safe=False) if len(values) else values
             try:
-                keep, k, total = _recurring(text, self.min_support)
+                keep, k, total = recurring(text, self.min_support)
             except (pa.ArrowInvalid, pa.ArrowTypeError):
                 continue
             if 0 < k <= self.max_categories and k < len(values):
@@ -242,7 +227,7 @@ class _Profiler:
         ctx = self.ctx
         decoded = ctx.decoded("value")
         if decoded.fallback:
-            self.notes.append(f"value fields not profiled: {decoded.fallback}")
+            self.notes.append(f"value fields not measured: {decoded.fallback}")
             return
         ok = ~ctx.decode_failed("value") & (ctx.value_size >= 0)
         values = decoded.values
@@ -271,7 +256,7 @@ class _Profiler:
                 and nulls < n:
             self._range(arr, path)
         elif pa.types.is_string(t) or pa.types.is_large_string(t):
-            keep, k, total = _recurring(arr, self.min_support)
+            keep, k, total = recurring(arr, self.min_support)
             if 0 < k <= self.max_categories and k < n - nulls:
                 self.add("field_in", {"field": path, "values": keep},
                          f"{path}: {total} distinct value(s), {k} seen at least "
@@ -284,16 +269,16 @@ class _Profiler:
             return
         integral = pa.types.is_integer(arr.type)
         r = self.max_rejection
-        lo, hi = _quantiles(values, (r, 1 - r))
+        lo, hi = quantiles(values, (r, 1 - r))
         negative = float((values < 0).mean())
         growing = bool(_GROWING.search(path.rsplit(".", 1)[-1])) or (integral and lo > 1e9)
         params: dict[str, Any] = {"field": path}
         if negative <= r:
             params["min"] = 0  # non-negative but for the few a rule should catch
         else:
-            params["min"] = _num(-_pow10_ceil(-lo), integral)
+            params["min"] = as_number(-pow10_ceil(-lo), integral)
         if not growing:
-            params["max"] = _num(_pow10_ceil(hi) if hi > 0 else 0, integral)
+            params["max"] = as_number(pow10_ceil(hi) if hi > 0 else 0, integral)
         self.add("field_range", params, f"{path}: {100 * negative:.2g} % negative, "
                  f"p{100 * r:g} {lo:g}, p{100 * (1 - r):g} {hi:g}, min {values.min():g}, max "
                  f"{values.max():g}" + (" (grows: no upper bound)" if growing else ""), path)
@@ -399,10 +384,55 @@ def _merge(candidates: list[_Candidate]) -> list[_Candidate]:
     return sorted(by_id.values(), key=lambda c: (c.order, c.rule.id))
 
 
-def propose(sample: Any, policy: Policy, *, now: int | None, resolver: Any,
-            max_rejection: float, max_examples: int, max_categories: int, min_support: int,
-            schema: bool = True) -> Suggestions:
-    """The suggestions for ``sample`` (see :func:`kqlab.policy.suggest.suggest`)."""
+def suggest(sample: Any, policy: Policy | None = None, *, now: int | None = None,
+            resolver: Any = None, max_rejection: float = 0.01, max_examples: int = 5,
+            max_categories: int = 20, min_support: int = 2, schema: bool = True
+            ) -> Suggestions:
+    """Propose rules from ``sample`` decoded with ``policy``'s formats (see the module doc).
+
+    Parameters
+    ----------
+    sample
+        A records table, a :class:`~kqlab.validate.Sample`, a snapshot folder, or a log
+        segment file / partition folder.  Records of transaction-marker batches are left out.
+    policy
+        Supplies the key/value formats (and schema source) the values are decoded with;
+        ``None``: bytes, nothing decoded (no field suggestions).
+    now
+        The clock for rules that read it (default: the wall clock).
+    resolver
+        A :class:`~kqlab.serde.SchemaResolver` (default: from ``policy.value.schemas``).
+    max_rejection
+        Sample-derived suggestions that would reject a larger share are dropped.
+    max_examples
+        How many rejected records each suggestion names.
+    max_categories, min_support
+        ``field_in`` / ``header_values`` / ``schema_id_allowed`` list values seen at least
+        ``min_support`` times, and only when there are at most ``max_categories`` of them.
+    schema
+        Also derive rules from the registered Avro schema.
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> from kqlab.policy import loads_policy
+    >>> from kqlab.records import RECORDS_SCHEMA
+    >>> rows = [{"topic": "t", "partition": 0, "offset": i, "timestamp": 0,
+    ...          "timestamp_type": 0, "key": b"k%d" % i, "batch_offset": i, "batch_index": 0,
+    ...          "value": b'{"amount": %d, "status": "%s"}' % (i - (i == 7) * 50, b"NEW"),
+    ...          "headers": []} for i in range(200)]
+    >>> table = pa.Table.from_pylist(rows, schema=RECORDS_SCHEMA)
+    >>> found = suggest(table, loads_policy("kqlab: 1\\nname: p\\nvalue: {format: json}"))
+    >>> s = found["suggest.field_range.amount"]
+    >>> s.rule.to_dict(), s.rejected, [(e.offset, e.message) for e in s.examples]
+    ({'id': 'suggest.field_range.amount', 'kind': 'field_range', 'field': 'amount', 'min': 0,\
+ 'max': 1000}, 1, [(7, 'amount=-43 is outside [0, 1000]')])
+    """
+    if not 0 <= max_rejection <= 1:
+        raise ValueError(f"max_rejection is a share of the sample, 0 to 1, not {max_rejection}")
+    if max_examples < 0 or max_categories < 1 or min_support < 1:
+        raise ValueError("max_examples must be >= 0, max_categories and min_support >= 1")
+    policy = policy or Policy(name="suggested")
     records = sample_records(sample)
     if resolver is None and policy.value.schemas is not None:
         from kqlab.serde.schemas import SchemaResolver
@@ -416,24 +446,24 @@ def propose(sample: Any, policy: Policy, *, now: int | None, resolver: Any,
     n = ctx.n
     if not n:
         return Suggestions((), 0, settings, ("the sample has no records",))
-    prof = _Profiler(ctx, policy, max_rejection=max_rejection, max_categories=max_categories,
-                     min_support=min_support)
-    prof.presence()
-    prof.wire()
-    prof.headers()
-    prof.sizes()
-    prof.fields()
+    proposer = _Proposer(ctx, policy, max_rejection=max_rejection,
+                         max_categories=max_categories, min_support=min_support)
+    proposer.presence()
+    proposer.wire()
+    proposer.headers()
+    proposer.sizes()
+    proposer.fields()
     if schema:
-        prof.schema()
+        proposer.schema()
     topic = records.column("topic")
     part = records.column("partition")
     offset = records.column("offset")
     out: list[Suggestion] = []
-    for c in _merge(prof.out):
+    for c in _merge(proposer.out):
         try:
             result = evaluate_rule(ctx, c.rule)
         except RuleEvaluationError as exc:
-            prof.notes.append(f"{c.rule.id} not suggested: {exc}")
+            proposer.notes.append(f"{c.rule.id} not suggested: {exc}")
             continue
         rejected = result.count
         if c.source == "sample" and rejected / n > max_rejection:
@@ -444,4 +474,4 @@ def propose(sample: Any, policy: Policy, *, now: int | None, resolver: Any,
                          for k, i in enumerate(idx))
         out.append(Suggestion(rule=c.rule, source=c.source, evidence=c.evidence, records=n,
                               rejected=rejected, examples=examples))
-    return Suggestions(tuple(out), n, settings, tuple(prof.notes))
+    return Suggestions(tuple(out), n, settings, tuple(proposer.notes))

@@ -6,6 +6,8 @@ when the two policies behave the same; provenance is ignored, as in the content 
 examples (tests of the policy, left out of the content hash for the same reason) are listed in
 ``examples_changed`` and in the summary, but do not make the diff true; so is the ``sensitive``
 section (what views mask, not what the policy does): ``sensitive_changed``.
+
+(The module is called ``changes`` so that ``kqlab.policy.diff`` names one thing: the function.)
 """
 
 from __future__ import annotations

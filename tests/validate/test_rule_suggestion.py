@@ -13,12 +13,13 @@ import pytest
 
 from kqlab.cli import main
 from kqlab.policy import dump_policy, load_policy, loads_policy
-from kqlab.policy.io import RULE_ID
-from kqlab.policy.suggest import Suggestions, suggest, suggestion_id
+from kqlab.policy.rule_checks import RULE_ID
 from kqlab.records import RECORDS_SCHEMA
 from kqlab.sources import demo_topics
 from kqlab.sources.demo import demo_policy_path, write_demo_segment
 from kqlab.validate import Replayer
+from kqlab.validate.rule_suggestion import suggest
+from kqlab.validate.suggestions import Suggestions, suggestion_id
 
 NOW = 1_763_700_000_000
 
