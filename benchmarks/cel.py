@@ -192,7 +192,7 @@ def main() -> None:
                 message="order {id} is not valid")
     run_kqlab(make_context(raw[:1000]), rule)  # first-use costs (imports, parser) on a warm-up
     tk, result = timed(run_kqlab, ctx, rule, reps=reps)
-    from kqlab.validate.cel_vector import evaluate_cel
+    from kqlab.validate.cel import evaluate_cel
 
     col = evaluate_cel(ctx, EXPR)
     tc, cel_out = timed(run_cel_expr_python, values[:sub])

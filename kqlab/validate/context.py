@@ -7,13 +7,22 @@ rule — or the same rule after an edit — never decodes twice (ARCHITECTURE pr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+if TYPE_CHECKING:
+    from kqlab.policy.model import Format
+    from kqlab.serde.decode import DecodedColumn
+    from kqlab.serde.schemas import SchemaResolver
+    from kqlab.serde.wire import WireInfo
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,8 +30,8 @@ class FlatHeaders:
     """The headers column flattened: one row per header, with its record's index."""
 
     parent: np.ndarray  # int64[H]: index of the record each header belongs to
-    keys: pa.Array  # string[H]
-    values: pa.Array  # binary[H] (nullable)
+    keys: pa.StringArray  # string[H]
+    values: pa.BinaryArray  # binary[H] (nullable)
     counts: np.ndarray  # int32[N]: headers per record
 
 
@@ -33,23 +42,30 @@ class EvalContext:
     records: pa.Table
     now: int
     batches: pa.Table | None = None
-    value_format: Any = None  # kqlab.policy.model.Format
-    key_format: Any = None
-    resolver: Any = None  # kqlab.serde SchemaResolver (for avro and schema-id rules)
-    _memo: dict[str, Any] = field(default_factory=dict, repr=False)
+    value_format: Format | None = None
+    key_format: Format | None = None
+    resolver: SchemaResolver | None = None  # for avro and schema-id rules
+    _memo: dict[str, object] = field(default_factory=dict, repr=False)
 
     @property
     def n(self) -> int:
         """Number of records."""
         return self.records.num_rows
 
+    def memo(self, key: str, compute: Callable[[], T]) -> T:
+        """The value cached under ``key``, computed on first use.
+
+        What evaluators derive from the sample alone (a column's special rows, a header's
+        positions) lives here, so an edited rule reuses it; each key holds one type, which
+        its users agree on by name (``"column:value"``, ``"cel_vector:header:trace"``).
+        """
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return cast(T, self._memo[key])
+
     def column(self, name: str) -> pa.Array:
         """A records-table column as one contiguous Arrow array (copied once, then cached)."""
-        key = f"column:{name}"
-        if key not in self._memo:
-            col = self.records.column(name)
-            self._memo[key] = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-        return self._memo[key]
+        return self.memo(f"column:{name}", lambda: self.records.column(name).combine_chunks())
 
     def chunked(self, name: str) -> pa.ChunkedArray:
         """A records-table column as it is (kernels that accept chunks need no copy)."""
@@ -70,11 +86,16 @@ class EvalContext:
     def headers(self) -> FlatHeaders:
         """The headers, flattened (vectorised header rules work on this)."""
         lists = self.column("headers")
-        counts = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False)
+        counts = pc.list_value_length(lists).fill_null(0).to_numpy(zero_copy_only=False)
         counts = counts.astype(np.int32)
         flat = pc.list_flatten(lists)
         parent = np.repeat(np.arange(len(lists), dtype=np.int64), counts)
-        return FlatHeaders(parent, flat.field("key"), flat.field("value"), counts)
+        if not isinstance(flat, pa.StructArray):  # pyarrow-stubs: list_flatten gives a list
+            raise TypeError(f"headers of type {lists.type}, not list<struct<key, value>>")
+        # string and binary children, as the records table's contract says
+        keys = cast(pa.StringArray, flat.field("key"))
+        values = cast(pa.BinaryArray, flat.field("value"))
+        return FlatHeaders(parent, keys, values, counts)
 
     @cached_property
     def headers_size(self) -> np.ndarray:
@@ -100,45 +121,47 @@ class EvalContext:
         return ts[starts][group]
 
     # -- wire format and decoding (kqlab.serde) ---------------------------------------------
-    def wire(self, target: str = "value") -> Any:
-        """The Confluent wire-format header of ``target`` (``kqlab.serde.wire.WireInfo``)."""
-        key = f"wire:{target}"
-        if key not in self._memo:
+    def wire(self, target: str = "value") -> WireInfo:
+        """The Confluent wire-format header of ``target``."""
+        def parse() -> WireInfo:
             from kqlab.serde.wire import parse_wire
 
-            self._memo[key] = parse_wire(self.column(target))
-        return self._memo[key]
+            return parse_wire(self.column(target))
 
-    def decoded(self, target: str = "value") -> Any:
-        """The decoded column of ``target`` (``kqlab.serde.decode.DecodedColumn``), cached."""
-        key = f"decoded:{target}"
-        if key not in self._memo:
+        return self.memo(f"wire:{target}", parse)
+
+    def decoded(self, target: str = "value") -> DecodedColumn:
+        """The decoded column of ``target``, cached."""
+        def decode() -> DecodedColumn:
             from kqlab.policy.model import Format
             from kqlab.serde.decode import decode
 
             fmt = (self.value_format if target == "value" else self.key_format) or Format()
-            self._memo[key] = decode(self.column(target), fmt, self.resolver)
-        return self._memo[key]
+            return decode(self.column(target), fmt, self.resolver)
+
+        return self.memo(f"decoded:{target}", decode)
 
     def decode_failed(self, target: str = "value") -> np.ndarray:
         """Records whose ``target`` could not be decoded (tombstones are not failures)."""
-        key = f"decode_failed:{target}"
-        if key not in self._memo:
+        def failed() -> np.ndarray:
             errors = self.decoded(target).errors
-            self._memo[key] = pc.is_valid(errors).to_numpy(zero_copy_only=False) \
-                if len(errors) else np.zeros(0, dtype=bool)
-        return self._memo[key]
+            return errors.is_valid().to_numpy(zero_copy_only=False) if len(errors) else \
+                np.zeros(0, dtype=bool)
 
-    def python_values(self, target: str = "value") -> list[Any]:
+        return self.memo(f"decode_failed:{target}", failed)
+
+    def python_values(self, target: str = "value") -> list[object]:
         """Decoded values as Python objects (for per-record consumers: CEL, plugins)."""
         return self.decoded(target).python_values()
 
 
-def _sizes(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
+def _sizes(arr: pa.ChunkedArray | pa.BinaryArray | pa.StringArray) -> np.ndarray:
     """Byte length of each binary/string value, -1 for null (Arrow kernel, no Python loop)."""
     if len(arr) == 0:
         return np.zeros(0, dtype=np.int64)
-    lengths = pc.fill_null(pc.binary_length(arr), -1)
-    out = lengths.to_numpy() if isinstance(lengths, pa.ChunkedArray) else \
-        lengths.to_numpy(zero_copy_only=False)
+    lengths = pc.binary_length(arr)
+    if isinstance(lengths, pa.ChunkedArray):
+        out = lengths.fill_null(pa.scalar(-1)).to_numpy()
+    else:
+        out = lengths.fill_null(-1).to_numpy(zero_copy_only=False)
     return out.astype(np.int64)

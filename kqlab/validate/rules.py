@@ -137,7 +137,7 @@ def _restrict(result: RuleResult, keep: np.ndarray) -> RuleResult:
 
 def _when_mask(ctx: EvalContext, rule: Rule) -> tuple[np.ndarray, np.ndarray]:
     # vectorised where the expression allows, per record for the rest (same results)
-    from kqlab.validate.cel_vector import evaluate_cel
+    from kqlab.validate.cel import evaluate_cel
 
     col = evaluate_cel(ctx, rule.when)
     return col.passed, col.error
@@ -459,8 +459,8 @@ for _name in ("field_not_null", "field_range", "field_in", "field_regex", "field
 def _cel(ctx: EvalContext, rule: Rule) -> RuleResult:
     """Column kernels for the vectorised CEL subset, the per-record evaluator for the rows
     (or expressions) they cannot decide: verdicts and error texts are the per-record ones
-    (``kqlab.validate.cel_vector``)."""
-    from kqlab.validate.cel_vector import evaluate_cel
+    (``kqlab.validate.cel``)."""
+    from kqlab.validate.cel import evaluate_cel
 
     col = evaluate_cel(ctx, rule.param("expr"))
     failed = ~col.passed

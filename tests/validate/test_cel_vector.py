@@ -1,4 +1,4 @@
-"""``kqlab.validate.cel_vector``: the vectorised CEL subset against the per-record evaluator.
+"""``kqlab.validate.cel``: the vectorised CEL subset against the per-record evaluator.
 
 The per-record evaluator (:meth:`kqlab.policy.cel.CelProgram.evaluate_many` over
 :func:`~kqlab.policy.cel.record_activations` of the decoded values, what the ``cel`` rule
@@ -25,7 +25,7 @@ from kqlab.policy.cel import CelSyntaxError, available_engines, compile_cel, rec
 from kqlab.policy.model import Format, Rule, SchemaSource
 from kqlab.records import RECORDS_SCHEMA
 from kqlab.serde import registry_client
-from kqlab.validate.cel_vector import evaluate_cel, parse_cel, vectorisable
+from kqlab.validate.cel import evaluate_cel, parse_cel, vectorisable
 from kqlab.validate.context import EvalContext
 from kqlab.validate.rules import evaluate_rule
 
