@@ -12,6 +12,7 @@ hand to another engine.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Literal, cast
 
 import numpy as np
@@ -184,14 +185,12 @@ class Evaluator:
         so an edited rule does not scan every string of the values again.
         """
         out = None
-        memo = self.ctx._memo
         for name in _ENGINE_VARIABLES:
             if name in self.variables or (name == "headers" and "header_list" in
                                           self.variables):
-                memo_key = f"cel_vector:engine_rows:{name}"
-                if memo_key not in memo:
-                    memo[memo_key] = self._special_rows_of(name)
-                out = or_masks(out, cast("Mask | None", memo[memo_key]))
+                rows = self.ctx.memo(f"cel_vector:engine_rows:{name}",
+                                     partial(self._special_rows_of, name))
+                out = or_masks(out, rows)
         return out
 
     def _special_rows_of(self, name: str) -> Mask | None:
@@ -223,14 +222,13 @@ class Evaluator:
         if decoded.fallback:
             raise Unsupported("the decoded values are JSON text")
         if fmt.format == "avro":
-            memo_key = "cel_vector:avro_exact_presence"
-            memo = ctx._memo
-            if memo_key not in memo:
+            def presence() -> bool | Unsupported:
                 try:
-                    memo[memo_key] = avro_exact_presence(ctx, decoded)
-                except Unsupported as exc:
-                    memo[memo_key] = exc
-            exact = cast("bool | Unsupported", memo[memo_key])
+                    return avro_exact_presence(ctx, decoded)
+                except Unsupported as exc:  # kept: the sample's answer, not the expression's
+                    return exc
+
+            exact = ctx.memo("cel_vector:avro_exact_presence", presence)
             if isinstance(exact, Unsupported):
                 raise exact
             self._exact_presence = exact
@@ -363,9 +361,7 @@ class Evaluator:
 
     def _header_rows(self, name: str) -> tuple[Mask, np.ndarray]:
         """Per record: has a header ``name``; flat index of its last occurrence (or -1)."""
-        memo = self.ctx._memo
-        key = f"cel_vector:header:{name}"
-        if key not in memo:
+        def rows() -> tuple[Mask, np.ndarray]:
             h = self.ctx.headers
             last = np.full(self.n, -1, dtype=np.int64)
             if len(h.keys):
@@ -374,8 +370,9 @@ class Evaluator:
                     parents = h.parent[hit]
                     ends = np.append(parents[1:] != parents[:-1], True)
                     last[parents[ends]] = hit[ends]
-            memo[key] = (last >= 0, last)
-        return cast("tuple[Mask, np.ndarray]", memo[key])
+            return last >= 0, last
+
+        return self.ctx.memo(f"cel_vector:header:{name}", rows)
 
     def _header(self, name: str) -> Vec:
         present, last = self._header_rows(name)
