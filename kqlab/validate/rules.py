@@ -14,7 +14,7 @@ import importlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -24,6 +24,9 @@ from kqlab.errors import KqlabError
 from kqlab.policy.catalog import KINDS
 from kqlab.policy.model import Rule
 from kqlab.validate.context import EvalContext
+
+if TYPE_CHECKING:
+    from kqlab.policy.model import Format
 
 
 class RuleEvaluationError(KqlabError):
@@ -83,7 +86,7 @@ def evaluate_rule(ctx: EvalContext, rule: Rule) -> RuleResult:
         result = _restrict(result, keep)
     if rule.when is None:
         return result
-    applies, when_errors = _when_mask(ctx, rule)
+    applies, when_errors = _when_mask(ctx, rule.when)
     if keep is not None:  # a precondition cannot bring back a record the rule does not judge
         when_errors &= keep
     own = result.failed & applies
@@ -104,7 +107,7 @@ def evaluate_rule(ctx: EvalContext, rule: Rule) -> RuleResult:
 DECODE_KINDS = frozenset({"decodable", "avro_valid", "json_valid"})
 
 
-def decodes(fmt: Any) -> bool:
+def decodes(fmt: Format | None) -> bool:
     """Whether a format is decoded (json, avro, string) rather than taken as bytes."""
     return fmt is not None and fmt.format in ("json", "avro", "string")
 
@@ -135,37 +138,42 @@ def _restrict(result: RuleResult, keep: np.ndarray) -> RuleResult:
                       result.errors)
 
 
-def _when_mask(ctx: EvalContext, rule: Rule) -> tuple[np.ndarray, np.ndarray]:
+def _when_mask(ctx: EvalContext, when: str) -> tuple[np.ndarray, np.ndarray]:
+    """Where a ``when`` precondition holds, and where it could not be evaluated."""
     # vectorised where the expression allows, per record for the rest (same results)
     from kqlab.validate.cel import evaluate_cel
 
-    col = evaluate_cel(ctx, rule.when)
+    col = evaluate_cel(ctx, when)
     return col.passed, col.error
 
 
-def _python_values_or_none(ctx: EvalContext) -> list[Any] | None:
+def _python_values_or_none(ctx: EvalContext) -> list[object] | None:
     fmt = ctx.value_format
     if fmt is None or fmt.format in ("none", "bytes"):
         return None
     return ctx.python_values("value")
 
 
-def _result(rule: Rule, failed: np.ndarray, render: Callable[[int], dict[str, Any]] | None = None
-            ) -> RuleResult:
+#: the values a failing record's message is rendered with (``{"size": 12}``); hashable
+MessageValues = dict[str, int | str | None]
+
+
+def _result(rule: Rule, failed: np.ndarray,
+            render: Callable[[int], MessageValues] | None = None) -> RuleResult:
     idx = np.flatnonzero(failed)
     if render is None:
         text = rule.render_message()
         return RuleResult(failed, (text,) * len(idx))
     # failures often share their values (the same size, the same header): render each once
-    cache: dict[tuple, str] = {}
+    cache: dict[tuple[tuple[str, int | str | None], ...], str] = {}
     out = []
     for i in idx.tolist():
         values = render(i)
         key = tuple(values.items())
-        text = cache.get(key)
-        if text is None:
-            text = cache[key] = rule.render_message(**values)
-        out.append(text)
+        rendered = cache.get(key)
+        if rendered is None:
+            rendered = cache[key] = rule.render_message(**values)
+        out.append(rendered)
     return RuleResult(failed, tuple(out))
 
 
@@ -245,7 +253,8 @@ def _named(ctx: EvalContext, name: str) -> np.ndarray:
     keys = ctx.headers.keys
     if len(keys) == 0:
         return np.zeros(0, dtype=bool)
-    return pc.fill_null(pc.equal(keys, name), False).to_numpy(zero_copy_only=False)
+    return pc.equal(keys, pa.scalar(name, pa.string())).fill_null(False).to_numpy(
+        zero_copy_only=False)
 
 
 @implements("header_required")
@@ -267,7 +276,7 @@ def _header_values(ctx: EvalContext, rule: Rule) -> RuleResult:
     values = ctx.headers.values
     allowed = pa.array([v.encode() if isinstance(v, str) else v for v in rule.param("values")],
                        pa.binary())
-    ok = pc.fill_null(pc.is_in(values, value_set=allowed), False) if len(values) else \
+    ok = pc.is_in(values, value_set=allowed).fill_null(False) if len(values) else \
         pa.array([], pa.bool_())
     return _header_value_rule(ctx, rule, ~ok.to_numpy(zero_copy_only=False))
 
@@ -287,14 +296,14 @@ def _header_pattern(ctx: EvalContext, rule: Rule) -> RuleResult:
 def _headers_unique(ctx: EvalContext, rule: Rule) -> RuleResult:
     h = ctx.headers
     failed = np.zeros(ctx.n, dtype=bool)
-    dup_names: dict[int, str] = {}
+    dup_names: dict[int, str | None] = {}  # header keys are strings, never null in practice
     multi = np.flatnonzero(h.counts > 1)
     if len(multi):
         names = rule.param("names")
         keys = h.keys.to_pylist()
         starts = np.concatenate([[0], np.cumsum(h.counts)[:-1]])
         for i in multi.tolist():  # only records that have two or more headers
-            seen: set[str] = set()
+            seen: set[str | None] = set()
             s = int(starts[i])
             for k in keys[s:s + int(h.counts[i])]:
                 if names is not None and k not in names:
@@ -345,7 +354,7 @@ def _magic_byte(ctx: EvalContext, rule: Rule) -> RuleResult:
 def _schema_ids(ctx: EvalContext, target: str) -> tuple[np.ndarray, np.ndarray]:
     wire = ctx.wire(target)
     framed = np.asarray(wire.framed, dtype=bool)
-    ids = pc.fill_null(wire.schema_id, -1).to_numpy(zero_copy_only=False) \
+    ids = wire.schema_id.fill_null(-1).to_numpy(zero_copy_only=False) \
         if isinstance(wire.schema_id, pa.Array) else np.asarray(wire.schema_id)
     return framed, ids.astype(np.int64)
 
@@ -422,14 +431,16 @@ def _json_schema(ctx: EvalContext, rule: Rule) -> RuleResult:
     failed = np.zeros(ctx.n, dtype=bool)
     why: dict[int, str] = {}
     for i, v in enumerate(values):
-        if decode_errors[i] is not None:
-            failed[i], why[i] = True, decode_errors[i]
+        decode_error = decode_errors[i]
+        if decode_error is not None:
+            failed[i], why[i] = True, decode_error
             continue
         if v is None and ctx.value_size[i] < 0:
             continue  # a tombstone has no value to check (value_required judges it)
         try:
             validate(v)
-        except fastjsonschema.JsonSchemaException as exc:
+        except (fastjsonschema.JsonSchemaValueException,
+                fastjsonschema.JsonSchemaValuesException) as exc:  # what validation raises
             failed[i], why[i] = True, exc.message
     return _result(rule, failed, lambda i: {"error": why[i]})
 
@@ -472,7 +483,12 @@ def _cel(ctx: EvalContext, rule: Rule) -> RuleResult:
     return RuleResult(failed, msgs, errors=len(errors))
 
 
-def load_plugin(path: str, options: Any = None) -> Callable[[dict[str, Any]], Any]:
+#: a plugin's record check: the record's activation (``key``, ``value``, ``headers``, ...)
+#: → None or True to accept, False or a message to reject (any other value rejects too)
+RecordValidator = Callable[[dict[str, object]], object]
+
+
+def load_plugin(path: str, options: object = None) -> RecordValidator:
     """Import ``module:attr``; a class is instantiated and ``configure(options)``-ed (KIP-729)."""
     module_name, _, attr = path.partition(":")
     if not module_name or not attr:
