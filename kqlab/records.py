@@ -52,10 +52,20 @@ BATCHES_SCHEMA = pa.schema([
     ("decode_error", pa.string()),
 ])
 
-#: Batch verdicts (one row per batch).  ``check`` (the spec step that decided, e.g. ``"C3"``)
-#: and ``detail`` (the broker's internal exception text, logged but never sent to the client)
-#: are kqlab additions; ``error_message`` is exactly what the client receives.
-RECORD_ERROR_TYPE = pa.list_(pa.struct([("batch_index", pa.int32()), ("message", pa.string())]))
+#: The values a check saw when it decided (its message template's fields), as strings: a
+#: verdict's identity is data (ARCHITECTURE.md), its text is rendered from these, never the
+#: other way round.
+PARAMS_TYPE = pa.map_(pa.string(), pa.string())
+
+#: Batch verdicts (one row per batch).  ``check`` (the spec step that decided, e.g. ``"C3"``),
+#: ``detail`` (the broker's internal exception text, logged but never sent to the client) and
+#: ``params`` (what the deciding check saw) are kqlab additions; ``error_message`` is exactly
+#: what the client receives.  Each record error is KIP-467's ``(batch_index, message)`` plus
+#: its identity: the check id that found it (``R3``, ``R4``, ``R4/type``, ``P`` ...), the
+#: policy rule (for ``P``) and the check's parameters.
+RECORD_ERROR_TYPE = pa.list_(pa.struct([
+    ("batch_index", pa.int32()), ("message", pa.string()), ("check", pa.string()),
+    ("rule", pa.string()), ("params", PARAMS_TYPE)]))
 
 BATCH_VERDICTS_SCHEMA = pa.schema([
     ("topic", pa.string()),
@@ -69,5 +79,6 @@ BATCH_VERDICTS_SCHEMA = pa.schema([
     ("detail", pa.string()),
     ("record_count", pa.int32()),
     ("position", pa.int64()),
+    ("params", PARAMS_TYPE),
 ])
 

@@ -47,6 +47,25 @@ import pyarrow.compute as pc
 
 from kqlab.kafka import errors as kerr
 from kqlab.kafka.batch import increment_sequence
+from kqlab.kafka.checks import aggregate
+from kqlab.kafka.checks import record as rchecks
+from kqlab.kafka.checks._check import Check, ParamsPart, params_column
+from kqlab.kafka.checks.append import C2, C3, C4
+from kqlab.kafka.checks.header import D2_B, D2_C, D2_D, D2_E, D2_F, D2_G, D2_H, Z0
+from kqlab.kafka.checks.producer import EndTxnMarker, MalformedMarker, parse_end_txn_markers
+from kqlab.kafka.checks.request import (
+    A1,
+    A1_AUTH,
+    A4_B,
+    A4_C,
+    A4_C_UNKNOWN,
+    B0,
+    B3,
+    B4,
+    S3,
+    whole_request_message,
+)
+from kqlab.kafka.checks.size import E1, E2
 from kqlab.kafka.compression import Codec
 from kqlab.kafka.configs import LONG_MAX, TopicConfig
 from kqlab.kafka.producer_state import BatchMetadata, ProducerCheckError
@@ -57,7 +76,6 @@ from kqlab.kafka.validator import (
     PolicyErrors,
     outcomes_table,
 )
-from kqlab.kafka.varint import to_int64
 from kqlab.records import BATCH_VERDICTS_SCHEMA, RECORD_ERROR_TYPE
 
 __all__ = ["UNDETERMINED", "broker_verdicts"]
@@ -67,7 +85,6 @@ UNDETERMINED = "undetermined"
 _UNDET = 10_000  # internal code for undetermined rows
 _V2_MIN = 61
 _PARSE_SUFFIX = re.compile(r"(?:^|; )([^;]*) \(after (\d+) of (-?\d+) records\)$")
-_R3_MESSAGE = "Compacted topic cannot accept message without key in topic partition {tp}"
 #: ``check`` of a batch with record errors, by which kinds it has (bits: P 4, R3 2, R4 1)
 _CHECK_LABELS = np.array(["+".join(c for c, bit in (("P", 4), ("R3", 2), ("R4", 1)) if k & bit)
                           for k in range(8)], dtype=object)
@@ -80,32 +97,6 @@ def _np(table: pa.Table, name: str, fill: Any, dtype: Any) -> np.ndarray:
     return np.asarray(col.to_numpy(), dtype=dtype)
 
 
-def _out_of_range(ts: np.ndarray, now: int, below: int, above: int, before_after: bool
-                  ) -> np.ndarray | None:
-    """R4's verdict per record timestamp, in the broker's wrapping long arithmetic: with
-    ``before_after`` ``now - ts > below || ts - now > above`` (KIP-937 bounds), otherwise
-    ``|ts - now| > below`` (``below == above``, the difference bound); ``ts == -1`` never fails.
-    None when no timestamp fails."""
-    if not len(ts):
-        return None
-    lo, hi = now - below, now + above
-    if lo >= -LONG_MAX - 1 and hi <= LONG_MAX and int(ts.min()) >= lo and int(ts.max()) <= hi:
-        # every timestamp within the bounds, and no arithmetic below can wrap: none fails
-        return None
-    with np.errstate(over="ignore"):
-        if before_after:
-            diff = np.subtract(np.int64(now), ts)
-            bad = diff > np.int64(below)
-            np.negative(diff, out=diff)
-            bad |= diff > np.int64(above)
-        else:
-            diff = np.subtract(ts, np.int64(now))
-            np.abs(diff, out=diff)
-            bad = diff > np.int64(below)
-    bad &= ts != -1
-    return bad
-
-
 class _Cascade:
     """Per-batch verdict arrays filled in the broker's order: the first decision sticks."""
 
@@ -115,6 +106,8 @@ class _Cascade:
         self.check: np.ndarray = np.full(n, None, dtype=object)
         self.detail: np.ndarray = np.full(n, None, dtype=object)
         self.message: np.ndarray = np.full(n, None, dtype=object)
+        #: the parameters of every decision made with a :class:`Check` (the ``params`` column)
+        self.params: list[ParamsPart] = []
 
     def open(self, mask: np.ndarray) -> np.ndarray:
         """Indices of ``mask`` rows not decided yet."""
@@ -142,13 +135,28 @@ class _Cascade:
                 arr[idx] = val
         return idx
 
-    def whole_request(self, mask: np.ndarray, error: kerr.KafkaError, check: str,
-                      text: Any) -> None:
-        """§5.4: the text is dropped for -1 or when it equals the code's default message."""
-        def msg(i: int) -> str | None:
-            t = text(i) if callable(text) else text
-            return None if error.code == -1 or t == error.message else t
-        self.decide(mask, error.code, check, text, msg)
+    def by(self, mask: np.ndarray, check: Check, params: dict[str, object] | None = None, *,
+           whole_request: bool = False) -> np.ndarray:
+        """Decide the open rows of ``mask`` with ``check``: the detail text is rendered from
+        the check's template and ``params`` (scalars, or arrays with one entry per batch row),
+        which the verdict keeps as data; ``whole_request`` also returns the text as the
+        client's ``error_message`` where §5.4 keeps it."""
+        idx = self.open(mask)
+        if not len(idx):
+            return idx
+        vals = {k: (v[idx] if isinstance(v, np.ndarray) else v)
+                for k, v in (params or {}).items()}
+        texts = check.render_array(vals).to_numpy(zero_copy_only=False)
+        if len(texts) != len(idx):  # no per-row parameter: one text for all
+            texts = np.full(len(idx), texts[0], dtype=object)
+        self.decided[idx] = True
+        self.code[idx] = check.code
+        self.check[idx] = check.step
+        self.detail[idx] = texts
+        if whole_request:
+            self.message[idx] = [whole_request_message(check.error, t) for t in texts.tolist()]
+        self.params.append((idx, vals))
+        return idx
 
     def undetermined(self, mask: np.ndarray, why: str) -> None:
         self.decide(mask, _UNDET, UNDETERMINED, why)
@@ -224,6 +232,9 @@ class RecordPolicy:
 
     profile: str
     messages: Sequence[str | None] | pa.Array | pa.ChunkedArray
+    #: the rule behind each message (same length; None: not named), so a verdict names its
+    #: rule as data instead of being matched back by its text
+    rules: Sequence[str | None] | pa.Array | pa.ChunkedArray | None = None
 
 
 def _messages_array(messages: Any) -> pa.Array:
@@ -294,6 +305,8 @@ class _Verdicts:
         self.policy = policy
         #: the policy's messages (Arrow, null = the record passes) and where they are set
         self.parr = None if policy is None else _messages_array(policy.messages)
+        self.prules = None if policy is None or policy.rules is None else \
+            _messages_array(policy.rules)
         if self.parr is not None and len(self.parr) != records.num_rows:
             raise ValueError(f"the policy has {len(self.parr)} messages but the records table "
                              f"{records.num_rows} rows")
@@ -370,8 +383,8 @@ class _Verdicts:
         # ---- stage A --------------------------------------------------------------------
         cas.undetermined(size < 17, "batch shorter than 17 bytes: its bytes are needed")
         bad_magic = (magic < 0) | (magic > 2)
-        cas.whole_request(bad_magic, kerr.CORRUPT_MESSAGE, "A1",
-                          lambda i: f"Invalid magic found in record: {int(magic[i])}")
+        cas.by(bad_magic, A1, {"scan_error": S3.render_array({"magic": magic})
+                               .to_numpy(zero_copy_only=False)}, whole_request=True)
         legacy = (magic == 0) | (magic == 1)
         # the raw wrapper offset of a legacy entry is first-inner + lastOffsetDelta
         cas.undetermined(legacy & self.count_known & ~self.lod_known,
@@ -380,38 +393,28 @@ class _Verdicts:
             cas.undetermined(short_v2 & (size > 22),
                              "short v2 batch: its attributes are not in the table")
         if not v.transactional_id_authorized:
-            cas.whole_request(self.v2 & self.transactional,
-                              kerr.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "A1'",
-                              "Transactional Id authorization failed.")
-        cas.decide(legacy, 87, "A4.b", f"Produce requests with version {pv} are only allowed to "
-                   "contain record batches with magic version 2")
+            cas.by(self.v2 & self.transactional, A1_AUTH, whole_request=True)
+        cas.by(legacy, A4_B, {"version": pv})
         if pv < 7:
-            cas.decide(self.v2 & (codec == Codec.ZSTD), 76, "A4.c", f"Produce requests with "
-                       f"version {pv} are not allowed to use ZStandard compression")
-            cas.whole_request(self.v2 & (codec > Codec.ZSTD), kerr.UNKNOWN_SERVER_ERROR, "A4.c",
-                              lambda i: f"Unknown compression type id: {int(codec[i])}")
+            cas.by(self.v2 & (codec == Codec.ZSTD), A4_C, {"version": pv})
+            cas.by(self.v2 & (codec > Codec.ZSTD), A4_C_UNKNOWN, {"codec": codec},
+                   whole_request=True)
 
         # ---- stage B --------------------------------------------------------------------
-        cas.whole_request(is_v2 & (size >= 26) & (size <= 50), kerr.UNKNOWN_SERVER_ERROR, "B0",
-                          "java.lang.IndexOutOfBoundsException reading producerId")
+        cas.by(is_v2 & (size >= 26) & (size <= 50), B0, whole_request=True)
         every = np.ones(self.n, dtype=bool)
         if v.acks not in (-1, 0, 1):
-            cas.decide(every, 21, "B3", f"Invalid required acks {v.acks}")
+            cas.by(every, B3, {"acks": v.acks})
         if v.topic in INTERNAL_TOPICS and v.client_id != "__admin_client":
-            cas.decide(every, 17, "B4", f"Cannot append to internal topic {v.topic}")
+            cas.by(every, B4, {"topic": v.topic})
 
         # ---- stage C --------------------------------------------------------------------
         mmb = cfg.max_message_bytes
-        cas.decide(size > mmb, 10, "C2", lambda i: f"The record batch size in the append to {tp} "
-                   f"is {int(size[i])} bytes which exceeds the maximum configured value of "
-                   f"{mmb}.")
+        cas.by(size > mmb, C2, {"tp": tp, "size": size, "max_message_bytes": mmb})
         cas.undetermined(short_v2, "v2 batch shorter than its 61-byte header: its stored CRC "
                                    "is not in the table")
-        crc = self.crc
-        cas.decide(self.v2 & ~self.crc_valid, 2, "C3", lambda i: f"Record is corrupt (stored crc "
-                   f"= {int(crc[i])}) in topic partition {tp}.")
-        cas.decide(self.v2 & (codec > Codec.ZSTD), -1, "C4",
-                   lambda i: f"Unknown compression type id: {int(codec[i])}")
+        cas.by(self.v2 & ~self.crc_valid, C3, {"stored_crc": self.crc, "tp": tp})
+        cas.by(self.v2 & (codec > Codec.ZSTD), C4, {"codec": codec})
 
         # ---- stage D --------------------------------------------------------------------
         v2 = self.v2
@@ -421,9 +424,7 @@ class _Verdicts:
             target = np.full(self.n, int(Codec.parse(cfg.compression_type)))
         to_magic = cfg.to_magic
         if cfg.inter_broker_protocol < (2, 1) and cfg.profile.version < (4, 0):
-            cas.decide(v2 & (target == Codec.ZSTD), 76, "Z0", "Produce requests to inter.broker."
-                       "protocol.version < 2.1 broker are not allowed to use ZStandard "
-                       "compression")
+            cas.by(v2 & (target == Codec.ZSTD), Z0)
         path_z = (codec != 0) | (target != 0)
         in_place_z = (codec == target) & (to_magic == 2)
         in_place_z |= (codec == 0) & self.control & self.ctrl_origin
@@ -432,23 +433,16 @@ class _Verdicts:
         # D2 (validateBatch): b-f for client-origin batches only
         client = v2 & ~self.ctrl_origin
         ld, cnt, pid, seq = self.last_delta, self.count, self.pid, self.seq
-        cas.decide(client & (ld < 0), 87, "D2.b", lambda i: f"Batch has an invalid offset range: "
-                   f"[0, {int(ld[i])}] in topic partition {tp}")
-        cas.decide(client & (cnt <= 0), 87, "D2.c", lambda i: f"Invalid reported count for record "
-                   f"batch: {int(cnt[i])} in topic partition {tp}")
-        cas.decide(client & (cnt != ld + 1), 87, "D2.d", lambda i: f"Inconsistent batch offset "
-                   f"range [0, {int(ld[i])}] and count of records {int(cnt[i])} in topic "
-                   f"partition {tp}")
-        cas.decide(client & self.control, 87, "D2.e", "Clients are not allowed to write control "
-                   f"records in topic partition {tp}")
-        cas.decide(client & (pid > -1) & (seq < 0), 87, "D2.f", lambda i: f"Invalid sequence "
-                   f"number {int(seq[i])} in record batch with producerId {int(pid[i])} in "
-                   f"topic partition {tp}")
+        cas.by(client & (ld < 0), D2_B, {"base_offset": 0, "last_offset": ld, "tp": tp})
+        cas.by(client & (cnt <= 0), D2_C, {"count": cnt, "tp": tp})
+        cas.by(client & (cnt != ld + 1), D2_D, {"base_offset": 0, "last_offset": ld,
+                                                "count": cnt, "tp": tp})
+        cas.by(client & self.control, D2_E, {"tp": tp})
+        cas.by(client & (pid > -1) & (seq < 0), D2_F, {"sequence": seq, "producer_id": pid,
+                                                       "tp": tp})
         if to_magic < 2:
-            cas.decide(v2 & self.transactional, 43, "D2.g", "Transactional records cannot be "
-                       f"used with magic version {to_magic}")
-            cas.decide(v2 & (pid > -1), 43, "D2.h", "Idempotent records cannot be used with "
-                       f"magic version {to_magic}")
+            cas.by(v2 & self.transactional, D2_G, {"to_magic": to_magic})
+            cas.by(v2 & (pid > -1), D2_H, {"to_magic": to_magic})
         # D3: structural errors, as the decoder recorded them
         if self.decode_error is not None:
             self._structural(v2, partial_reader)
@@ -505,14 +499,8 @@ class _Verdicts:
         now = self.now
         if r4:
             ts = _np(recs, "timestamp", 0, np.int64)
-            if cfg.profile.before_after_timestamps:
-                below, above = cfg.before_max_ms, cfg.after_max_ms
-            else:
-                below = above = cfg.difference_max_ms
-            lo, hi = to_int64(now - below), to_int64(now + above)
-            bad = _out_of_range(ts, now, below, above, cfg.profile.before_after_timestamps)
-            if bad is not None:
-                err4 = active & bad & ~err3
+            lo, hi = rchecks.timestamp_bounds(now, cfg)
+            err4 = active & rchecks.timestamp_out_of_range(ts, now, cfg) & ~err3
         # the record policy, after R3/R4 and only for records without an earlier error
         profile = self.policy.profile if self.policy is not None else "kip-940"
         errp = active & self.pmask & ~err3 & ~err4
@@ -535,37 +523,39 @@ class _Verdicts:
         n_p = np.bincount(rec_batch[ep], minlength=self.n)
         n_r3 = n_err - n_r4 - n_p
         bidx = _np(recs, "batch_index", 0, np.int32)[eidx]
-        r3_text = _R3_MESSAGE.format(tp=tp)
-        # each record error's text: the R3 text, its own R4 text or the policy's message
-        parts: list[pa.Array] = []
+        # each record error: the check that found it, the rule (policy errors), the check's
+        # parameters, and its text rendered from them (R3, R4) or the policy's own message
+        e3 = np.flatnonzero(err3)
+        pieces: list[pa.Array] = [pa.repeat(pa.scalar(rchecks.R3.render(tp=tp)), len(e3))]
+        params: list[ParamsPart] = []
+        at = np.searchsorted(eidx, np.concatenate([e3, e4, ep]))
+        params.append((at[:len(e3)], {"tp": tp}))
         if len(e4):
-            ts_s = pa.array(ts[e4]).cast(pa.string())
             with np.errstate(over="ignore"):
                 odelta = (_np(recs, "offset", 0, np.int64)[e4]
                           - _np(recs, "batch_offset", 0, np.int64)[e4])
-            parts.append(pc.binary_join_element_wise(
-                "Timestamp ", ts_s, " of message with offset ", pa.array(odelta).cast(pa.string()),
-                f" is out of range. The timestamp should be within [{lo}, {hi}]", ""))
+            r4_params = {"timestamp": ts[e4], "offset": odelta, "lower": lo, "upper": hi}
+            pieces.append(rchecks.R4.render_array(r4_params))
+            params.append((at[len(e3):len(e3) + len(e4)], r4_params))
+        rules: pa.Array = pa.nulls(len(e3) + len(e4), pa.string())
         if len(ep):
             assert self.parr is not None
-            parts.append(self.parr.take(pa.array(ep)))
-        if len(parts) == 1 and len(parts[0]) == len(eidx):  # one kind of error only
-            msgs = parts[0]
-        elif not parts:
-            msgs = pa.repeat(pa.scalar(r3_text), len(eidx))
-        else:  # a mix: place each record's own text
-            src = np.zeros(len(eidx), dtype=np.int64)  # 0: the R3 text
-            base = 1
-            for which in (e4, ep):
-                if len(which):
-                    src[np.searchsorted(eidx, which)] = base + np.arange(len(which))
-                    base += len(which)
-            msgs = pa.concat_arrays([pa.array([r3_text], pa.string()), *parts]).take(
-                pa.array(src))
+            pieces.append(self.parr.take(pa.array(ep)))
+            rules = pa.concat_arrays([rules, self.prules.take(pa.array(ep))
+                                      if self.prules is not None else
+                                      pa.nulls(len(ep), pa.string())])
+        inv = np.empty(len(eidx), dtype=np.int64)
+        inv[at] = np.arange(len(eidx))
+        take = pa.array(inv)
+        msgs = pa.concat_arrays([p.cast(pa.string()) for p in pieces]).take(take)
+        checks = pa.array(np.repeat(np.array([rchecks.R3.id, rchecks.R4.id, rchecks.P.id],
+                                             dtype=object), [len(e3), len(e4), len(ep)]),
+                          pa.string()).take(take)
         offsets = np.zeros(self.n + 1, dtype=np.int32)
         np.cumsum(n_err, out=offsets[1:])
-        struct = pa.StructArray.from_arrays([pa.array(bidx, pa.int32()), msgs],
-                                            fields=list(RECORD_ERROR_TYPE.value_type))
+        struct = pa.StructArray.from_arrays(
+            [pa.array(bidx, pa.int32()), msgs, checks, rules.take(take),
+             params_column(len(eidx), params)], fields=list(RECORD_ERROR_TYPE.value_type))
         self.rec_errors = pa.ListArray.from_arrays(pa.array(offsets), struct,
                                                    type=RECORD_ERROR_TYPE)
         failing = n_err > 0
@@ -573,34 +563,10 @@ class _Verdicts:
         ts_fail = failing & (n_r4 > 0)
         idx = cas.decide(ts_fail, 32, "R4", INVALID_TIMESTAMP_MESSAGE, INVALID_TIMESTAMP_MESSAGE)
         cas.check[idx] = labels[idx]
-        rendered = self._render_record_errors(cas.open(failing), offsets, n_err, bidx, msgs)
+        rendered = aggregate.render_error_lists(n_err, offsets, bidx, msgs, cas.open(failing))
         idx = cas.decide(failing, 87, "R3", rendered, rendered)
         cas.check[idx] = labels[idx]
         self._decide_kip686()
-
-    def _render_record_errors(self, rows: np.ndarray, offsets: np.ndarray, n_err: np.ndarray,
-                              bidx: np.ndarray, msgs: pa.Array) -> np.ndarray:
-        """Per batch (an entry at ``rows``, None elsewhere) the INVALID_RECORD text: the error
-        count and the first three record errors (spec §3.D.4)."""
-        out = np.full(self.n, None, dtype=object)
-        if not len(rows):
-            return out
-        k = np.minimum(3, n_err[rows])
-        ends = np.cumsum(k)
-        # the shown errors' positions in the flat record-error arrays, batch after batch
-        pos = np.repeat(offsets[rows].astype(np.int64) - (ends - k), k) + np.arange(int(ends[-1]))
-        shown = pc.binary_join_element_wise(
-            "RecordError(batchIndex=", pa.array(bidx[pos], pa.int32()).cast(pa.string()),
-            ", message='", msgs.take(pa.array(pos)), "')", "")
-        lists = pa.ListArray.from_arrays(pa.array(np.concatenate(([0], ends)), pa.int32()),
-                                         shown)
-        text = pc.binary_join_element_wise(
-            "One or more records have been rejected due to ",
-            pa.array(n_err[rows], pa.int64()).cast(pa.string()),
-            " record errors in total, and only showing the first three errors at most: [",
-            pc.binary_join(lists, ", "), "]", "")
-        out[rows] = text.to_numpy(zero_copy_only=False)
-        return out
 
     def _decide_kip686(self) -> None:
         """KIP-686: a batch with no broker record error but a policy failure: 44 for the batch."""
@@ -619,7 +585,16 @@ class _Verdicts:
         texts[rows] = self.parr.take(pa.array(r[first])).to_numpy(zero_copy_only=False)
         mask = np.zeros(self.n, dtype=bool)
         mask[rows] = True
-        self.cas.decide(mask, 44, "P", texts, texts)
+        idx = self.cas.decide(mask, 44, rchecks.P_BATCH.step, texts, texts)
+        # the KIP-686 verdict names its first failing record (and rule) as data
+        where = np.zeros(self.n, dtype=np.int64)
+        where[rows] = r[first]
+        pick = pa.array(where[idx])
+        bidx = self.records["batch_index"].take(pick).to_numpy(zero_copy_only=False)
+        vals: dict[str, object] = {"batch_index": np.asarray(bidx, dtype=np.int64)}
+        if self.prules is not None:
+            vals["rule"] = self.prules.take(pick)
+        self.cas.params.append((idx, vals))
 
     def _sizes(self, v2: np.ndarray, path_z: np.ndarray, in_place_z: np.ndarray,
                target: np.ndarray) -> None:
@@ -643,9 +618,8 @@ class _Verdicts:
             moved_b = np.bincount(self.rec_batch[moved], minlength=self.n) > 0
             rebuilt |= check_offsets & moved_b
         size = self.size
-        cas.decide(stage_e & ~rebuilt & (size > seg), 18, "E2", lambda i: f"Message batch size is "
-                   f"{int(size[i])} bytes in append to partition {tp} which exceeds the maximum "
-                   f"configured segment size of {seg}.")
+        cas.by(stage_e & ~rebuilt & (size > seg), E2, {"size": size, "tp": tp,
+                                                       "segment_bytes": seg})
         if not rebuilt.any():
             return
         # PartitionValidator._rebuilt_size: skip when records + 10 % + framing fits both limits
@@ -661,12 +635,9 @@ class _Verdicts:
             one = np.zeros(self.n, dtype=bool)
             one[i] = True
             if n > mmb:
-                cas.decide(one, 10, "E1", f"Message batch size is {n} bytes in append topartition "
-                           f"{tp} which exceeds the maximum configured size of {mmb}.")
+                cas.by(one, E1, {"size": n, "tp": tp, "max_message_bytes": mmb})
             elif n > seg:
-                cas.decide(one, 18, "E2", f"Message batch size is {n} bytes in append to "
-                           f"partition {tp} which exceeds the maximum configured segment size "
-                           f"of {seg}.")
+                cas.by(one, E2, {"size": n, "tp": tp, "segment_bytes": seg})
 
     def _uncompressed_upper_bound(self, which: np.ndarray) -> np.ndarray:
         """Per batch, at least the decompressed records' length (varints at their widest)."""
@@ -731,6 +702,15 @@ class _Verdicts:
         corig_l = self.ctrl_origin[ev].tolist()
         kind_l = np.where(ev_f[ev], 0, np.where(undet[ev], 2, 1)).tolist()
         before_l = before[ev].tolist()
+        # each control row's end-transaction marker (its first record), parsed at once;
+        # a control row without records has none (the broker skips it)
+        markers: dict[int, EndTxnMarker | MalformedMarker] = {}
+        crow = ev[self.control[ev] & ev_f[ev] & (self.n_r[ev] > 0)]
+        if len(crow):
+            first_rec = pa.array((np.cumsum(self.n_r) - self.n_r)[crow])
+            cols = parse_end_txn_markers(self.records["key"].take(first_rec),
+                                         self.records["value"].take(first_rec))
+            markers = {r: cols.marker(j) for j, r in enumerate(crow.tolist())}
         first_offset = v.next_offset  # the caller's first_offset, or None
         acc = 0  # records appended by event rows so far
         ev_first: int | None = None  # index of the first appended event row
@@ -782,16 +762,18 @@ class _Verdicts:
                 if dup is not None:
                     check[i], detail[i] = "F1", "duplicate of a batch already appended"
                     continue
+            marker = markers.get(i) if control else None
             try:
                 check_state(pid=pid, epoch=epoch, first_seq=base_seq, first_offset=base,
-                         transactional=txn_l[k], control=control, from_client=not corig_l[k])
+                            transactional=txn_l[k], control=control, from_client=not corig_l[k],
+                            marker=marker)
             except ProducerCheckError as exc:
                 code[i], check[i], detail[i] = exc.code, exc.check, exc.message
                 if resync:
                     pm.resync(pid)
                 continue
             n = cnt_l[k]
-            append(pid=pid, epoch=epoch, transactional=txn_l[k], control=control,
+            append(pid=pid, epoch=epoch, transactional=txn_l[k], control=control, marker=marker,
                    meta=meta_type(base_seq, last_seq, base, base + n - 1, maxts_l[k]))
             if ev_first is None:
                 ev_first, ev_first_start = i, base
@@ -817,9 +799,7 @@ class _Verdicts:
                           .to_numpy(zero_copy_only=False))
         rec_errors = self.rec_errors if self.rec_errors is not None else pa.ListArray.from_arrays(
             pa.array(np.zeros(n + 1, dtype=np.int32)),
-            pa.StructArray.from_arrays([pa.array([], pa.int32()), pa.array([], pa.string())],
-                                       fields=list(RECORD_ERROR_TYPE.value_type)),
-            type=RECORD_ERROR_TYPE)
+            pa.array([], RECORD_ERROR_TYPE.value_type), type=RECORD_ERROR_TYPE)
         cols = {
             "topic": pa.repeat(pa.scalar(self.v.topic, pa.string()), n),
             "partition": pa.repeat(pa.scalar(self.v.partition, pa.int32()), n),
@@ -832,19 +812,15 @@ class _Verdicts:
             "detail": pa.array(cas.detail, pa.string()),
             "record_count": rc,
             "position": self.positions.combine_chunks().cast(pa.int64()),
+            "params": params_column(n, cas.params),
         }
+        table = pa.table(cols, schema=BATCH_VERDICTS_SCHEMA)
         if self.delegated:
-            cols = {k: c.to_pylist() for k, c in cols.items()}
-            for i, o in self.delegated.items():
-                cols["batch_offset"][i] = o.batch_offset
-                cols["error_code"][i] = o.error_code
-                cols["error_name"][i] = o.error_name
-                cols["error_message"][i] = o.error_message
-                cols["record_errors"][i] = [{"batch_index": j, "message": m}
-                                            for j, m in o.record_errors]
-                cols["check"][i] = o.check
-                cols["detail"][i] = o.detail
-                cols["record_count"][i] = o.record_count
-            return pa.table({k: pa.array(c, BATCH_VERDICTS_SCHEMA.field(k).type)
-                             for k, c in cols.items()}, schema=BATCH_VERDICTS_SCHEMA)
-        return pa.table(cols, schema=BATCH_VERDICTS_SCHEMA)
+            # rows the byte-level validator judged: its outcomes, in their places
+            rows = sorted(self.delegated)
+            judged = outcomes_table([self.delegated[i] for i in rows], self.v.topic,
+                                    self.v.partition)
+            take = np.arange(n, dtype=np.int64)
+            take[rows] = n + np.arange(len(rows))
+            table = pa.concat_tables([table, judged]).take(pa.array(take))
+        return table

@@ -39,6 +39,25 @@ from kqlab.kafka.batch import (
     V2_HEADER,
     increment_sequence,
 )
+from kqlab.kafka.checks import aggregate, request
+from kqlab.kafka.checks import record as rchecks
+from kqlab.kafka.checks._check import Check
+from kqlab.kafka.checks.append import C1, C2, C3, C4
+from kqlab.kafka.checks.header import (
+    D1,
+    D1_MORE,
+    D2_A,
+    D2_B,
+    D2_C,
+    D2_D,
+    D2_E,
+    D2_F,
+    D2_G,
+    D2_H,
+    Z0,
+)
+from kqlab.kafka.checks.producer import marker_of_batch
+from kqlab.kafka.checks.size import E1, E2
 from kqlab.kafka.checksums import crc32
 from kqlab.kafka.compression import Codec, DecompressionError, decompress
 from kqlab.kafka.configs import BrokerRelease, TopicConfig
@@ -47,11 +66,22 @@ from kqlab.kafka.records_parser import crc32c, parse_records, render_parse_error
 from kqlab.kafka.varint import to_int64
 from kqlab.records import BATCH_VERDICTS_SCHEMA
 
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
-LOG_OVERHEAD = 12
-MIN_RECORD_OVERHEAD = 14
+INTERNAL_TOPICS = request.INTERNAL_TOPICS
+LOG_OVERHEAD = request.LOG_OVERHEAD
+MIN_RECORD_OVERHEAD = request.MIN_RECORD_OVERHEAD
 _OFFSET_LENGTH = struct.Struct(">qi")
-INVALID_TIMESTAMP_MESSAGE = "One or more records have been rejected due to invalid timestamp"
+INVALID_TIMESTAMP_MESSAGE = aggregate.INVALID_TIMESTAMP_MESSAGE
+
+#: what identifies one record error beyond its wire form: the check that found it (``R3``,
+#: ``R4``, ``P`` ...), the policy rule (for ``P``) and the values the check saw
+RecordErrorId = tuple[str, str | None, dict[str, str] | None]
+#: one collected record error while a batch is read: (code, check, message, rule, params)
+_RecordError = tuple[int, str, str, str | None, dict[str, str] | None]
+
+
+def _params(values: dict[str, object]) -> dict[str, str]:
+    """A check's parameters as the verdict tables keep them (strings, Java's number form)."""
+    return {k: str(v) for k, v in values.items()}
 
 
 @dataclass(slots=True)
@@ -72,6 +102,10 @@ class BatchOutcome:
     batch_offset: int | None = None
     record_count: int | None = None
     position: int | None = None
+    #: the values the deciding check saw (its message template's fields), as strings
+    params: dict[str, str] | None = None
+    #: per entry of ``record_errors``: (check, policy rule or None, parameters)
+    record_error_ids: list[RecordErrorId] = field(default_factory=list)
 
     @property
     def accepted(self) -> bool:
@@ -90,7 +124,10 @@ class BatchOutcome:
             "record_count": self.record_count, "error_code": self.error_code,
             "error_name": self.error_name, "error_message": self.error_message,
             "record_errors": [{"batch_index": i, "message": m} for i, m in self.record_errors],
-            "check": self.check, "detail": self.detail, "whole_request": self.whole_request,
+            "record_error_ids": [{"check": c, "rule": r, "params": p}
+                                 for c, r, p in self.record_error_ids],
+            "check": self.check, "detail": self.detail, "params": self.params,
+            "whole_request": self.whole_request,
             "base_offset": self.base_offset, "log_append_time": self.log_append_time,
             "path": self.path, "duplicate": self.duplicate, "retriable": self.retriable,
         }
@@ -114,6 +151,8 @@ class PolicyErrors:
 
     profile: str = "kip-940"
     errors: dict[int, str] = field(default_factory=dict)
+    #: the rule behind each entry of ``errors`` (same keys; absent: an unnamed policy)
+    rules: dict[int, str] = field(default_factory=dict)
 
 
 class _Reject(Exception):
@@ -122,25 +161,31 @@ class _Reject(Exception):
     def __init__(self, error: kerr.KafkaError, check: str, detail: str | None = None, *,
                  error_message: str | None = None,
                  record_errors: list[tuple[int, str]] | None = None,
-                 whole_request: bool = False):
+                 whole_request: bool = False, params: dict[str, str] | None = None,
+                 record_error_ids: list[RecordErrorId] | None = None):
         super().__init__(detail)
         self.outcome = BatchOutcome(
             error_code=error.code, error_name=error.name, error_message=error_message,
             record_errors=record_errors or [], check=check, detail=detail,
-            whole_request=whole_request)
+            whole_request=whole_request, params=params,
+            record_error_ids=record_error_ids or [])
+
+    @classmethod
+    def of(cls, check: Check, *, returned: bool = False, **params: object) -> _Reject:
+        """The rejection by ``check`` with ``params``: its text is rendered from the check's
+        template; ``returned`` sends it as ``error_message`` too (otherwise it is only
+        logged, spec §5.2)."""
+        text = check.render(**params)
+        return cls(check.error, check.step, text, error_message=text if returned else None,
+                   params=_params(params))
 
 
-def _whole_request(error: kerr.KafkaError, check: str, text: str | None) -> _Reject:
-    # ProduceRequest.getErrorResponse: the text is dropped for UNKNOWN_SERVER_ERROR or when it
-    # equals the code's default message (spec §5.4)
-    msg = None if error.code == -1 or text == error.message else text
-    return _Reject(error, check, text, error_message=msg, whole_request=True)
-
-
-def _render_record_error_list(errors: list[tuple[int, str]]) -> str:
-    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
-    return (f"One or more records have been rejected due to {len(errors)} record errors in "
-            f"total, and only showing the first three errors at most: [{shown}]")
+def _whole_request(check: Check, **params: object) -> _Reject:
+    """§5.4: a whole-request failure (the text is dropped where the broker drops it)."""
+    text = check.render(**params)
+    return _Reject(check.error, check.step, text,
+                   error_message=request.whole_request_message(check.error, text),
+                   whole_request=True, params=_params(params))
 
 
 @dataclass(slots=True)
@@ -214,7 +259,8 @@ class PartitionValidator:
         self.origin = origin
         self.next_offset = first_offset
         self.resync = source == "log" if resync is None else resync
-        self.producers = ProducerStateManager(self.tp)
+        self.producers = ProducerStateManager(self.tp, broker_version=profile.version,
+                                              epoch_bump_clients=produce_version >= 12)
         self._policy: PolicyErrors | None = None
 
     # -- public -----------------------------------------------------------------------------
@@ -288,47 +334,38 @@ class PartitionValidator:
 
         # ---- stage A: request -----------------------------------------------------------
         if not batches and scan_error is not None:  # A1 peeks at the first batch
-            raise _whole_request(kerr.CORRUPT_MESSAGE, "A1", scan_error[1])
+            raise _whole_request(request.A1, scan_error=scan_error[1])
         first = batches[0] if batches else None
         if first is not None and first.magic == 2 and len(first.data) > ATTRIBUTES_OFFSET + 1:
             attr = first.data[ATTRIBUTES_OFFSET + 1]
             if attr & TRANSACTIONAL_MASK and not self.transactional_id_authorized:
-                raise _whole_request(kerr.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "A1'",
-                                     "Transactional Id authorization failed.")
+                raise _whole_request(request.A1_AUTH)
         if v >= 3:
             if first is None:
-                raise _Reject(kerr.INVALID_RECORD, "A4.a", f"Produce requests with version {v} "
-                              "must have at least one record batch per partition")
+                raise _Reject.of(request.A4_A, version=v)
             if first.magic != 2:
-                raise _Reject(kerr.INVALID_RECORD, "A4.b", f"Produce requests with version {v} are "
-                              "only allowed to contain record batches with magic version 2")
+                raise _Reject.of(request.A4_B, version=v)
             if v < 7 and len(first.data) > ATTRIBUTES_OFFSET + 1:
                 codec = first.data[ATTRIBUTES_OFFSET + 1] & 0x07
                 if codec == Codec.ZSTD:
-                    raise _Reject(kerr.UNSUPPORTED_COMPRESSION_TYPE, "A4.c",
-                                  f"Produce requests with version {v} are not allowed to use "
-                                  "ZStandard compression")
+                    raise _Reject.of(request.A4_C, version=v)
                 if codec > Codec.ZSTD:
-                    raise _whole_request(kerr.UNKNOWN_SERVER_ERROR, "A4.c",
-                                         f"Unknown compression type id: {codec}")
+                    raise _whole_request(request.A4_C_UNKNOWN, codec=codec)
             if scan_error is not None:
-                raise _Reject(kerr.CORRUPT_MESSAGE, "A4.d", scan_error[1])
+                raise _Reject.of(request.A4_D_SCAN, scan_error=scan_error[1])
             if len(batches) > 1:
-                raise _Reject(kerr.INVALID_RECORD, "A4.d", f"Produce requests with version {v} are "
-                              "only allowed to contain exactly one record batch per partition")
+                raise _Reject.of(request.A4_D, version=v)
 
         # ---- stage B: replica manager ---------------------------------------------------
         if first is not None and first.magic == 2 and 26 <= len(first.data) <= 50:
-            raise _whole_request(kerr.UNKNOWN_SERVER_ERROR, "B0",
-                                 "java.lang.IndexOutOfBoundsException reading producerId")
+            raise _whole_request(request.B0)
         if self.acks not in (-1, 0, 1):
-            raise _Reject(kerr.INVALID_REQUIRED_ACKS, "B3", f"Invalid required acks {self.acks}")
+            raise _Reject.of(request.B3, acks=self.acks)
         if self.topic in INTERNAL_TOPICS and self.client_id != "__admin_client":
-            raise _Reject(kerr.INVALID_TOPIC_EXCEPTION, "B4",
-                          f"Cannot append to internal topic {self.topic}")
+            raise _Reject.of(request.B4, topic=self.topic)
         if not batches:
             # produce v0-2 with no batch: LogValidator's "no batches at all"
-            raise _Reject(kerr.INVALID_RECORD, "D1", "Record batch has no batches at all")
+            raise _Reject.of(D1)
 
         # ---- stage C: analyzeAndValidateRecords ------------------------------------------
         source_codec = Codec.NONE
@@ -338,12 +375,10 @@ class PartitionValidator:
             total_size += size
             base_offset = _OFFSET_LENGTH.unpack_from(b.data, 0)[0]
             if b.magic >= 2 and base_offset != 0 and self.source == "producer":
-                raise _Reject(kerr.INVALID_RECORD, "C1", f"The baseOffset of the record batch in "
-                              f"the append to {tp} should be 0, but it is {base_offset}")
+                raise _Reject.of(C1, tp=tp, base_offset=base_offset)
             if size > cfg.max_message_bytes:
-                raise _Reject(kerr.MESSAGE_TOO_LARGE, "C2", f"The record batch size in the append "
-                              f"to {tp} is {size} bytes which exceeds the maximum configured "
-                              f"value of {cfg.max_message_bytes}.")
+                raise _Reject.of(C2, tp=tp, size=size,
+                                 max_message_bytes=cfg.max_message_bytes)
             if b.magic == 2:
                 stored = struct.unpack_from(">I", b.data, 17)[0] if size >= 21 else 0
                 valid = size >= RECORD_BATCH_OVERHEAD and \
@@ -355,11 +390,9 @@ class PartitionValidator:
                     crc32(b.data[16:]) == stored
                 codec = b.data[17] & 0x07
             if not valid:
-                raise _Reject(kerr.CORRUPT_MESSAGE, "C3", f"Record is corrupt (stored crc = "
-                              f"{stored}) in topic partition {tp}.")
+                raise _Reject.of(C3, stored_crc=stored, tp=tp)
             if codec > Codec.ZSTD:
-                raise _Reject(kerr.UNKNOWN_SERVER_ERROR, "C4",
-                              f"Unknown compression type id: {codec}")
+                raise _Reject.of(C4, codec=codec)
             if codec != Codec.NONE:
                 source_codec = Codec(codec)
 
@@ -371,8 +404,7 @@ class PartitionValidator:
         to_magic = cfg.to_magic
         first = batches[0]
         if (first.magic >= 2 or source_codec != Codec.NONE) and len(batches) > 1:
-            raise _Reject(kerr.INVALID_RECORD, "D1", "Compressed outer record has more than one "
-                          "batch")
+            raise _Reject.of(D1_MORE)
         if source_codec == Codec.NONE and target == Codec.NONE:
             path = "U" if all(b.magic == to_magic for b in batches) else "X"
             in_place = path == "U"
@@ -381,9 +413,7 @@ class PartitionValidator:
             # Z0 (gone in 4.0, where LogValidator no longer takes an IBP)
             if target == Codec.ZSTD and cfg.inter_broker_protocol < (2, 1) and \
                     cfg.profile.version < (4, 0):
-                raise _Reject(kerr.UNSUPPORTED_COMPRESSION_TYPE, "Z0", "Produce requests to inter."
-                              "broker.protocol.version < 2.1 broker are not allowed to use "
-                              "ZStandard compression")
+                raise _Reject.of(Z0)
             in_place = source_codec == target
             if first.magic != to_magic or to_magic == 0:
                 in_place = False
@@ -414,13 +444,11 @@ class PartitionValidator:
         if rebuilt:
             validated_size = self._rebuilt_size(batches, target, uncompressed_size)
             if validated_size is not None and validated_size > cfg.max_message_bytes:
-                raise _Reject(kerr.MESSAGE_TOO_LARGE, "E1", f"Message batch size is "
-                              f"{validated_size} bytes in append topartition {tp} which exceeds "
-                              f"the maximum configured size of {cfg.max_message_bytes}.")
+                raise _Reject.of(E1, size=validated_size, tp=tp,
+                                 max_message_bytes=cfg.max_message_bytes)
         if validated_size is not None and validated_size > cfg.segment_bytes:
-            raise _Reject(kerr.RECORD_LIST_TOO_LARGE, "E2", f"Message batch size is "
-                          f"{validated_size} bytes in append to partition {tp} which exceeds "
-                          f"the maximum configured segment size of {cfg.segment_bytes}.")
+            raise _Reject.of(E2, size=validated_size, tp=tp,
+                             segment_bytes=cfg.segment_bytes)
 
         # ---- stage F: producer state ----------------------------------------------------
         base = self.next_offset
@@ -433,6 +461,7 @@ class PartitionValidator:
             control = bool(header[5] & CONTROL_MASK)
             transactional = bool(header[5] & TRANSACTIONAL_MASK)
             last_seq = increment_sequence(base_seq, header[6]) if base_seq != -1 else -1
+            marker = marker_of_batch(first.data) if control else None
             if not control:
                 dup = self.producers.find_duplicate(pid, epoch, base_seq, last_seq)
                 if dup is not None:
@@ -443,12 +472,13 @@ class PartitionValidator:
             try:
                 self.producers.check(pid=pid, epoch=epoch, first_seq=base_seq,
                                      first_offset=base, transactional=transactional,
-                                     control=control, from_client=not self._control_origin(first))
+                                     control=control, from_client=not self._control_origin(first),
+                                     marker=marker)
             except ProducerCheckError as exc:
-                raise _Reject(kerr.error_for_code(exc.code), exc.check, exc.message) from None
+                raise _Reject(exc.definition.error, exc.check, exc.message) from None
             max_ts = header[8]
             self.producers.append(pid=pid, epoch=epoch, transactional=transactional,
-                                  control=control,
+                                  control=control, marker=marker,
                                   meta=BatchMetadata(base_seq, last_seq, base,
                                                      base + n_total - 1, max_ts))
         self.next_offset = base + n_total
@@ -474,33 +504,25 @@ class PartitionValidator:
         attr = attributes & 0xFF
         # D2 (validateBatch)
         if magic != first.magic:
-            raise _Reject(kerr.INVALID_RECORD, "D2.a", f"Batch magic {magic} is not the same as "
-                          f"the first batch's magic byte {first.magic} in topic partition {tp}")
+            raise _Reject.of(D2_A, magic=magic, first_magic=first.magic, tp=tp)
         last_offset = to_int64(base_offset + last_delta)
         if self._control_origin(b):
             pass  # validateBatch runs D2.b-f for AppendOrigin.CLIENT only
         elif to_int64(last_offset - base_offset + 1) <= 0:
-            raise _Reject(kerr.INVALID_RECORD, "D2.b", f"Batch has an invalid offset range: "
-                          f"[{base_offset}, {last_offset}] in topic partition {tp}")
+            raise _Reject.of(D2_B, base_offset=base_offset, last_offset=last_offset, tp=tp)
         elif count <= 0:
-            raise _Reject(kerr.INVALID_RECORD, "D2.c", f"Invalid reported count for record batch: "
-                          f"{count} in topic partition {tp}")
+            raise _Reject.of(D2_C, count=count, tp=tp)
         elif count != last_delta + 1:
-            raise _Reject(kerr.INVALID_RECORD, "D2.d", f"Inconsistent batch offset range "
-                          f"[{base_offset}, {last_offset}] and count of records {count} in "
-                          f"topic partition {tp}")
+            raise _Reject.of(D2_D, base_offset=base_offset, last_offset=last_offset,
+                             count=count, tp=tp)
         elif attr & CONTROL_MASK:
-            raise _Reject(kerr.INVALID_RECORD, "D2.e", f"Clients are not allowed to write control "
-                          f"records in topic partition {tp}")
+            raise _Reject.of(D2_E, tp=tp)
         elif pid > -1 and base_seq < 0:
-            raise _Reject(kerr.INVALID_RECORD, "D2.f", f"Invalid sequence number {base_seq} in "
-                          f"record batch with producerId {pid} in topic partition {tp}")
+            raise _Reject.of(D2_F, sequence=base_seq, producer_id=pid, tp=tp)
         if attr & TRANSACTIONAL_MASK and to_magic < 2:
-            raise _Reject(kerr.UNSUPPORTED_FOR_MESSAGE_FORMAT, "D2.g", f"Transactional records "
-                          f"cannot be used with magic version {to_magic}")
+            raise _Reject.of(D2_G, to_magic=to_magic)
         if pid > -1 and to_magic < 2:
-            raise _Reject(kerr.UNSUPPORTED_FOR_MESSAGE_FORMAT, "D2.h", f"Idempotent records cannot "
-                          f"be used with magic version {to_magic}")
+            raise _Reject.of(D2_H, to_magic=to_magic)
         # records (3.D.3)
         codec = attr & 0x07
         raw = memoryview(b.data)[RECORD_BATCH_OVERHEAD:]
@@ -527,18 +549,18 @@ class PartitionValidator:
             ts = np.full(count, max_ts, dtype=np.int64)
         else:
             ts = np.int64(base_ts) + parsed.ts_delta
-        errors: dict[int, tuple[int, str, str]] = {}
+        errors: dict[int, _RecordError] = {}
         if cfg.compacted:
+            r3 = (87, rchecks.R3.id, rchecks.R3.render(tp=tp), None, {"tp": tp})
             for i in np.flatnonzero(parsed.key_length < 0).tolist():
-                errors[i] = (87, "R3", "Compacted topic cannot accept message without key in "
-                                       f"topic partition {tp}")
+                errors[i] = r3
         self._check_timestamps(now, ts, lat, errors, parsed, base_offset, partial=not strict)
         in_place_ok = bool(np.array_equal(parsed.offset_delta,
                                           np.arange(count, dtype=np.int32)))
         self._apply_policy(errors, count, skip_chain=partial_reader and stream)
         return h, count, in_place_ok, len(region)
 
-    def _apply_policy(self, errors: dict[int, tuple[int, str, str]], count: int, *,
+    def _apply_policy(self, errors: dict[int, _RecordError], count: int, *,
                       skip_chain: bool) -> None:
         """Merge the record policy into the batch's record errors, then aggregate (3.D.5)."""
         policy = self._policy
@@ -546,81 +568,65 @@ class PartitionValidator:
                 policy.profile == "kip-729" and skip_chain):
             for i, message in policy.errors.items():
                 if 0 <= i < count and i not in errors:
-                    errors[i] = (87, "P", message)
+                    errors[i] = (87, rchecks.P.id, message, policy.rules.get(i), None)
         self._raise_record_errors(errors)
         if policy is not None and policy.errors and policy.profile == "kip-686":
             first = min(policy.errors)
             message = policy.errors[first]
-            raise _Reject(kerr.POLICY_VIOLATION, "P", message, error_message=message)
+            rule = policy.rules.get(first)
+            raise _Reject(kerr.POLICY_VIOLATION, rchecks.P_BATCH.step, message,
+                          error_message=message,
+                          params={"batch_index": str(first)} | ({"rule": rule} if rule else {}))
 
     def _check_timestamps(self, now: int, ts: np.ndarray, lat: bool,
-                          errors: dict[int, tuple[int, str, str]], parsed: Any,
+                          errors: dict[int, _RecordError], parsed: Any,
                           base_offset: int, *, partial: bool) -> None:
+        """R4 over the batch's records (:mod:`kqlab.kafka.checks.record`)."""
         cfg = self.config
-        n = len(ts)
-        if cfg.profile.before_after_timestamps:
-            before, after = cfg.before_max_ms, cfg.after_max_ms
-            if not cfg.log_append_time:
-                with np.errstate(over="ignore"):
-                    diff = np.int64(now) - ts
-                    bad = (ts != -1) & ((diff > np.int64(before)) | (-diff > np.int64(after)))
-                lat_bad = np.zeros(n, dtype=bool) if not lat else (ts == -1)
-            else:
-                bad = np.zeros(n, dtype=bool)
-                lat_bad = np.full(n, lat)
-            lo, hi = to_int64(now - before), to_int64(now + after)
-        else:
-            d = cfg.difference_max_ms
-            if not cfg.log_append_time:
-                with np.errstate(over="ignore"):
-                    bad = (ts != -1) & (np.abs(ts - np.int64(now)) > np.int64(d))
-            else:
-                bad = np.zeros(n, dtype=bool)
-            lat_bad = np.full(n, lat) & ~bad
-            lo, hi = to_int64(now - d), to_int64(now + d)
+        bad = rchecks.timestamp_out_of_range(ts, now, cfg)
+        lat_bad = rchecks.timestamp_type_flagged(ts, bad, lat, cfg)
+        lo, hi = rchecks.timestamp_bounds(now, cfg)
         for i in np.flatnonzero(bad).tolist():
             if i in errors:
                 continue
             offset = to_int64(base_offset + int(parsed.offset_delta[i]))
-            errors[i] = (32, "R4", f"Timestamp {int(ts[i])} of message with offset {offset} is "
-                                   f"out of range. The timestamp should be within [{lo}, {hi}]")
+            p = {"timestamp": int(ts[i]), "offset": offset, "lower": lo, "upper": hi}
+            errors[i] = (32, rchecks.R4.id, rchecks.R4.render(**p), None, _params(p))
         for i in np.flatnonzero(lat_bad).tolist():
             if i in errors:
                 continue
             offset = to_int64(base_offset + int(parsed.offset_delta[i]))
-            kl, vl = int(parsed.key_length[i]), int(parsed.value_length[i])
-            if partial:
-                rec = (f"PartialDefaultRecord(offset={offset}, timestamp={int(ts[i])}, "
-                       f"key={kl} bytes, value={vl} bytes)")
-            else:
-                rec = (f"DefaultRecord(offset={offset}, timestamp={int(ts[i])}, "
-                       f"key={max(kl, 0)} bytes, value={max(vl, 0)} bytes)")
-            errors[i] = (32, "R4", f"Invalid timestamp type in message {rec}. Producer should "
-                                   "not set timestamp type to LogAppendTime.")
+            rec = rchecks.render_record(offset, int(ts[i]), int(parsed.key_length[i]),
+                                        int(parsed.value_length[i]), partial=partial)
+            errors[i] = (32, rchecks.R4_TYPE.id, rchecks.R4_TYPE.render(record=rec), None,
+                         {"record": rec})
 
-    def _raise_record_errors(self, errors: dict[int, tuple[int, str, str]]) -> None:
+    def _raise_record_errors(self, errors: dict[int, _RecordError]) -> None:
         """3.D.5: one exception per batch listing every record error in iteration order.
 
-        ``check`` names the checks that fired (``"R3+R4"``), in spec order.
+        ``check`` names the spec steps that fired (``"R3+R4"``), in spec order; each record
+        error keeps its own check id, rule and parameters beside its text.
         """
         if not errors:
             return
         keys = sorted(errors)
         ordered = [(i, errors[i][2]) for i in keys]
-        check = "+".join(sorted({errors[i][1] for i in keys}))
+        ids = [(errors[i][1], errors[i][3], errors[i][4]) for i in keys]
+        check = "+".join(sorted({rchecks.CHECKS[errors[i][1]].step for i in keys}))
         if any(errors[i][0] == 32 for i in keys):
             raise _Reject(kerr.INVALID_TIMESTAMP, check, INVALID_TIMESTAMP_MESSAGE,
-                          error_message=INVALID_TIMESTAMP_MESSAGE, record_errors=ordered)
-        text = _render_record_error_list(ordered)
-        raise _Reject(kerr.INVALID_RECORD, check, text, error_message=text, record_errors=ordered)
+                          error_message=INVALID_TIMESTAMP_MESSAGE, record_errors=ordered,
+                          record_error_ids=ids)
+        text = aggregate.render_error_list(ordered)
+        raise _Reject(kerr.INVALID_RECORD, check, text, error_message=text, record_errors=ordered,
+                      record_error_ids=ids)
 
     # -- legacy v0/v1 -----------------------------------------------------------------------
     def _validate_legacy(self, b: _Batch, first: _Batch, now: int, to_magic: int, path: str,
                          source_codec: Codec) -> tuple[Any, int, bool, int]:
         tp = self.tp
         if b.magic != first.magic:
-            raise _Reject(kerr.INVALID_RECORD, "D2.a", f"Batch magic {b.magic} is not the same as "
-                          f"the first batch's magic byte {first.magic} in topic partition {tp}")
+            raise _Reject.of(D2_A, magic=b.magic, first_magic=first.magic, tp=tp)
         try:
             entry = legacy.open_entry(b.data)
         except legacy.LegacyFormatError as exc:
@@ -634,7 +640,7 @@ class PartitionValidator:
         cfg = self.config
         compressed = entry.inner is not None
         lat_batch = w.magic >= 1 and w.timestamp_type == 1 and self.source != "log"
-        errors: dict[int, tuple[int, str, str]] = {}
+        errors: dict[int, _RecordError] = {}
         in_place_ok = True
         usize = 0
         for i, m in enumerate(entry.messages):
@@ -647,8 +653,8 @@ class PartitionValidator:
                 # (AbstractLegacyRecordBatch.DeepRecordsIterator.makeNext), so R0 never fires
                 raise _Reject(kerr.INVALID_RECORD, "D3", "Inner messages must not be compressed")
             if m.magic != w.magic:
-                errors[i] = (87, "R1", f"Record {m.render()}'s magic does not match outer magic "
-                                 f"{w.magic} in topic partition {tp}")
+                p = {"record": m.render(), "magic": w.magic, "tp": tp}
+                errors[i] = (87, rchecks.R1.id, rchecks.R1.render(**p), None, _params(p))
                 continue
             if compressed and not m.crc_valid:
                 computed = crc32(legacy.encode_message(0, m.key, m.value, magic=m.magic,
@@ -657,8 +663,7 @@ class PartitionValidator:
                 raise _Reject(kerr.CORRUPT_MESSAGE, "R2", f"Record is corrupt (stored crc = {m.crc}"
                               f", computed crc = {computed}) in topic partition {tp}.")
             if cfg.compacted and m.key is None:
-                errors[i] = (87, "R3", "Compacted topic cannot accept message without key in "
-                                       f"topic partition {tp}")
+                errors[i] = (87, rchecks.R3.id, rchecks.R3.render(tp=tp), None, {"tp": tp})
                 continue
             ts = w.timestamp if lat_batch else m.timestamp
             self._legacy_timestamp(i, m, ts, lat_batch, now, errors)
@@ -668,31 +673,19 @@ class PartitionValidator:
         return header, n, in_place_ok, usize
 
     def _legacy_timestamp(self, i: int, m: legacy.LegacyMessage, ts: int, lat_batch: bool,
-                          now: int, errors: dict[int, tuple[int, str, str]]) -> None:
+                          now: int, errors: dict[int, _RecordError]) -> None:
+        """R4 for one legacy record (the same rule as v2: :mod:`kqlab.kafka.checks.record`)."""
         cfg = self.config
-        prof = cfg.profile
-        if prof.before_after_timestamps:
-            if not cfg.log_append_time and ts != -1:
-                diff = to_int64(now - ts)
-                if diff > cfg.before_max_ms or to_int64(-diff) > cfg.after_max_ms:
-                    errors[i] = (32, "R4", f"Timestamp {ts} of message with offset {m.offset} "
-                                     f"is out of range. The timestamp should be within "
-                                     f"[{to_int64(now - cfg.before_max_ms)}, "
-                                     f"{to_int64(now + cfg.after_max_ms)}]")
-                return
-        else:
-            d = cfg.difference_max_ms
-            if not cfg.log_append_time and ts != -1:
-                diff = to_int64(ts - now)
-                absdiff = diff if diff == -(2**63) else abs(diff)
-                if absdiff > d:
-                    errors[i] = (32, "R4", f"Timestamp {ts} of message with offset {m.offset} "
-                                     f"is out of range. The timestamp should be within "
-                                     f"[{to_int64(now - d)}, {to_int64(now + d)}]")
-                    return
-        if lat_batch:
-            errors[i] = (32, "R4", f"Invalid timestamp type in message {m.render()}. Producer "
-                                   "should not set timestamp type to LogAppendTime.")
+        one = np.array([ts], dtype=np.int64)
+        bad = rchecks.timestamp_out_of_range(one, now, cfg)
+        if bad[0]:
+            lo, hi = rchecks.timestamp_bounds(now, cfg)
+            p = {"timestamp": ts, "offset": m.offset, "lower": lo, "upper": hi}
+            errors[i] = (32, rchecks.R4.id, rchecks.R4.render(**p), None, _params(p))
+        elif rchecks.timestamp_type_flagged(one, bad, lat_batch, cfg)[0]:
+            rec = m.render()
+            errors[i] = (32, rchecks.R4_TYPE.id, rchecks.R4_TYPE.render(record=rec), None,
+                         {"record": rec})
 
     # -- sizes after a rebuild (E1) ---------------------------------------------------------
     def _rebuilt_size(self, batches: list[_Batch], target: Codec, uncompressed: int
@@ -751,10 +744,22 @@ def outcomes_table(outcomes: list[BatchOutcome], topic: str, partition: int) -> 
         "error_name": pa.array([o.error_name for o in outcomes], pa.string()),
         "error_message": pa.array([o.error_message for o in outcomes], pa.string()),
         "record_errors": pa.array(
-            [[{"batch_index": i, "message": m} for i, m in o.record_errors] for o in outcomes],
-            BATCH_VERDICTS_SCHEMA.field("record_errors").type),
+            [[{"batch_index": i, "message": m, "check": ids[0] or None, "rule": ids[1],
+               "params": None if ids[2] is None else list(ids[2].items())}
+              for (i, m), ids in zip(o.record_errors, _padded_ids(o), strict=True)]
+             for o in outcomes], BATCH_VERDICTS_SCHEMA.field("record_errors").type),
         "check": pa.array([o.check for o in outcomes], pa.string()),
         "detail": pa.array([o.detail for o in outcomes], pa.string()),
         "record_count": pa.array([o.record_count for o in outcomes], pa.int32()),
         "position": pa.array([o.position for o in outcomes], pa.int64()),
+        "params": pa.array([None if o.params is None else list(o.params.items())
+                            for o in outcomes], BATCH_VERDICTS_SCHEMA.field("params").type),
     }, schema=BATCH_VERDICTS_SCHEMA)
+
+
+def _padded_ids(outcome: BatchOutcome) -> list[RecordErrorId]:
+    """The outcome's record-error ids, one per record error (unknown ones as ``(None...)``:
+    a caller that built ``record_errors`` by hand)."""
+    ids = outcome.record_error_ids
+    missing = len(outcome.record_errors) - len(ids)
+    return list(ids) + [("", None, None)] * missing if missing > 0 else list(ids)

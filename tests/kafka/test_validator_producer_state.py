@@ -304,7 +304,8 @@ class TestValidateBatches:
         assert all(r["topic"] == "t" and r["partition"] == 0 for r in rows)
         assert all(r["batch_offset"] == 0 for r in rows)
         msg = "Compacted topic cannot accept message without key in topic partition t-0"
-        assert rows[3]["record_errors"] == [{"batch_index": 0, "message": msg}]
+        assert rows[3]["record_errors"] == [{"batch_index": 0, "message": msg, "check": "R3",
+                                             "rule": None, "params": [("tp", "t-0")]}]
         assert rows[3]["error_message"] == (
             "One or more records have been rejected due to 1 record errors in total, and only "
             f"showing the first three errors at most: [RecordError(batchIndex=0, "

@@ -44,6 +44,9 @@ class Check:
     condition: str
     mirrors: str
     returned: str = "log"
+    #: unique key of the check when several templates share a spec step (``"R4/type"``);
+    #: defaults to ``step``, which is what verdicts report
+    id: str = ""
     #: the parameter names the template reads, in order of appearance (derived)
     params: tuple[str, ...] = field(init=False, default=())
 
@@ -53,6 +56,8 @@ class Check:
         names = tuple(dict.fromkeys(
             f for _, f, _, _ in string.Formatter().parse(self.template) if f))
         object.__setattr__(self, "params", names)
+        if not self.id:
+            object.__setattr__(self, "id", self.step)
 
     @property
     def code(self) -> int:
@@ -102,22 +107,22 @@ def _as_strings(value: object) -> object:
 
 
 class Registry:
-    """Every check by step, in spec order (the docs table and the tests iterate it)."""
+    """Every check by id, in spec order (the docs table and the tests iterate it)."""
 
     def __init__(self) -> None:
         self._by_step: dict[str, Check] = {}
 
     def add(self, check: Check) -> Check:
-        if check.step in self._by_step:
-            raise ValueError(f"check {check.step} is defined twice")
-        self._by_step[check.step] = check
+        if check.id in self._by_step:
+            raise ValueError(f"check {check.id} is defined twice")
+        self._by_step[check.id] = check
         return check
 
-    def __getitem__(self, step: str) -> Check:
+    def __getitem__(self, check_id: str) -> Check:
         try:
-            return self._by_step[step]
+            return self._by_step[check_id]
         except KeyError:
-            raise KeyError(f"no broker check {step!r}; known: {', '.join(self._by_step)}"
+            raise KeyError(f"no broker check {check_id!r}; known: {', '.join(self._by_step)}"
                            ) from None
 
     def __contains__(self, step: object) -> bool:
@@ -132,3 +137,53 @@ class Registry:
 
 
 CHECKS = Registry()
+
+
+#: one group of verdicts decided by the same check: their rows and the check's parameters
+#: (each a scalar, the same for every row, or an array with one value per row)
+ParamsPart = tuple[np.ndarray, Mapping[str, object]]
+
+
+def params_column(n: int, parts: list[ParamsPart]) -> pa.MapArray:
+    """The ``params`` column (``map<string, string>``) of ``n`` verdict rows from the groups
+    that were decided (rows in no group are null); built without a per-row Python loop."""
+    counts = np.zeros(n, dtype=np.int64)
+    keys: list[pa.Array] = []
+    items: list[pa.Array] = []
+    order_keys: list[np.ndarray] = []
+    for rows, params in parts:
+        k = len(params)
+        if not len(rows):
+            continue
+        counts[rows] = k
+        if not k:
+            continue
+        m = len(rows)
+        names = list(params)
+        keys.append(pa.array(np.tile(np.asarray(names, dtype=object), m), pa.string()))
+        cols = []
+        for name in names:
+            v = params[name]
+            if isinstance(v, np.ndarray | pa.Array | pa.ChunkedArray):
+                cols.append(_as_strings(v))
+            else:
+                cols.append(pa.repeat(pa.scalar(str(v), pa.string()), m))
+        # row-major: row 0's k values, then row 1's ...
+        stacked = pa.concat_arrays([c.combine_chunks() if isinstance(c, pa.ChunkedArray)
+                                    else c for c in cols])  # type: ignore[union-attr]
+        pos = (np.arange(k)[None, :] * m + np.arange(m)[:, None]).ravel()
+        items.append(stacked.take(pa.array(pos)))
+        order_keys.append(np.repeat(rows.astype(np.int64), k) * 1024 + np.tile(np.arange(k), m))
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    if keys:
+        order = np.argsort(np.concatenate(order_keys), kind="stable")
+        key_arr = pa.concat_arrays(keys).take(pa.array(order))
+        item_arr = pa.concat_arrays(items).take(pa.array(order))
+    else:
+        key_arr = item_arr = pa.array([], pa.string())
+    decided = np.zeros(n, dtype=bool)
+    for rows, _ in parts:
+        decided[rows] = True
+    return pa.MapArray.from_arrays(pa.array(offsets), key_arr, item_arr,
+                                   mask=pa.array(~decided))

@@ -14,10 +14,10 @@ from kqlab.kafka import errors as kerr
 from kqlab.kafka.checks._check import CHECKS, Check
 
 D5_TIMESTAMP = CHECKS.add(Check(
-    "D5.ts", "3.D.5", kerr.INVALID_TIMESTAMP,
+    "D5", "3.D.5", kerr.INVALID_TIMESTAMP,
     "One or more records have been rejected due to invalid timestamp",
     "some record error of the batch is INVALID_TIMESTAMP", "LogValidator.processRecordErrors",
-    "error_message"))
+    "error_message", id="D5/timestamp"))
 D5_RECORD = CHECKS.add(Check(
     "D5", "3.D.5", kerr.INVALID_RECORD,
     "One or more records have been rejected due to {count} record errors in total, and only "

@@ -15,9 +15,9 @@ D1 = CHECKS.add(Check(
     "D1", "3.D.1", kerr.INVALID_RECORD, "Record batch has no batches at all",
     "no batch at all (produce v0-2)", "LogValidator.getFirstBatchAndMaybeValidateNoMoreBatches"))
 D1_MORE = CHECKS.add(Check(
-    "D1'", "3.D.1", kerr.INVALID_RECORD, "Compressed outer record has more than one batch",
+    "D1", "3.D.1", kerr.INVALID_RECORD, "Compressed outer record has more than one batch",
     "a v2 (or compressed) first batch is followed by another",
-    "LogValidator.getFirstBatchAndMaybeValidateNoMoreBatches"))
+    "LogValidator.getFirstBatchAndMaybeValidateNoMoreBatches", id="D1/more"))
 D2_A = CHECKS.add(Check(
     "D2.a", "3.D.2", kerr.INVALID_RECORD,
     "Batch magic {magic} is not the same as the first batch's magic byte {first_magic} in "

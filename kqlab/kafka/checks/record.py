@@ -40,21 +40,21 @@ R4 = CHECKS.add(Check(
     "after.max.ms (64-bit wrap; before 3.6 |ts - now| > difference.max.ms)",
     "LogValidator.validateTimestamp", "record_error"))
 R4_TYPE = CHECKS.add(Check(
-    "R4'", "3.D.4", kerr.INVALID_TIMESTAMP,
+    "R4", "3.D.4", kerr.INVALID_TIMESTAMP,
     "Invalid timestamp type in message {record}. Producer should not set timestamp type to "
     "LogAppendTime.",
     "the batch has the LogAppendTime bit and the record was not range-checked",
-    "LogValidator.validateTimestamp", "record_error"))
+    "LogValidator.validateTimestamp", "record_error", id="R4/type"))
 P = CHECKS.add(Check(
     "P", "7.2", kerr.INVALID_RECORD, "{message}",
     "a record fails a reject rule of the record policy (KIP-940/KIP-729: one record error "
     "per failing record, after R3/R4)", "KIP-940 RecordValidationPolicy.validate",
     "record_error"))
 P_BATCH = CHECKS.add(Check(
-    "P'", "7.1", kerr.POLICY_VIOLATION, "{message}",
+    "P", "7.1", kerr.POLICY_VIOLATION, "{message}",
     "KIP-686: a record of the batch fails the policy and no broker record error was found; "
     "the first failing record's message, no record errors", "KIP-686 RecordsPolicy.validate",
-    "error_message"))
+    "error_message", id="P/batch"))
 
 
 def timestamp_checked(config: TopicConfig) -> bool:

@@ -44,16 +44,16 @@ A4_C = CHECKS.add(Check(
     "Produce requests with version {version} are not allowed to use ZStandard compression",
     "zstd in a produce request below version 7", "ProduceRequest.validateRecords"))
 A4_C_UNKNOWN = CHECKS.add(Check(
-    "A4.c'", "3.A", kerr.UNKNOWN_SERVER_ERROR, "Unknown compression type id: {codec}",
+    "A4.c", "3.A", kerr.UNKNOWN_SERVER_ERROR, "Unknown compression type id: {codec}",
     "codec id 5-7 in a produce request below version 7 (IllegalArgumentException escapes; "
-    "whole request)", "CompressionType.forId"))
+    "whole request)", "CompressionType.forId", id="A4.c/codec"))
 A4_D = CHECKS.add(Check(
     "A4.d", "3.A", kerr.INVALID_RECORD,
     "Produce requests with version {version} are only allowed to contain exactly one record "
     "batch per partition", "a second batch follows the first", "ProduceRequest.validateRecords"))
 A4_D_SCAN = CHECKS.add(Check(
-    "A4.d'", "3.A", kerr.CORRUPT_MESSAGE, "{scan_error}",
-    "scanning for a second batch raises S1/S3", "ProduceRequest.validateRecords"))
+    "A4.d", "3.A", kerr.CORRUPT_MESSAGE, "{scan_error}",
+    "scanning for a second batch raises S1/S3", "ProduceRequest.validateRecords", id="A4.d/scan"))
 B0 = CHECKS.add(Check(
     "B0", "3.B", kerr.UNKNOWN_SERVER_ERROR,
     "java.lang.IndexOutOfBoundsException reading producerId",
