@@ -1,0 +1,1716 @@
+#!/usr/bin/env python3
+"""Fuzz the batch validator: mutated batches must always end as a verdict, in both engines.
+
+Why this exists: kqlab promises that corrupt input never crashes or hangs and that the two
+engines — the byte-level :class:`~kqlab.kafka.validator.PartitionValidator` and the vectorised
+:func:`~kqlab.kafka.table_checks.broker_verdicts` over the decoded Arrow tables — give the same
+verdict row for row.  Hand-written tests cover the spec's cases; this script covers the space
+between them, a million inputs at a time.
+
+Each *case* is one input (the ``records`` field of a produce request: usually one batch,
+sometimes several concatenated).  It is built from a seed corpus that spans the spec (v2 with
+every codec, idempotent / transactional / control batches, timestamps at the bounds, null keys
+and values, headers, the LogAppendTime bit, legacy v0/v1 plain and compressed wrappers) and
+mutated at two levels:
+
+* structurally, on the records' fields before encoding (varint corruption: too long, negative,
+  overflowing; wrong record lengths and header counts; duplicated, dropped, reordered or
+  spliced records; header fields; compressed-stream corruption), and
+* on the encoded bytes (bit flips, header-field overwrites, truncation / extension,
+  insertions, splices);
+
+half of the inputs then get their CRCs recomputed (CRC-32C over bytes 21.., CRC-32 for
+legacy) so they pass C3 and reach the deeper checks.
+
+Every case goes through:
+
+1. the byte validator with ``source="producer"`` (the whole input as one request) on a few
+   topic configs / broker versions / request parameters;
+2. the scan (``scan_buffer``), ``decode_batches`` and ``decode_records`` (which must agree),
+   then ``validate_batches(source="log"...)`` against ``broker_verdicts`` with ``raw=`` (equal
+   row for row) and without (equal, or marked undetermined) on more configs.  Cases are
+   processed in groups of :data:`GROUP` so the decode and ``broker_verdicts`` calls are
+   amortised; producer state then carries from case to case inside a group, which both
+   engines see identically;
+3. now and then the C kernels against their pure-Python references, and ``read_log`` on a
+   segment file against ``decode_records`` on the same bytes.
+
+A Python exception anywhere is a *crash*; more than :data:`CASE_SECONDS` on one case is a
+*hang* (a SIGALRM deadline, plus a watchdog in the parent for code stuck in C or a dead
+worker); engines that disagree are a *mismatch*; a verdict without a known error code (or an
+explicit ``undetermined``) is an *invalid verdict*.  Findings are deduplicated by signature;
+``--save-dir`` keeps replayable JSON files (``--replay FILE`` re-runs one).
+
+Usage::
+
+    python scripts/fuzz_validator.py --quick --json
+    nice -n 10 python scripts/fuzz_validator.py --cases 1000000 --jobs 2 --save-dir fuzz-out
+    python scripts/fuzz_validator.py --replay fuzz-out/mismatch-....json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import faulthandler
+import hashlib
+import json
+import multiprocessing as mp
+import queue
+import random
+import signal
+import struct
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+try:
+    import kqlab  # noqa: F401
+except ImportError:  # run from a checkout without the package installed
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np
+
+from kqlab.kafka import legacy
+from kqlab.kafka._records_py import parse_records as parse_records_py
+from kqlab.kafka._scan_py import scan_batches as scan_batches_py
+from kqlab.kafka.batch import V2_HEADER, decode_batches, decode_records, records_region
+from kqlab.kafka.builder import Record, control_record
+from kqlab.kafka.checksums import crc32
+from kqlab.kafka.compression import Codec, compress, decompress
+from kqlab.kafka.errors import error_for_code
+from kqlab.kafka.log import LogIssue, read_log, scan_buffer
+from kqlab.kafka.records_parser import IMPLEMENTATION, crc32c, parse_records, scan_batches
+from kqlab.kafka.table_checks import UNDETERMINED, broker_verdicts
+from kqlab.kafka.validator import PartitionValidator, validate_batches
+from kqlab.kafka.varint import (
+    VarintError,
+    decode_varint,
+    decode_varlong,
+    encode_varint,
+    encode_varlong,
+)
+
+NOW = 1_700_000_000_000
+LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
+INT_MIN, INT_MAX = -(2**31), 2**31 - 1
+TOPIC, PARTITION = "t", 0
+#: one case may take this long before it counts as a hang
+CASE_SECONDS = 2.0
+#: cases per decode / broker_verdicts call (amortises their fixed cost)
+GROUP = 64
+#: cases per task handed to a worker process
+CHUNK = 1024
+#: a worker silent for this long is stuck where SIGALRM cannot reach (C code) or dead
+WATCHDOG_SECONDS = 30.0
+#: findings kept in full (input bytes) per signature; the rest are only counted
+KEEP_PER_SIGNATURE = 3
+FORMAT = "kqlab-fuzz-1"
+
+# -- what the inputs are judged under ---------------------------------------------------------
+
+#: byte validator, ``source="producer"``, the whole input as one request.  The first is the
+#: primary setup whose verdicts the summary counts (one per case).
+PRODUCER_SETUPS: list[tuple[str, dict[str, Any]]] = [
+    ("producer-4.0", {"broker_version": "4.0"}),
+    ("producer-4.0-compact-bounds", {"broker_version": "4.0", "config": {
+        "cleanup.policy": "compact", "message.timestamp.before.max.ms": "3600000",
+        "message.timestamp.after.max.ms": "60000"}}),
+    ("producer-3.9-pv2-difference", {"broker_version": "3.9", "produce_version": 2,
+                                     "config": {"message.timestamp.difference.max.ms": "1000"}}),
+    ("producer-3.9-lat-topic", {"broker_version": "3.9", "config": {
+        "message.timestamp.type": "LogAppendTime"}}),
+    ("producer-4.0-small", {"broker_version": "4.0", "config": {"max.message.bytes": "120"}}),
+    ("producer-4.0-gzip-target", {"broker_version": "4.0", "config": {
+        "compression.type": "gzip", "max.message.bytes": "300"}}),
+    ("producer-3.9-pv5-compact", {"broker_version": "3.9", "produce_version": 5,
+                                  "config": {"cleanup.policy": "compact,delete"}}),
+    ("producer-3.5-pv2-lat", {"broker_version": "3.5", "produce_version": 2, "config": {
+        "message.timestamp.difference.max.ms": "600000"}}),
+]
+#: extra producer setups per case besides the primary one (rotating through the list)
+PRODUCER_PER_CASE = 2
+
+#: the stream of batches (``validate_batches``) against ``broker_verdicts``.  Setups whose
+#: ``broker_verdicts`` needs ``raw`` for every row (source producer, produce version < 3) are
+#: compared with ``raw`` only.
+LOG_SETUPS: list[tuple[str, dict[str, Any]]] = [
+    ("log-4.0", {"broker_version": "4.0", "config": {}}),
+    ("log-4.0-compact-bounds", {"broker_version": "4.0", "config": {
+        "cleanup.policy": "compact", "message.timestamp.before.max.ms": "3600000",
+        "message.timestamp.after.max.ms": "60000"}}),
+    ("log-3.9", {"broker_version": "3.9", "config": {}}),
+    ("log-3.9-difference", {"broker_version": "3.9", "config": {
+        "message.timestamp.difference.max.ms": "600000"}}),
+    ("log-3.5-difference", {"broker_version": "3.5", "config": {
+        "cleanup.policy": "compact,delete", "message.timestamp.difference.max.ms": "600000"}}),
+    ("log-4.0-lat-topic-compact", {"broker_version": "4.0", "config": {
+        "message.timestamp.type": "LogAppendTime", "cleanup.policy": "compact"}}),
+    ("log-4.0-small", {"broker_version": "4.0", "config": {"max.message.bytes": "150"}}),
+    ("log-4.0-recompress", {"broker_version": "4.0", "config": {
+        "compression.type": "uncompressed", "max.message.bytes": "400"}}),
+    ("log-3.9-lz4-segment", {"broker_version": "3.9", "config": {
+        "compression.type": "lz4", "segment.bytes": "300",
+        "message.timestamp.after.max.ms": "1000"}}),
+    ("log-3.9-zstd-ibp-pv5", {"broker_version": "3.9", "produce_version": 5, "config": {
+        "compression.type": "zstd", "inter.broker.protocol.version": "2.0"}}),
+    ("log-4.0-coordinator-unauthorized", {"broker_version": "4.0", "config": {},
+                                          "origin": "coordinator",
+                                          "transactional_id_authorized": False}),
+    ("log-4.0-first-offset-noresync", {"broker_version": "4.0", "first_offset": 1000,
+                                       "resync": False, "config": {
+                                           "message.timestamp.before.max.ms": "1000"}}),
+    ("log-3.9-acks2", {"broker_version": "3.9", "acks": 2, "config": {}}),
+    ("log-3.9-pv2", {"broker_version": "3.9", "produce_version": 2, "config": {
+        "message.timestamp.difference.max.ms": "1000"}}),
+    ("producer-stream-4.0", {"broker_version": "4.0", "source": "producer", "config": {
+        "cleanup.policy": "compact"}}),
+]
+#: log setups per group (rotating through the list, so every setup sees every kind of input
+#: over a run while a case costs a few of them, not all)
+LOG_PER_GROUP = 4
+#: every how many groups the C kernels are compared with the Python references
+KERNEL_EVERY = 8
+#: every how many groups ``read_log`` reads the group's bytes from a segment file
+READ_LOG_EVERY = 16
+
+
+# =============================================================================================
+# Seeds: a structured v2 batch (records as tokens) or a legacy entry
+# =============================================================================================
+
+@dataclass
+class V2Seed:
+    """A v2 batch kept as fields, so mutations can corrupt one record field at a time.
+
+    ``hdr`` holds the 13 ``V2_HEADER`` values (batch length and CRC are recomputed when
+    encoding); each record is ``{"len": None | bytes, "toks": [[name, bytes], ...]}`` where
+    ``len`` overrides the length varint (None = the body's true length).
+    """
+
+    hdr: list[int]
+    codec: int
+    recs: list[dict[str, Any]]
+    framing: str = "xerial"
+    tail: bytes = b""  # bytes after the last record (inside the compressed stream)
+    label: str = ""
+
+
+@dataclass
+class LegacySeed:
+    """A v0/v1 entry: one plain message or a compressed wrapper around inner messages."""
+
+    magic: int
+    codec: int
+    msgs: list[tuple[bytes | None, bytes | None, int]]
+    base_offset: int = 0
+    timestamp_type: int = 0
+    inner_magic: int | None = None
+    inner_attributes: int = 0
+    wrapper_offset: int | None = None
+    label: str = ""
+
+
+Seed = V2Seed | LegacySeed
+
+
+def record_tokens(rec: Record, offset_delta: int, ts_delta: int) -> dict[str, Any]:
+    """``DefaultRecord.writeTo`` as named tokens (``builder.encode_record``'s bytes)."""
+    toks: list[list[Any]] = [["attr", bytes([rec.attributes & 0xFF])],
+                             ["tsd", encode_varlong(ts_delta)],
+                             ["offd", encode_varint(offset_delta)]]
+    for name, part in (("k", rec.key), ("v", rec.value)):
+        toks.append([name + "len", encode_varint(-1 if part is None else len(part))])
+        if part is not None:
+            toks.append([name, part])
+    toks.append(["hcnt", encode_varint(len(rec.headers))])
+    for hk, hv in rec.headers:
+        kb = hk.encode() if isinstance(hk, str) else hk
+        toks.append(["hklen", encode_varint(len(kb))])
+        toks.append(["hk", kb])
+        toks.append(["hvlen", encode_varint(-1 if hv is None else len(hv))])
+        if hv is not None:
+            toks.append(["hv", hv])
+    return {"len": None, "toks": toks}
+
+
+def encode_record(rec: dict[str, Any]) -> bytes:
+    body = b"".join(t[1] for t in rec["toks"])
+    return (encode_varint(len(body)) if rec["len"] is None else rec["len"]) + body
+
+
+def make_v2(records: Sequence[Record], *, codec: int = 0, base_timestamp: int = NOW,
+            max_timestamp: int | None = None, producer_id: int = -1, producer_epoch: int = -1,
+            base_sequence: int = -1, transactional: bool = False, control: bool = False,
+            timestamp_type: int = 0, extra_attributes: int = 0, framing: str = "xerial",
+            partition_leader_epoch: int = -1, label: str = "") -> V2Seed:
+    """A consistent v2 seed (as ``BatchBuilder`` would encode it)."""
+    recs = []
+    stamps = []
+    for i, r in enumerate(records):
+        ts = base_timestamp if r.timestamp is None else r.timestamp
+        stamps.append(ts)
+        recs.append(record_tokens(r, i if r.offset_delta is None else r.offset_delta,
+                                  ts - base_timestamp))
+    attributes = (codec | (0x08 if timestamp_type else 0) | (0x10 if transactional else 0)
+                  | (0x20 if control else 0) | extra_attributes)
+    if max_timestamp is None:
+        max_timestamp = max(stamps) if stamps else base_timestamp
+    n = len(records)
+    hdr = [0, 0, partition_leader_epoch, 2, 0, _int16(attributes), n - 1, base_timestamp,
+           max_timestamp, producer_id, producer_epoch, base_sequence, n]
+    return V2Seed(hdr, codec, recs, framing, label=label)
+
+
+def _int16(v: int) -> int:
+    v &= 0xFFFF
+    return v - 0x10000 if v & 0x8000 else v
+
+
+_V2_FORMATS = V2_HEADER.format.lstrip(">")
+
+
+def encode_v2(seed: V2Seed, payload_hook: Callable[[bytes], bytes] | None = None) -> bytes:
+    """Encode a v2 seed with a consistent batch length and CRC."""
+    payload = b"".join(encode_record(r) for r in seed.recs) + seed.tail
+    if seed.codec:
+        payload = compress(seed.codec, payload, snappy_framing=seed.framing)
+    if payload_hook is not None:
+        payload = payload_hook(payload)
+    hdr = [_fit(">" + f, v) for f, v in zip(_V2_FORMATS, seed.hdr, strict=True)]
+    hdr[1] = V2_HEADER.size - 12 + len(payload)
+    hdr[4] = 0
+    data = bytearray(V2_HEADER.pack(*hdr)) + payload
+    struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))
+    return bytes(data)
+
+
+def encode_legacy(seed: LegacySeed, inner_hook: Callable[[bytes], bytes] | None = None) -> bytes:
+    """Encode a legacy seed; ``inner_hook`` rewrites a wrapper's inner message set."""
+    if seed.codec == 0:
+        k, v, ts = seed.msgs[0]
+        return legacy.encode_message(seed.base_offset, k, v, magic=seed.magic,
+                                     attributes=0x08 if seed.timestamp_type and seed.magic else 0,
+                                     timestamp=ts if seed.magic else -1)
+    if inner_hook is None:
+        return legacy.encode_wrapper(seed.msgs, magic=seed.magic, codec=seed.codec,
+                                     base_offset=seed.base_offset,
+                                     timestamp_type=seed.timestamp_type,
+                                     inner_magic=seed.inner_magic,
+                                     inner_attributes=seed.inner_attributes,
+                                     wrapper_offset=seed.wrapper_offset)
+    inner_magic = seed.magic if seed.inner_magic is None else seed.inner_magic
+    parts = []
+    for i, (k, v, ts) in enumerate(seed.msgs):
+        off = i if seed.magic >= 1 else seed.base_offset + i
+        parts.append(legacy.encode_message(off, k, v, magic=inner_magic,
+                                           attributes=seed.inner_attributes, timestamp=ts))
+    payload = compress(seed.codec, inner_hook(b"".join(parts)))
+    attrs = seed.codec | (0x08 if seed.timestamp_type == 1 and seed.magic >= 1 else 0)
+    wo = seed.wrapper_offset
+    if wo is None:
+        wo = seed.base_offset + len(seed.msgs) - 1
+    return legacy.encode_message(wo, None, payload, magic=seed.magic, attributes=attrs,
+                                 timestamp=max((m[2] for m in seed.msgs), default=-1))
+
+
+def encode_seed(seed: Seed) -> bytes:
+    return encode_v2(seed) if isinstance(seed, V2Seed) else encode_legacy(seed)
+
+
+# -- the corpus -------------------------------------------------------------------------------
+
+TS_BASES = [NOW, NOW, NOW, NOW - 1000, NOW + 1000, NOW - 1001, NOW + 1001, NOW - 3_600_000,
+            NOW - 3_600_001, NOW + 3_600_001, NOW - 60_001, NOW + 60_001, NOW - 600_001,
+            -1, 0, LONG_MIN, LONG_MAX, LONG_MAX - 5, LONG_MIN + 5]
+TS_DELTAS = [0, 0, 0, 1, -1, 999, -1001, 60_001, -3_600_001, 5_000]
+#: header keys; a non-UTF-8 one (Java decodes it to U+FFFD) is rare, as in real data
+HEADER_KEYS: list[str | bytes] = ["trace-id", "a", "", "ключ", b"k\x00"] * 4 + [b"\xff\xfe"]
+
+
+def _random_records(rng: random.Random, n: int, *, keyed: float = 0.7, big: bool = False,
+                    ts_base: int = NOW) -> list[Record]:
+    recs = []
+    for _ in range(n):
+        key = None if rng.random() > keyed else rng.choice([b"", b"k",
+                                                            b"key-%d" % rng.randrange(99)])
+        if rng.random() < 0.12:
+            value = None
+        elif big:
+            value = b"payload-" * rng.randrange(20, 120)
+        else:
+            value = bytes(rng.randrange(256) for _ in range(rng.randrange(0, 24)))
+        headers: tuple[tuple[str | bytes, bytes | None], ...] = ()
+        if rng.random() < 0.35:
+            headers = tuple((rng.choice(HEADER_KEYS), rng.choice([None, b"", b"v", b"x" * 9]))
+                            for _ in range(rng.randrange(1, 4)))
+        ts = None if rng.random() < 0.5 else _wrap64(ts_base + rng.choice(TS_DELTAS))
+        recs.append(Record(value=value, key=key, headers=headers, timestamp=ts))
+    return recs
+
+
+def _wrap64(v: int) -> int:
+    v &= (1 << 64) - 1
+    return v - (1 << 64) if v >> 63 else v
+
+
+def build_corpus(seed: int = 0xC0FFEE, size: int = 360) -> list[Seed]:
+    """Seeds spanning the spec's space, built deterministically (the same on every run)."""
+    rng = random.Random(seed)
+    corpus: list[Seed] = []
+    kinds = ["plain", "codec", "idempotent", "transactional", "control", "timestamps", "lat",
+             "big", "offsets", "attrs", "empty", "legacy", "legacy-wrapper"]
+    while len(corpus) < size:
+        kind = kinds[len(corpus) % len(kinds)]
+        codec = rng.randrange(5)
+        framing = rng.choice(["xerial", "xerial", "raw"])
+        n = rng.choice([1, 1, 2, 3, 5, 8])
+        if kind == "plain":
+            corpus.append(make_v2(_random_records(rng, n), label="plain"))
+        elif kind == "codec":
+            corpus.append(make_v2(_random_records(rng, n), codec=rng.randrange(1, 5),
+                                  framing=framing, label="codec"))
+        elif kind == "idempotent":
+            pid = rng.choice([0, 5, 5, 2**40, LONG_MAX])
+            corpus.append(make_v2(_random_records(rng, n), codec=codec, framing=framing,
+                                  producer_id=pid, producer_epoch=rng.choice([0, 0, 1, 32767]),
+                                  base_sequence=rng.choice([0, 0, 1, 7, INT_MAX, INT_MAX - 1]),
+                                  label="idempotent"))
+        elif kind == "transactional":
+            corpus.append(make_v2(_random_records(rng, n), codec=codec, framing=framing,
+                                  producer_id=rng.choice([5, 9, -1]), producer_epoch=0,
+                                  base_sequence=rng.choice([0, 3]), transactional=True,
+                                  label="transactional"))
+        elif kind == "control":
+            recs = [control_record(commit=rng.random() < 0.6,
+                                   coordinator_epoch=rng.randrange(3), timestamp=NOW)]
+            if rng.random() < 0.2:
+                recs.append(Record(value=b"not-a-marker", key=b"\x00\x00\x00\x01"))
+            corpus.append(make_v2(recs, producer_id=rng.choice([5, 9]), producer_epoch=0,
+                                  base_sequence=-1, transactional=True, control=True,
+                                  label="control"))
+        elif kind == "timestamps":
+            base = rng.choice(TS_BASES)
+            corpus.append(make_v2(_random_records(rng, n, ts_base=base), codec=codec,
+                                  framing=framing, base_timestamp=base,
+                                  max_timestamp=rng.choice([None, -1, base]),
+                                  label="timestamps"))
+        elif kind == "lat":
+            corpus.append(make_v2(_random_records(rng, n), codec=codec, framing=framing,
+                                  timestamp_type=1,
+                                  max_timestamp=rng.choice([NOW, -1, NOW - 7_200_000, LONG_MAX]),
+                                  label="lat"))
+        elif kind == "big":
+            corpus.append(make_v2(_random_records(rng, rng.randrange(1, 4), big=True),
+                                  codec=codec, framing=framing, label="big"))
+        elif kind == "offsets":
+            recs = _random_records(rng, max(n, 2))
+            deltas = rng.choice([[0] * len(recs), list(range(len(recs)))[::-1],
+                                 [rng.randrange(-3, 9) for _ in recs]])
+            recs = [Record(value=r.value, key=r.key, headers=r.headers, timestamp=r.timestamp,
+                           offset_delta=d) for r, d in zip(recs, deltas, strict=True)]
+            corpus.append(make_v2(recs, codec=codec, framing=framing, label="offsets"))
+        elif kind == "attrs":
+            corpus.append(make_v2(_random_records(rng, n), codec=codec, framing=framing,
+                                  extra_attributes=rng.choice([0x40, 0x80, 0x100, 0xFF00]),
+                                  partition_leader_epoch=rng.choice([0, 7, INT_MIN]),
+                                  label="attrs"))
+        elif kind == "empty":
+            s = make_v2([], codec=0, producer_id=rng.choice([-1, 1324]), producer_epoch=10,
+                        base_sequence=984, transactional=rng.random() < 0.5, label="empty")
+            s.hdr[6] = rng.choice([-1, 0, 5])
+            corpus.append(s)
+        elif kind == "legacy":
+            magic = rng.randrange(2)
+            corpus.append(LegacySeed(magic, 0, [(rng.choice([None, b"k"]),
+                                                 rng.choice([None, b"value"]),
+                                                 rng.choice([NOW, NOW - 5_000, -1]))],
+                                     timestamp_type=rng.choice([0, 0, 1]), label="legacy"))
+        else:
+            magic = rng.randrange(2)
+            msgs = [(rng.choice([None, b"k"]), rng.choice([b"v" * rng.randrange(9), None]),
+                     rng.choice([NOW, NOW + i, NOW - 2_000]))
+                    for i in range(rng.choice([1, 2, 3, 20]))]
+            corpus.append(LegacySeed(
+                magic, rng.choice([1, 2, 3, 1, 4]) if magic else rng.choice([1, 2]), msgs,
+                base_offset=rng.choice([0, 0, 100]), timestamp_type=rng.choice([0, 0, 1]),
+                inner_magic=rng.choice([None, None, None, 1 - magic]),
+                inner_attributes=rng.choice([0, 0, 0, 0, 1, 0x08]),
+                wrapper_offset=rng.choice([None, None, 0, 1]), label="legacy-wrapper"))
+    return corpus
+
+
+# =============================================================================================
+# Mutations
+# =============================================================================================
+
+TOO_LONG_VARINT = b"\xff\xff\xff\xff\xff\x01"  # continuation bit on the 5th byte
+OVERFLOW_VARINT = b"\xfe\xff\xff\xff\x7f"  # 5 bytes whose bits above 32 are dropped
+TOO_LONG_VARLONG = b"\xff" * 10 + b"\x01"
+VARINT_FIELDS = ["tsd", "offd", "klen", "vlen", "hcnt", "hklen", "hvlen", "len"]
+#: (offset, struct format) of the v2 header fields a byte mutation overwrites
+V2_FIELDS = [(0, ">q"), (8, ">i"), (12, ">i"), (16, ">b"), (17, ">I"), (21, ">h"), (22, ">B"),
+             (23, ">i"), (27, ">q"), (35, ">q"), (43, ">q"), (51, ">h"), (53, ">i"), (57, ">i")]
+LEGACY_FIELDS = [(0, ">q"), (8, ">i"), (12, ">I"), (16, ">b"), (17, ">B"), (18, ">q"),
+                 (18, ">i"), (26, ">i"), (22, ">i")]
+CUT_POINTS = [0, 11, 12, 16, 17, 21, 22, 23, 25, 26, 27, 50, 51, 57, 60, 61, 62, 63]
+
+
+def _fit(fmt: str, v: int) -> int:
+    """``v`` wrapped into ``fmt``'s range (two's complement, as a Java cast would)."""
+    bits = 8 * struct.calcsize(fmt)
+    v &= (1 << bits) - 1
+    if fmt[-1].islower() and v >> (bits - 1):  # signed
+        v -= 1 << bits
+    return v
+
+
+def _int_values(rng: random.Random, fmt: str, data: bytes) -> int:
+    """An interesting value for a header field of format ``fmt`` (current bytes ``data``)."""
+    width = struct.calcsize(fmt)
+    cur = struct.unpack_from(fmt, data, 0)[0] if len(data) >= width else 0
+    if fmt in (">b", ">B"):
+        vals = [0, 1, 2, 3, -1, 0x7F, -128, cur ^ (1 << rng.randrange(8))]
+        if fmt == ">B":
+            vals += [0x05, 0x06, 0x07, 0x20, 0x10, 0x08, 0x40, 0x28, 0x18, 0x30]
+    elif fmt == ">h":
+        vals = [0, 1, -1, 32767, -32768, 5, 6, 7, 0x20, 0x10, 0x08, 0x18, 0x28, cur + 1, cur - 1]
+    else:
+        bits = 8 * width
+        vals = [0, 1, -1, -(1 << (bits - 1)), (1 << (bits - 1)) - 1, cur + 1, cur - 1, cur * 2,
+                rng.randrange(-300, 300), 13, 14, 48, 49, NOW % (1 << 31), NOW - 3_600_001,
+                NOW + 3_600_001]
+    return _fit(fmt, rng.choice(vals))
+
+
+def _replacement_varint(rng: random.Random, name: str, cur: int | None) -> bytes:
+    if name == "tsd":
+        return rng.choice([encode_varlong(LONG_MAX), encode_varlong(LONG_MIN),
+                           encode_varlong(-NOW), encode_varlong(3_600_001),
+                           encode_varlong(-3_600_001), TOO_LONG_VARLONG,
+                           b"\xff" * 9 + b"\x7f", b"\x80", encode_varlong((cur or 0) + 1)])
+    c = cur or 0
+    return rng.choice([encode_varint(-1), encode_varint(-2), encode_varint(-5),
+                       encode_varint(INT_MIN), encode_varint(INT_MAX), encode_varint(c + 1),
+                       encode_varint(c - 1), encode_varint(0), encode_varint(c + 64),
+                       encode_varint(rng.randrange(-300, 300)), TOO_LONG_VARINT,
+                       OVERFLOW_VARINT, b"\x80", b"\xff\xff\xff\xff\x0f", b"\x80\x80\x80\x80"])
+
+
+def _decode_token(name: str, data: bytes) -> int | None:
+    try:
+        return (decode_varlong if name == "tsd" else decode_varint)(data, 0)[0]
+    except VarintError:
+        return None
+
+
+def mutate_v2_struct(s: V2Seed, rng: random.Random, corpus: list[Seed], ops: list[str]
+                     ) -> Callable[[bytes], bytes] | None:
+    """Apply one structural mutation to ``s`` in place; may return a compressed-stream hook."""
+    r = rng.random()
+    recs = s.recs
+    if recs and r < 0.30:  # corrupt one varint field
+        rec = rng.choice(recs)
+        cands = [t for t in rec["toks"] if t[0] in VARINT_FIELDS]
+        if rng.random() < 0.2 or not cands:
+            body_len = len(b"".join(t[1] for t in rec["toks"]))
+            rec["len"] = _replacement_varint(rng, "len", body_len)
+            ops.append("rec.len")
+            return None
+        tok = rng.choice(cands)
+        tok[1] = _replacement_varint(rng, tok[0], _decode_token(tok[0], tok[1]))
+        ops.append(f"varint.{tok[0]}")
+        if rng.random() < 0.3:  # keep the old length prefix: a size mismatch as well
+            rec["len"] = encode_varint(len(b"".join(t[1] for t in rec["toks"])) + rng.choice(
+                [-2, -1, 1, 3]))
+            ops.append("rec.len-stale")
+        return None
+    if recs and r < 0.42:  # negative key/value/header lengths with the bytes still there
+        rec = rng.choice(recs)
+        cands = [t for t in rec["toks"] if t[0] in ("klen", "vlen", "hklen", "hvlen")]
+        if cands:
+            tok = rng.choice(cands)
+            tok[1] = encode_varint(rng.choice([-1, -2, -100, INT_MIN]))
+            ops.append(f"negative.{tok[0]}")
+        return None
+    if recs and r < 0.50:  # header count off
+        rec = rng.choice(recs)
+        for t in rec["toks"]:
+            if t[0] == "hcnt":
+                cur = _decode_token("hcnt", t[1]) or 0
+                t[1] = encode_varint(rng.choice([cur + 1, cur - 1, cur + 1000, -1, INT_MAX]))
+        ops.append("hcnt")
+        return None
+    if recs and r < 0.60:  # duplicate / drop / reorder records
+        what = rng.choice(["dup", "drop", "swap", "reverse"])
+        if what == "dup":
+            j = rng.randrange(len(recs))
+            recs.insert(j + 1, {"len": recs[j]["len"], "toks": [list(t) for t in recs[j]["toks"]]})
+        elif what == "drop":
+            del recs[rng.randrange(len(recs))]
+        elif what == "swap" and len(recs) > 1:
+            i, j = rng.sample(range(len(recs)), 2)
+            recs[i], recs[j] = recs[j], recs[i]
+        else:
+            recs.reverse()
+        if rng.random() < 0.5:  # keep count and lastOffsetDelta consistent
+            s.hdr[12] = len(recs)
+            s.hdr[6] = len(recs) - 1
+            ops.append(f"records.{what}+count")
+        else:
+            ops.append(f"records.{what}")
+        return None
+    if r < 0.66:  # splice records from another v2 seed, or garbage after the records
+        others = [c for c in corpus if isinstance(c, V2Seed) and c.recs]
+        if rng.random() < 0.5 and others:
+            donor = rng.choice(others)
+            k = rng.randrange(len(recs) + 1)
+            recs[k:k] = clone(donor).recs[:rng.randrange(1, len(donor.recs) + 1)]
+            if rng.random() < 0.5:
+                s.hdr[12] = len(recs)
+                s.hdr[6] = len(recs) - 1
+            ops.append("records.splice")
+        else:
+            s.tail = rng.choice([b"\x00", b"\x02\x00", bytes(rng.randrange(256)
+                                                            for _ in range(rng.randrange(1, 9)))])
+            ops.append("records.tail")
+        return None
+    if r < 0.84:  # header fields
+        idx, vals = rng.choice([
+            (12, [0, -1, len(recs) + 1, max(len(recs) - 1, 0), INT_MAX, INT_MIN]),
+            (6, [-1, -3, 0, 15, len(recs), INT_MAX, INT_MIN]),
+            (9, [-1, 0, 5, 2**40, LONG_MAX, LONG_MIN, -2]),
+            (10, [-1, 0, 1, 32767, -32768]),
+            (11, [-1, -2, 0, 1, INT_MAX, INT_MAX - 1, INT_MIN]),
+            (5, [s.hdr[5] ^ 0x08, s.hdr[5] ^ 0x10, s.hdr[5] ^ 0x20, s.hdr[5] ^ 0x40,
+                 (s.hdr[5] & ~7) | rng.randrange(8), _int16(s.hdr[5] | 0x7F00)]),
+            (7, [-1, 0, LONG_MIN, LONG_MAX, NOW - 3_600_001, NOW + 3_600_001, NOW + 60_001]),
+            (8, [-1, 0, LONG_MIN, LONG_MAX, NOW - 7_200_000, NOW]),
+            (0, [1, -1, 1000, LONG_MAX]),
+            (3, [0, 1, 3, -1, 127]),
+            (2, [0, 5, INT_MIN]),
+        ])
+        s.hdr[idx] = rng.choice(vals)
+        ops.append(f"hdr.{idx}")
+        return None
+    # compressed-stream corruption (re-compressing with another codec for codec none)
+    if s.codec == 0:
+        s.codec = rng.randrange(1, 5)
+        ops.append("codec.payload-only")  # attributes still say none: compressed bytes parsed
+        return None
+    ops.append(f"stream.{Codec(s.codec).label}")
+    return _stream_hook(rng, s.codec, ops)
+
+
+def _stream_hook(rng: random.Random, codec: int, ops: list[str]) -> Callable[[bytes], bytes]:
+    what = rng.choice(["flip", "flip", "truncate", "append", "zero", "other-codec", "special"])
+    ops.append(f"stream.{what}")
+
+    def hook(payload: bytes) -> bytes:
+        b = bytearray(payload)
+        if what == "flip" and b:
+            for _ in range(rng.randrange(1, 4)):
+                b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
+        elif what == "truncate" and b:
+            del b[rng.randrange(len(b)):]
+        elif what == "append":
+            b += rng.choice([b"\x00", b"\x1f\x8b", bytes(rng.randrange(256) for _ in range(7)),
+                             bytes(b[:8])])
+        elif what == "zero" and b:
+            i = rng.randrange(len(b))
+            b[i:i + rng.randrange(1, 9)] = b"\x00" * len(b[i:i + 8])
+        elif what == "other-codec":
+            other = rng.choice([c for c in range(1, 5) if c != codec])
+            b = bytearray(compress(other, decompress(codec, bytes(payload))))
+        elif what == "special":
+            if codec == 3 and len(b) > 4:  # LZ4 frame: dependent blocks, checksum flags
+                b[4] ^= rng.choice([0x20, 0x10, 0x04, 0x08])
+            elif codec == 1 and len(b) > 8:  # gzip trailer (CRC-32, ISIZE)
+                b[-rng.randrange(1, 9)] ^= 0xFF
+            elif codec == 4:  # two frames, or a frame whose content size lies
+                b = bytearray(payload[: len(payload) // 2]) + b
+            elif codec == 2 and len(b) > 20:  # xerial header / a block length
+                struct.pack_into(">i", b, 16, rng.choice([-1, 0, 1 << 30, len(b)]))
+        return bytes(b)
+
+    return hook
+
+
+def fix_crcs(data: bytes) -> bytes:
+    """Recompute the CRC of every framed batch (CRC-32C for v2, CRC-32 for legacy)."""
+    out = bytearray(data)
+    pos = 0
+    while len(out) - pos >= 17:
+        length = struct.unpack_from(">i", out, pos + 8)[0]
+        end = pos + 12 + length
+        if length < 14 or end > len(out):
+            break
+        magic = out[pos + 16]
+        if magic == 2 and length >= 49:
+            struct.pack_into(">I", out, pos + 17, crc32c(bytes(out[pos + 21:end])))
+        elif magic in (0, 1):
+            struct.pack_into(">I", out, pos + 12, crc32(bytes(out[pos + 16:end])))
+        pos = end
+    return bytes(out)
+
+
+def fix_length(data: bytes) -> bytes:
+    """Make the first batch's length field cover the whole input (so scanning frames it)."""
+    if len(data) < 12:
+        return data
+    out = bytearray(data)
+    struct.pack_into(">i", out, 8, len(out) - 12)
+    return bytes(out)
+
+
+def mutate_bytes(data: bytes, rng: random.Random, corpus: list[Seed], ops: list[str]) -> bytes:
+    """One byte-level mutation."""
+    b = bytearray(data)
+    r = rng.random()
+    if r < 0.25 and b:
+        lo = 0 if rng.random() < 0.5 else min(61, len(b) - 1)
+        for _ in range(rng.randrange(1, 5)):
+            i = rng.randrange(lo, len(b))
+            b[i] ^= 1 << rng.randrange(8) if rng.random() < 0.6 else rng.randrange(1, 256)
+        ops.append("flip")
+    elif r < 0.50 and len(b) >= 17:
+        fields = V2_FIELDS if b[16] == 2 else LEGACY_FIELDS
+        off, fmt = rng.choice(fields)
+        if off + struct.calcsize(fmt) <= len(b):
+            struct.pack_into(fmt, b, off, _int_values(rng, fmt, bytes(b[off:])))
+            ops.append(f"field@{off}")
+    elif r < 0.62:
+        cut = rng.choice(CUT_POINTS) if rng.random() < 0.5 else rng.randrange(len(b) + 1)
+        del b[cut:]
+        ops.append("truncate")
+        if rng.random() < 0.5:
+            b = bytearray(fix_length(bytes(b)))
+            ops.append("fix-length")
+    elif r < 0.72:
+        b += rng.choice([b"\x00" * rng.randrange(1, 20),
+                         bytes(rng.randrange(256) for _ in range(rng.randrange(1, 20))),
+                         bytes(b[-rng.randrange(1, 12):])])
+        ops.append("extend")
+        if rng.random() < 0.5:
+            b = bytearray(fix_length(bytes(b)))
+            ops.append("fix-length")
+    elif r < 0.82 and b:
+        i = rng.randrange(len(b) + 1)
+        if rng.random() < 0.5:
+            b[i:i] = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 9)))
+            ops.append("insert")
+        else:
+            del b[i:i + rng.randrange(1, 9)]
+            ops.append("delete")
+        if rng.random() < 0.5:
+            b = bytearray(fix_length(bytes(b)))
+            ops.append("fix-length")
+    elif r < 0.90 and len(b) > 61:  # duplicate a run of record bytes
+        i = rng.randrange(61, len(b))
+        j = min(len(b), i + rng.randrange(2, 40))
+        b[j:j] = b[i:j]
+        b = bytearray(fix_length(bytes(b)))
+        ops.append("dup-bytes")
+    else:  # splice with another seed
+        other = encode_seed(rng.choice(corpus))
+        b = b[:rng.randrange(len(b) + 1)] + bytearray(other[rng.randrange(len(other) + 1):])
+        ops.append("splice")
+        if rng.random() < 0.6:
+            b = bytearray(fix_length(bytes(b)))
+            ops.append("fix-length")
+    return bytes(b)
+
+
+def _mutate_legacy_inner(rng: random.Random, ops: list[str]) -> Callable[[bytes], bytes]:
+    what = rng.choice(["flip", "truncate", "magic", "attributes", "crc", "extend"])
+    ops.append(f"inner.{what}")
+
+    def hook(inner: bytes) -> bytes:
+        b = bytearray(inner)
+        if not b:
+            return inner
+        if what == "flip":
+            b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
+        elif what == "truncate":
+            del b[rng.randrange(len(b)):]
+        elif what == "magic" and len(b) > 16:
+            b[16] = rng.choice([0, 1, 2, 0xFF])
+        elif what == "attributes" and len(b) > 17:
+            b[17] = rng.choice([1, 2, 3, 4, 7, 0x08])
+        elif what == "crc" and len(b) > 16:
+            b[12] ^= 0xFF
+        else:
+            b += b"\x00" * rng.randrange(1, 30)
+        return bytes(b)
+
+    return hook
+
+
+def clone(seed: V2Seed) -> V2Seed:
+    """A copy deep enough for the mutations (faster than ``copy.deepcopy``)."""
+    return V2Seed(list(seed.hdr), seed.codec,
+                  [{"len": r["len"], "toks": [list(t) for t in r["toks"]]} for r in seed.recs],
+                  seed.framing, seed.tail, seed.label)
+
+
+def mutate_seed(seed: Seed, rng: random.Random, corpus: list[Seed], ops: list[str]) -> bytes:
+    """A mutated encoding of ``seed``: structural and/or byte mutations, then maybe a CRC fix."""
+    original = encode_seed(seed)
+    hook: Any = None
+    n_struct = rng.choice([0, 1, 1, 2]) if isinstance(seed, V2Seed) else rng.choice([0, 0, 1])
+    if isinstance(seed, V2Seed):
+        s = clone(seed)
+        for _ in range(n_struct):
+            h = mutate_v2_struct(s, rng, corpus, ops)
+            hook = h or hook
+        data = encode_v2(s, hook) if n_struct else original
+    else:
+        data = original
+        if n_struct and seed.codec:
+            data = encode_legacy(seed, _mutate_legacy_inner(rng, ops))
+    n_bytes = rng.choice([0, 1, 1, 2, 3]) if n_struct else rng.choice([1, 1, 2, 3])
+    for _ in range(n_bytes):
+        data = mutate_bytes(data, rng, corpus, ops)
+    if rng.random() < 0.5:
+        data = fix_crcs(data)
+        ops.append("crc-fix")
+    else:  # the producer's original CRC: stale wherever a covered byte changed
+        out = bytearray(data)
+        if len(out) >= 21 and len(original) >= 21 and original[16] == 2 and out[16:17] == b"\x02":
+            out[17:21] = original[17:21]
+        elif len(out) >= 16 and original[16] in (0, 1):
+            out[12:16] = original[12:16]
+        data = bytes(out)
+    return data
+
+
+def producer_run(rng: random.Random, corpus: list[Seed], ops: list[str]) -> list[bytes]:
+    """Several batches of one producer: sequences continuing, with gaps, duplicates, epoch
+    bumps, transactions and markers — what reaches stage F."""
+    pid = rng.choice([5, 9, 2**40])
+    epoch = rng.choice([0, 1, 32767])
+    seq = rng.choice([0, 0, 5, INT_MAX - 2])
+    txn = rng.random() < 0.3
+    out: list[bytes] = []
+    v2 = [c for c in corpus if isinstance(c, V2Seed) and c.recs and not c.hdr[5] & 0x20]
+    for _ in range(rng.randrange(2, 6)):
+        r = rng.random()
+        if out and r < 0.12:
+            out.append(out[rng.randrange(len(out))])
+            ops.append("run.resend")
+            continue
+        if r < 0.2:
+            marker = make_v2([control_record(commit=rng.random() < 0.7, timestamp=NOW)],
+                             producer_id=pid, producer_epoch=epoch - (rng.random() < 0.2),
+                             transactional=True, control=True)
+            out.append(encode_v2(marker))
+            ops.append("run.marker")
+            continue
+        s = clone(rng.choice(v2))
+        if r < 0.3:
+            seq += rng.choice([1, 2, -1, 10])
+            ops.append("run.gap")
+        elif r < 0.38:
+            epoch += rng.choice([1, -1])
+            seq = rng.choice([0, 0, 3])
+            ops.append("run.epoch")
+        elif r < 0.45:
+            txn = not txn
+            ops.append("run.txn-switch")
+        n = len(s.recs)
+        s.hdr[9], s.hdr[10], s.hdr[11] = pid, _int16(epoch), _fit(">i", seq)
+        s.hdr[5] = _int16((s.hdr[5] & ~0x30) | (0x10 if txn else 0))
+        data = encode_v2(s)
+        if rng.random() < 0.15:
+            data = mutate_bytes(data, rng, corpus, ops)
+            if rng.random() < 0.5:
+                data = fix_crcs(data)
+        out.append(data)
+        seq += n
+        if seq > INT_MAX:  # incrementSequence wraps past 2^31-1 to 0
+            seq -= INT_MAX + 1
+    return out
+
+
+def make_case(run_seed: int, index: int, corpus: list[Seed]) -> tuple[bytes, list[str]]:
+    """The input of case ``index`` (deterministic in ``run_seed`` and ``index``)."""
+    rng = random.Random(f"{run_seed}:{index}")
+    ops: list[str] = []
+    r = rng.random()
+    if r < 0.02:
+        ops.append("random-bytes")
+        n = rng.choice([0, 5, 12, 17, 40, 61, 90, 300])
+        data = bytes(rng.randrange(256) for _ in range(n))
+        if rng.random() < 0.5 and n >= 17:  # at least make it look like a batch
+            b = bytearray(data)
+            struct.pack_into(">qi", b, 0, 0, n - 12)
+            b[16] = rng.choice([0, 1, 2])
+            data = fix_crcs(bytes(b))
+        return data, ops
+    if r < 0.10:
+        ops.append("clean")
+        return encode_seed(rng.choice(corpus)), ops
+    if r < 0.80:
+        seed = rng.choice(corpus)
+        ops.append(f"seed.{seed.label}")
+        return mutate_seed(seed, rng, corpus, ops), ops
+    if r < 0.90:
+        ops.append("producer-run")
+        return b"".join(producer_run(rng, corpus, ops)), ops
+    ops.append("concat")
+    parts = []
+    for _ in range(rng.randrange(2, 5)):
+        seed = rng.choice(corpus)
+        parts.append(mutate_seed(seed, rng, corpus, ops) if rng.random() < 0.5
+                     else encode_seed(seed))
+    data = b"".join(parts)
+    if rng.random() < 0.2:
+        data = mutate_bytes(data, rng, corpus, ops)
+    return data, ops
+
+
+# =============================================================================================
+# Running inputs through the engines
+# =============================================================================================
+
+class CaseTimeout(BaseException):
+    """Raised by SIGALRM when a case overruns (a BaseException: code under test catching
+    ``Exception`` cannot swallow it)."""
+
+
+def _on_alarm(signum: int, frame: Any) -> None:
+    raise CaseTimeout()
+
+
+@contextlib.contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Raise :class:`CaseTimeout` in the block after ``seconds`` (main thread only; elsewhere
+    the caller measures the time afterwards)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGALRM, _on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@dataclass
+class Finding:
+    """A crash, hang, mismatch or invalid verdict, with what is needed to replay it."""
+
+    kind: str  # crash | hang | mismatch | invalid
+    stage: str
+    signature: str
+    message: str
+    case: int | None = None
+    input: bytes | None = None
+    pieces: list[bytes] | None = None  # the log stream, when the input alone does not show it
+    ops: list[str] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self, run_seed: int | None = None) -> dict[str, Any]:
+        return {"format": FORMAT, "kind": self.kind, "stage": self.stage,
+                "signature": self.signature, "message": self.message, "seed": run_seed,
+                "case": self.case, "ops": self.ops,
+                "input": None if self.input is None else self.input.hex(),
+                "pieces": None if self.pieces is None else [p.hex() for p in self.pieces],
+                "details": self.details}
+
+
+def _crash_signature(stage: str, exc: BaseException) -> tuple[str, str]:
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = next((f for f in reversed(tb) if "kqlab" in f.filename), tb[-1] if tb else None)
+    loc = f"{Path(where.filename).name}:{where.lineno}:{where.name}" if where else "?"
+    text = "".join(traceback.format_exception(exc)[-6:])
+    return f"{stage}|{type(exc).__name__}|{loc}", text
+
+
+def _setup_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return dict(kwargs)
+
+
+def check_outcome_invariants(out: Any) -> str | None:
+    """What a byte-validator verdict must satisfy whatever the input; None when it does."""
+    try:
+        err = error_for_code(out.error_code)
+    except KeyError:
+        return f"unknown error code {out.error_code}"
+    if err.name != out.error_name:
+        return f"error_name {out.error_name} for code {out.error_code}"
+    if out.error_code == 0 and (out.record_errors or out.error_message):
+        return "accepted batch with record_errors or an error_message"
+    if out.record_errors and out.error_code not in (32, 87):
+        return f"record_errors with code {out.error_code}"
+    if out.error_code != 0 and not out.check:
+        return "rejection without a check"
+    return None
+
+
+def run_producer(data: bytes, setups: Sequence[tuple[str, dict[str, Any]]],
+                 findings: list[Finding], stats: Counter | None = None,
+                 primary: bool = False) -> None:
+    """The byte validator on ``data`` as one request (``source="producer"``)."""
+    for k, (name, kwargs) in enumerate(setups):
+        kw = _setup_kwargs(kwargs)
+        config = kw.pop("config", None)
+        try:
+            out = PartitionValidator(TOPIC, PARTITION, config, now=NOW, source="producer",
+                                     **kw).validate(data)
+        except CaseTimeout:
+            raise
+        except Exception as exc:
+            sig, text = _crash_signature(name, exc)
+            findings.append(Finding("crash", name, sig, text))
+            continue
+        bad = check_outcome_invariants(out)
+        if bad:
+            findings.append(Finding("invalid", name, f"{name}|{bad.split(' ')[0]}", bad,
+                                    details={"outcome": out.to_dict()}))
+        if stats is not None and primary and k == 0:
+            stats[f"verdict|{out.error_code} {out.error_name}"] += 1
+            stats[f"check|{out.check}"] += 1
+
+
+def _rows_equal_plain(g: dict[str, Any], w: dict[str, Any], after_unknown: bool) -> str | None:
+    """The ``raw``-less contract: equal, undetermined, or (after an undetermined row) a
+    stage-F row whose offsets in ``detail`` may differ."""
+    if g["check"] == UNDETERMINED:
+        if g["error_code"] is not None or g["error_name"] is not None or not g["detail"]:
+            return "undetermined row with a code or without a reason"
+        return None
+    if after_unknown and (g["check"] or "").startswith("F") and \
+            {**g, "detail": None} == {**w, "detail": None}:
+        return None
+    if g == w:
+        return None
+    return ",".join(k for k in w if g.get(k) != w.get(k))
+
+
+def _verdict_invariants(rows: list[dict[str, Any]], plain: bool) -> str | None:
+    for r in rows:
+        if r["error_code"] is None:
+            if plain and r["check"] == UNDETERMINED:
+                continue
+            return "row without an error code"
+        try:
+            err = error_for_code(r["error_code"])
+        except KeyError:
+            return f"unknown error code {r['error_code']}"
+        if err.name != r["error_name"]:
+            return f"error_name {r['error_name']} for code {r['error_code']}"
+    return None
+
+
+@dataclass
+class LogResult:
+    """Per piece (batch row) the first problem found, per setup."""
+
+    findings: list[Finding] = field(default_factory=list)
+    #: (piece index, finding) for mismatches / invalid rows, to attribute them to cases
+    row_findings: list[tuple[int, Finding]] = field(default_factory=list)
+    stats: Counter = field(default_factory=Counter)
+
+
+def run_log(pieces: list[bytes], setups: Sequence[tuple[str, dict[str, Any]]],
+            stats: Counter | None = None) -> LogResult:
+    """Decode ``pieces`` and compare the two engines on the stream under each setup.
+
+    Exceptions propagate (the caller attributes them to cases); mismatching rows are returned
+    with their piece index.
+    """
+    res = LogResult()
+    st = res.stats if stats is None else stats
+    decoded = decode_batches(pieces, topic=TOPIC, partition=PARTITION)
+    if decoded.batches.num_rows != len(pieces):
+        res.findings.append(Finding("invalid", "decode", "decode|row-count",
+                                    f"{decoded.batches.num_rows} rows for {len(pieces)} batches"))
+        return res
+    bulk = decode_records(b"".join(pieces), topic=TOPIC, partition=PARTITION)
+    if not (bulk.records.equals(decoded.records) and bulk.batches.drop_columns(["position"])
+            .equals(decoded.batches.drop_columns(["position"])) and not bulk.issues):
+        which = "records" if not bulk.records.equals(decoded.records) else "batches"
+        res.findings.append(Finding("mismatch", "decode", f"decode|bulk-vs-batches|{which}",
+                                    f"decode_records and decode_batches disagree on {which}"))
+    for name, kwargs in setups:
+        kw = _setup_kwargs(kwargs)
+        config = kw.pop("config", None)
+        bv = kw.pop("broker_version", None)
+        want_t = validate_batches(pieces, topic=TOPIC, partition=PARTITION, config=config,
+                                  broker_version=bv, now=NOW, **kw)
+        got_t = broker_verdicts(decoded.records, decoded.batches, config, broker_version=bv,
+                                now=NOW, raw=pieces, **kw)
+        plain_ok = kw.get("source", "log") == "log" and kw.get("produce_version", 9) >= 3
+        plain_t = broker_verdicts(decoded.records, decoded.batches, config, broker_version=bv,
+                                  now=NOW, **kw) if plain_ok else None
+        want = want_t.to_pylist()
+        st["log-rows"] += len(want)
+        for w in want:
+            st[f"log-verdict|{w['error_code']} {w['error_name']}"] += 1
+        bad = _verdict_invariants(want, False)
+        if bad:
+            res.findings.append(Finding("invalid", f"{name}|validate_batches",
+                                        f"{name}|validate_batches|{bad}", bad))
+        if not got_t.equals(want_t):
+            got = got_t.to_pylist()
+            if len(got) != len(want):
+                res.findings.append(Finding("mismatch", f"{name}|raw", f"{name}|raw|row-count",
+                                            f"{len(got)} rows, expected {len(want)}"))
+            for i, (g, w) in enumerate(zip(got, want, strict=False)):
+                if g != w:
+                    cols = ",".join(k for k in w if g.get(k) != w.get(k))
+                    res.row_findings.append((i, Finding(
+                        "mismatch", f"{name}|raw", f"{name}|raw|{w['check']}->{g['check']}|"
+                        f"{cols}", f"broker_verdicts(raw=) differs from validate_batches in "
+                        f"{cols}", details={"row": i, "expected": w, "got": g})))
+        if plain_t is not None:
+            plain = plain_t.to_pylist()
+            bad = _verdict_invariants(plain, True)
+            if bad:
+                res.findings.append(Finding("invalid", f"{name}|plain",
+                                            f"{name}|plain|{bad}", bad))
+            if len(plain) != len(want):
+                res.findings.append(Finding("mismatch", f"{name}|plain",
+                                            f"{name}|plain|row-count",
+                                            f"{len(plain)} rows, expected {len(want)}"))
+                continue
+            after_unknown = False
+            for i, (g, w) in enumerate(zip(plain, want, strict=True)):
+                if g["check"] == UNDETERMINED:
+                    st[f"undetermined|{(g['detail'] or '')[:40]}"] += 1
+                cols = _rows_equal_plain(g, w, after_unknown)
+                if g["check"] == UNDETERMINED:
+                    after_unknown = True
+                if cols is not None:
+                    res.row_findings.append((i, Finding(
+                        "mismatch", f"{name}|plain", f"{name}|plain|{w['check']}->{g['check']}"
+                        f"|{cols}", f"broker_verdicts without raw differs in {cols}",
+                        details={"row": i, "expected": w, "got": g})))
+    return res
+
+
+def _same_parsed(a: Any, b: Any) -> str | None:
+    for name in a._fields:
+        x, y = getattr(a, name), getattr(b, name)
+        if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+            if x is None or y is None or x.dtype != y.dtype or not np.array_equal(x, y):
+                return name
+        elif name == "batch_error":
+            if [None if e is None else tuple(e) for e in x] != \
+                    [None if e is None else tuple(e) for e in y]:
+                return name
+        elif (bytes(x) if x is not None else None) != (bytes(y) if y is not None else None):
+            return name
+    return None
+
+
+def run_kernels(buffers: list[bytes], pieces: list[bytes]) -> list[Finding]:
+    """The C kernels (when built) against the pure-Python references."""
+    if IMPLEMENTATION != "c":
+        return []
+    found = []
+    for buf in buffers:
+        a, b = scan_batches(buf, 0, len(buf)), scan_batches_py(buf, 0, len(buf))
+        same = len(a) == len(b) and all(
+            (np.array_equal(x, y) and x.dtype == y.dtype) if isinstance(x, np.ndarray)
+            else x == y for x, y in zip(a, b, strict=True))
+        if not same:
+            found.append(Finding("mismatch", "kernel|scan_batches", "kernel|scan_batches",
+                                 "C scan_batches differs from the Python reference",
+                                 input=buf))
+    regions, counts = [], []
+    for p in pieces:
+        if len(p) >= 61 and p[16] == 2 and p[22] & 7 <= 4:
+            region, _ = records_region(memoryview(p)[61:], p[22] & 7)
+            regions.append(bytes(region))
+            counts.append(struct.unpack_from(">i", p, 57)[0])
+    if regions:
+        for strict in (True, False):
+            c = parse_records(regions, counts, strict, True)
+            py = parse_records_py(regions, counts, strict, True)
+            diff = _same_parsed(c, py)
+            if diff:
+                found.append(Finding("mismatch", "kernel|parse_records",
+                                     f"kernel|parse_records|strict={strict}|{diff}",
+                                     f"C parse_records differs in {diff} (strict={strict})",
+                                     pieces=list(pieces)))
+    return found
+
+
+def run_read_log(buf: bytes) -> list[Finding]:
+    """``read_log`` on a segment file holding ``buf`` against ``decode_records(buf)``."""
+    with tempfile.TemporaryDirectory(prefix="kqlab-fuzz-") as tmp:
+        d = Path(tmp) / f"{TOPIC}-{PARTITION}"
+        d.mkdir()
+        (d / "00000000000000000000.log").write_bytes(buf)
+        got = read_log(d)
+    want = decode_records(buf, topic=TOPIC, partition=PARTITION)
+
+    def issues(xs: list[LogIssue]) -> list[tuple]:
+        return [(i.kind, i.position, i.message, i.bytes) for i in xs]
+
+    if got.records.equals(want.records) and got.batches.equals(want.batches) and \
+            issues(got.issues) == issues(want.issues):
+        return []
+    what = ("records" if not got.records.equals(want.records) else
+            "batches" if not got.batches.equals(want.batches) else "issues")
+    return [Finding("mismatch", "read_log", f"read_log|{what}",
+                    f"read_log and decode_records disagree on {what}", input=buf)]
+
+
+def scan_pieces(data: bytes) -> list[bytes]:
+    return [item[1] for item in scan_buffer(data) if not isinstance(item, LogIssue)]
+
+
+# =============================================================================================
+# The driver: groups of cases, isolation of findings, summaries
+# =============================================================================================
+
+@dataclass
+class Case:
+    index: int
+    data: bytes
+    ops: list[str]
+    pieces: list[bytes] = field(default_factory=list)
+
+
+class Collector:
+    """Counts findings by signature and keeps the first few in full."""
+
+    def __init__(self) -> None:
+        self.stats: Counter = Counter()
+        self.counts: Counter = Counter()  # (kind, signature) -> n
+        self.kept: list[Finding] = []
+        self._kept_per: Counter = Counter()
+
+    def add(self, f: Finding) -> None:
+        key = (f.kind, f.signature)
+        self.counts[key] += 1
+        if self._kept_per[key] < KEEP_PER_SIGNATURE:
+            self._kept_per[key] += 1
+            self.kept.append(f)
+
+    def wants(self, f: Finding) -> bool:
+        """Whether ``f`` would be kept in full (rather than only counted)."""
+        return self._kept_per[(f.kind, f.signature)] < KEEP_PER_SIGNATURE
+
+    def merge(self, other: dict[str, Any]) -> None:
+        self.stats.update(other["stats"])
+        for (kind, sig), n in other["counts"]:
+            self.counts[(kind, sig)] += n
+        for f in other["kept"]:
+            key = (f.kind, f.signature)
+            if self._kept_per[key] < KEEP_PER_SIGNATURE:
+                self._kept_per[key] += 1
+                self.kept.append(f)
+
+    def export(self) -> dict[str, Any]:
+        return {"stats": self.stats, "counts": list(self.counts.items()), "kept": self.kept}
+
+
+def _attribute(f: Finding, case: Case) -> Finding:
+    f.case, f.input, f.ops = case.index, case.data, case.ops
+    return f
+
+
+def group_log_setups(group_no: int) -> list[tuple[str, dict[str, Any]]]:
+    """The log setups of group ``group_no``: :data:`LOG_PER_GROUP` of them, rotating."""
+    n = len(LOG_SETUPS)
+    return [LOG_SETUPS[(group_no * LOG_PER_GROUP + j) % n] for j in range(min(LOG_PER_GROUP, n))]
+
+
+def process_group(cases: list[Case], col: Collector, group_no: int,
+                  producer_setups: Sequence[tuple[str, dict[str, Any]]] | None = None,
+                  log_setups: Sequence[tuple[str, dict[str, Any]]] | None = None) -> None:
+    """Run a group of cases through every stage, attributing each finding to its case.
+
+    ``None`` setups mean the rotating selection of a fuzzing run; a replay passes them all.
+    """
+    if log_setups is None:
+        log_setups = group_log_setups(group_no)
+    # -- per case: the producer-source validator and the scan --------------------------------
+    for c in cases:
+        if producer_setups is None:
+            k = c.index % (len(PRODUCER_SETUPS) - 1)
+            extra = [PRODUCER_SETUPS[1 + (k + j) % (len(PRODUCER_SETUPS) - 1)]
+                     for j in range(PRODUCER_PER_CASE)]
+            setups = [PRODUCER_SETUPS[0], *extra]
+        else:
+            setups = list(producer_setups)
+        found: list[Finding] = []
+        t0 = time.perf_counter()
+        try:
+            with deadline(CASE_SECONDS):
+                run_producer(c.data, setups, found, col.stats, primary=producer_setups is None)
+                c.pieces = scan_pieces(c.data)
+        except CaseTimeout:
+            found.append(Finding("hang", "producer", "producer|timeout",
+                                 f"over {CASE_SECONDS} s in the producer-source validator"))
+        except Exception as exc:
+            sig, text = _crash_signature("scan", exc)
+            found.append(Finding("crash", "scan", sig, text))
+        if time.perf_counter() - t0 > CASE_SECONDS and not any(f.kind == "hang" for f in found):
+            found.append(Finding("hang", "producer", "producer|slow",
+                                 f"{time.perf_counter() - t0:.1f} s in the producer stage"))
+        for f in found:
+            col.add(_attribute(f, c))
+    # -- the group: decode, both engines on every log setup -----------------------------------
+    pieces = [p for c in cases for p in c.pieces]
+    owner = [c for c in cases for _ in c.pieces]
+    if not pieces:
+        return
+    t0 = time.perf_counter()
+    try:
+        with deadline(CASE_SECONDS * (1 if len(cases) == 1 else 3)):
+            res = run_log(pieces, log_setups, col.stats)
+            extra_findings: list[Finding] = []
+            if group_no % KERNEL_EVERY == 0:
+                extra_findings += run_kernels([c.data for c in cases], pieces)
+            if group_no % READ_LOG_EVERY == 0:
+                extra_findings += run_read_log(b"".join(c.data for c in cases))
+    except (CaseTimeout, Exception) as exc:
+        if len(cases) == 1:
+            if isinstance(exc, CaseTimeout):
+                col.add(_attribute(Finding("hang", "log", "log|timeout",
+                                           f"over {CASE_SECONDS} s decoding / validating the "
+                                           "stream"), cases[0]))
+            else:
+                sig, text = _crash_signature("log", exc)
+                col.add(_attribute(Finding("crash", "log", sig, text,
+                                           pieces=list(pieces)), cases[0]))
+            return
+        _isolate(cases, col, group_no, log_setups, exc)
+        return
+    slow = time.perf_counter() - t0 > CASE_SECONDS * len(cases)
+    if slow:
+        col.stats["slow-groups"] += 1
+    for f in res.findings + extra_findings:
+        if len(cases) == 1:
+            _attribute(f, cases[0])
+        elif f.input is None and f.pieces is None:
+            f.pieces = list(pieces)
+        col.add(f)
+    done: set[tuple[int, str]] = set()
+    for i, f in res.row_findings:
+        case = owner[i]
+        key = (case.index, f.signature)
+        if key in done:
+            continue
+        done.add(key)
+        if col.wants(f):  # localising costs reruns: only for findings kept in full
+            f = _localise(f, case, cases, pieces, owner, log_setups)
+        else:
+            _attribute(f, case)
+        col.add(f)
+
+
+def _isolate(cases: list[Case], col: Collector, group_no: int,
+             log_setups: Sequence[tuple[str, dict[str, Any]]], exc: BaseException) -> None:
+    """A group failed as a whole: run its cases one by one to find the culprit(s)."""
+    before = sum(col.counts.values())
+    for c in cases:
+        sub = Collector()
+        process_group([Case(c.index, c.data, c.ops, c.pieces)], sub, group_no,
+                      producer_setups=[], log_setups=log_setups)
+        for f in sub.kept:
+            col.add(f)
+        for key, n in sub.counts.items():
+            col.counts[key] += n - min(n, sub._kept_per[key])
+    if sum(col.counts.values()) == before:  # only the group as a whole fails
+        pieces = [p for c in cases for p in c.pieces]
+        kind = "hang" if isinstance(exc, CaseTimeout) else "crash"
+        if kind == "hang":
+            col.stats["slow-groups"] += 1  # every case alone was fast: the machine was busy
+            return
+        sig, text = _crash_signature("log-group", exc)
+        col.add(Finding(kind, "log-group", sig, text, case=cases[0].index, pieces=pieces))
+
+
+def _localise(f: Finding, case: Case, cases: list[Case], pieces: list[bytes],
+              owner: list[Case], log_setups: Sequence[tuple[str, dict[str, Any]]]) -> Finding:
+    """Attribute a mismatching row to its case: alone if it shows alone, else the shortest
+    stream prefix (greedily reduced) that still shows it."""
+    setup = [s for s in log_setups if f.stage.startswith(s[0] + "|")]
+    _attribute(f, case)
+    if not setup or _LOCALISE["seconds"] > LOCALISE_BUDGET:
+        f.pieces = list(pieces[:max(i for i, c in enumerate(owner) if c is case) + 1])
+        f.details["localised"] = False
+        return f
+    t0 = time.perf_counter()
+    try:
+        return _localise_in(f, case, pieces, owner, setup)
+    finally:
+        _LOCALISE["seconds"] += time.perf_counter() - t0
+
+
+#: seconds spent localising mismatches in this process (re-running the engines on smaller
+#: streams); past :data:`LOCALISE_BUDGET` findings keep their whole stream prefix instead
+_LOCALISE = {"seconds": 0.0}
+LOCALISE_BUDGET = 30.0
+#: reruns per localisation at most
+LOCALISE_TRIES = 40
+
+
+def _localise_in(f: Finding, case: Case, pieces: list[bytes], owner: list[Case],
+                 setup: list[tuple[str, dict[str, Any]]]) -> Finding:
+    tries = [0]
+
+    def shows(ps: list[bytes]) -> bool:
+        tries[0] += 1
+        try:
+            with deadline(CASE_SECONDS * 2):
+                r = run_log(ps, setup)
+        except (CaseTimeout, Exception):
+            return False
+        return any(g.signature == f.signature for _, g in r.row_findings)
+
+    row = f.details.get("row", 0)
+    if row < len(pieces) and shows([pieces[row]]):  # the batch alone shows it
+        f.pieces = [pieces[row]]
+        return f
+    if shows(case.pieces):
+        return f
+    stream = pieces[:row + 1]
+    if not shows(stream):
+        f.pieces = stream
+        f.details["reproduced"] = False
+        return f
+    # ddmin over the batches before the mismatching one (complements of ever finer chunks)
+    prefix, target = stream[:-1], stream[-1]
+    k = 2
+    while prefix and tries[0] < LOCALISE_TRIES:
+        size = max(1, -(-len(prefix) // k))
+        chunks = [prefix[j:j + size] for j in range(0, len(prefix), size)]
+        for j in range(len(chunks)):
+            trial = [p for m, c in enumerate(chunks) if m != j for p in c]
+            if shows([*trial, target]):
+                prefix, k = trial, max(k - 1, 2)
+                break
+        else:
+            if size == 1:
+                break
+            k = min(k * 2, len(prefix))
+    f.pieces = [*prefix, target]
+    f.details["row"] = len(prefix)
+    return f
+
+
+def run_range(run_seed: int, start: int, stop: int, corpus: list[Seed],
+              heartbeat: Callable[[int], None] | None = None) -> Collector:
+    """Generate and run cases ``start <= i < stop``."""
+    col = Collector()
+    group: list[Case] = []
+    for i in range(start, stop):
+        if heartbeat is not None:
+            heartbeat(i)
+        try:
+            with deadline(CASE_SECONDS):
+                data, ops = make_case(run_seed, i, corpus)
+        except (CaseTimeout, Exception) as exc:
+            sig, text = _crash_signature("generator", exc)
+            col.add(Finding("crash", "generator", sig, text, case=i))
+            continue
+        group.append(Case(i, data, ops))
+        col.stats["cases"] += 1
+        if len(group) == GROUP or i == stop - 1:
+            process_group(group, col, group[0].index // GROUP)
+            group = []
+    if group:
+        process_group(group, col, group[0].index // GROUP)
+    return col
+
+
+_CORPUS: list[Seed] | None = None
+
+
+def corpus() -> list[Seed]:
+    """The seed corpus (built once per process)."""
+    global _CORPUS
+    if _CORPUS is None:
+        _CORPUS = build_corpus()
+    return _CORPUS
+
+
+# -- multiprocessing ---------------------------------------------------------------------------
+
+def _worker(slot: int, run_seed: int, tasks: Any, results: Any, beat: Any) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    seeds = corpus()
+
+    def heartbeat(i: int) -> None:
+        beat[2 * slot] = i
+        beat[2 * slot + 1] = time.time()
+
+    while True:
+        task = tasks.get()
+        if task is None:
+            return
+        start, stop = task
+        col = run_range(run_seed, start, stop, seeds, heartbeat)
+        beat[2 * slot + 1] = time.time()
+        results.put((slot, start, stop, col.export()))
+
+
+class _Pool:
+    """Worker processes with a watchdog: a worker that dies or stops beating is replaced,
+    its current case is recorded as a crash / hang and the rest of its chunk re-queued."""
+
+    def __init__(self, jobs: int, run_seed: int):
+        self.ctx = mp.get_context("fork")
+        self.jobs = jobs
+        self.seed = run_seed
+        self.results = self.ctx.Queue()
+        self.beat = self.ctx.Array("d", 2 * jobs, lock=False)
+        self.procs: list[Any] = [None] * jobs
+        self.queues: list[Any] = [None] * jobs
+        self.busy: list[tuple[int, int] | None] = [None] * jobs
+        for s in range(jobs):
+            self._start(s)
+
+    def _start(self, slot: int) -> None:
+        q = self.ctx.Queue()
+        p = self.ctx.Process(target=_worker, args=(slot, self.seed, q, self.results, self.beat),
+                             daemon=True)
+        p.start()
+        self.procs[slot], self.queues[slot], self.busy[slot] = p, q, None
+        self.beat[2 * slot], self.beat[2 * slot + 1] = -1, time.time()
+
+    def run(self, chunks: list[tuple[int, int]], col: Collector,
+            progress: Callable[[], None]) -> None:
+        pending = list(reversed(chunks))
+        while pending or any(self.busy):
+            for s in range(self.jobs):
+                if self.busy[s] is None and pending:
+                    task = pending.pop()
+                    self.busy[s] = task
+                    self.beat[2 * s + 1] = time.time()
+                    self.queues[s].put(task)
+            try:
+                slot, start, stop, part = self.results.get(timeout=0.5)
+                if self.busy[slot] == (start, stop):
+                    self.busy[slot] = None
+                col.merge(part)
+            except queue.Empty:
+                pass
+            now = time.time()
+            for s in range(self.jobs):
+                task = self.busy[s]
+                if task is None:
+                    continue
+                dead = not self.procs[s].is_alive()
+                stuck = now - self.beat[2 * s + 1] > WATCHDOG_SECONDS
+                if not (dead or stuck):
+                    continue
+                case = int(self.beat[2 * s])
+                case = case if task[0] <= case < task[1] else task[0]
+                kind = "crash" if dead else "hang"
+                msg = (f"worker died (exit code {self.procs[s].exitcode})" if dead else
+                       f"no progress for {WATCHDOG_SECONDS:.0f} s (stuck outside Python?)")
+                data, ops = make_case(self.seed, case, corpus())
+                col.add(Finding(kind, "worker", f"worker|{kind}", msg, case=case, input=data,
+                                ops=ops))
+                col.stats["cases"] += case - task[0] + 1  # the rest of the chunk is redone
+                if not dead:
+                    self.procs[s].kill()
+                self.procs[s].join(5)
+                if case + 1 < task[1]:
+                    pending.append((case + 1, task[1]))
+                self._start(s)
+            progress()
+
+    def close(self) -> None:
+        for s in range(self.jobs):
+            with contextlib.suppress(Exception):
+                self.queues[s].put(None)
+        for p in self.procs:
+            p.join(5)
+            if p.is_alive():
+                p.kill()
+
+
+# -- the core entry point --------------------------------------------------------------------
+
+def run_fuzz(cases: int = 1_000_000, seed: int = 1, jobs: int = 2, *,
+             save_dir: str | Path | None = None, progress: bool = False,
+             start: int = 0) -> dict[str, Any]:
+    """Run ``cases`` cases (indices ``start`` ..) and return the summary dict.
+
+    ``jobs=1`` runs in this process (no watchdog for code stuck in C; SIGALRM still applies
+    in the main thread).
+    """
+    t0 = time.perf_counter()
+    col = Collector()
+    last = [0.0]
+
+    def report(force: bool = False) -> None:
+        if not progress:
+            return
+        now = time.perf_counter()
+        if not force and now - last[0] < 2.0:
+            return
+        last[0] = now
+        done = col.stats["cases"]
+        rate = done / max(now - t0, 1e-9)
+        print(f"[fuzz] {done}/{cases} cases  {rate:,.0f}/s  crashes {_n(col, 'crash')}  "
+              f"hangs {_n(col, 'hang')}  mismatches {_n(col, 'mismatch')}  "
+              f"invalid {_n(col, 'invalid')}", file=sys.stderr, flush=True)
+
+    chunks = [(a, min(a + CHUNK, start + cases)) for a in range(start, start + cases, CHUNK)]
+    if jobs <= 1:
+        seeds = corpus()
+        for a, b in chunks:
+            part = run_range(seed, a, b, seeds)
+            col.merge(part.export())
+            report()
+    else:
+        corpus()  # built before forking, shared copy-on-write
+        pool = _Pool(jobs, seed)
+        try:
+            pool.run(chunks, col, report)
+        finally:
+            pool.close()
+    report(force=True)
+    seconds = time.perf_counter() - t0
+    saved = save_findings(col.kept, save_dir, seed) if save_dir else []
+    return summary(col, seconds, seed, jobs, saved)
+
+
+def _n(col: Collector, kind: str) -> int:
+    return sum(n for (k, _), n in col.counts.items() if k == kind)
+
+
+def summary(col: Collector, seconds: float, seed: int, jobs: int, saved: list[str]
+            ) -> dict[str, Any]:
+    st = col.stats
+
+    def sub(prefix: str) -> dict[str, int]:
+        return dict(sorted(((k[len(prefix):], v) for k, v in st.items()
+                            if k.startswith(prefix)), key=lambda kv: -kv[1]))
+
+    cases = st["cases"]
+    return {
+        "cases": cases,
+        "crashes": _n(col, "crash"),
+        "hangs": _n(col, "hang"),
+        "mismatches": _n(col, "mismatch"),
+        "invalid_verdicts": _n(col, "invalid"),
+        "verdicts": sub("verdict|"),
+        "checks": sub("check|"),
+        "log_rows": st["log-rows"],
+        "log_verdicts": sub("log-verdict|"),
+        "undetermined": sub("undetermined|"),
+        "slow_groups": st["slow-groups"],
+        "signatures": [{"kind": k, "signature": s, "count": n}
+                       for (k, s), n in col.counts.most_common()],
+        "kernels": IMPLEMENTATION,
+        "seed": seed,
+        "jobs": jobs,
+        "seconds": round(seconds, 2),
+        "cases_per_s": round(cases / seconds, 1) if seconds else None,
+        "saved": saved,
+    }
+
+
+def save_findings(findings: list[Finding], save_dir: str | Path | None, seed: int) -> list[str]:
+    if not save_dir:
+        return []
+    out = Path(save_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for f in findings:
+        h = hashlib.sha1(f.signature.encode()).hexdigest()[:10]
+        p = out / f"{f.kind}-{h}-{f.case}.json"
+        p.write_text(json.dumps(f.to_json(seed), indent=1, default=str) + "\n")
+        paths.append(str(p))
+    return paths
+
+
+# -- replay ------------------------------------------------------------------------------------
+
+def replay_input(data: bytes | None, pieces: list[bytes] | None = None) -> list[Finding]:
+    """Every stage, every setup, on one input (and/or a given log stream); the findings."""
+    col = Collector()
+    if data is not None:
+        c = Case(-1, data, ["replay"])
+        process_group([c], col, 0, producer_setups=PRODUCER_SETUPS, log_setups=LOG_SETUPS)
+        col.stats["cases"] += 1
+        for f in run_kernels([data], c.pieces) + run_read_log(data):
+            col.add(f)
+    if pieces is not None:
+        c = Case(-1, b"".join(pieces), ["replay-stream"], list(pieces))
+        try:
+            with deadline(CASE_SECONDS * 3):
+                res = run_log(list(pieces), LOG_SETUPS)
+        except CaseTimeout:
+            col.add(Finding("hang", "log", "log|timeout", "stream replay overran"))
+        except Exception as exc:
+            sig, text = _crash_signature("log", exc)
+            col.add(Finding("crash", "log", sig, text))
+        else:
+            for f in res.findings + [g for _, g in res.row_findings]:
+                col.add(f)
+    return col.kept
+
+
+def load_finding(path: str | Path) -> dict[str, Any]:
+    doc = json.loads(Path(path).read_text())
+    if doc.get("format") != FORMAT:
+        raise ValueError(f"{path}: not a {FORMAT} file")
+    return doc
+
+
+def replay_file(path: str | Path) -> list[Finding]:
+    """Re-run a saved finding (or a regression seed); returns what is still found."""
+    doc = load_finding(path)
+    data = bytes.fromhex(doc["input"]) if doc.get("input") is not None else None
+    pieces = [bytes.fromhex(p) for p in doc["pieces"]] if doc.get("pieces") else None
+    return replay_input(data, pieces)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", type=int, default=1_000_000, help="cases to run (1 000 000)")
+    ap.add_argument("--quick", action="store_true", help="20 000 cases")
+    ap.add_argument("--seed", type=int, default=1, help="run seed (cases are reproducible "
+                    "from seed and index)")
+    ap.add_argument("--start", type=int, default=0, help="first case index")
+    ap.add_argument("--jobs", type=int, default=2, help="worker processes (1 = in process)")
+    ap.add_argument("--json", action="store_true", help="print the summary as one JSON line "
+                    "(last line of stdout)")
+    ap.add_argument("--save-dir", help="write each kept finding as a replayable JSON file")
+    ap.add_argument("--replay", metavar="FILE", help="re-run one saved finding and exit")
+    args = ap.parse_args(argv)
+    faulthandler.enable()  # a segfault in a C kernel still prints where it happened
+    if args.replay:
+        found = replay_file(args.replay)
+        for f in found:
+            print(json.dumps({k: v for k, v in f.to_json().items() if k != "input"},
+                             default=str))
+        print(json.dumps({"replay": args.replay, "findings": len(found)}))
+        return 1 if found else 0
+    n = 20_000 if args.quick else args.cases
+    result = run_fuzz(n, args.seed, args.jobs, save_dir=args.save_dir, progress=True,
+                      start=args.start)
+    if not args.json:
+        for s in result["signatures"][:20]:
+            print(f"{s['kind']:8} {s['count']:8}  {s['signature']}", file=sys.stderr)
+    print(json.dumps(result, default=str) if args.json else json.dumps(result, indent=1,
+                                                                      default=str))
+    bad = result["crashes"] + result["hangs"] + result["mismatches"] + \
+        result["invalid_verdicts"]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
