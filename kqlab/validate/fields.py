@@ -46,9 +46,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Sized
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeGuard
 
 import numpy as np
 import orjson
@@ -100,9 +100,9 @@ class FieldResult:
     rule: Rule | None = None
     lengths: pa.Array | None = None
     #: the Python values behind ``observed`` (Python path: ``observed`` may be JSON text)
-    python_observed: list | None = field(default=None, repr=False, compare=False)
+    python_observed: list[object] | None = field(default=None, repr=False, compare=False)
     #: the records' own Python objects (JSON as parsed): messages show values as written
-    python_records: Sequence[Any] | None = field(default=None, repr=False, compare=False)
+    python_records: Sequence[object] | None = field(default=None, repr=False, compare=False)
 
     @property
     def failed_count(self) -> int:
@@ -129,15 +129,16 @@ class FieldResult:
         take = pa.array(idx, pa.int64())
         name = self.rule.param("field")
         lengths = self.lengths.take(take) if self.lengths is not None else None
-        widened = self.python_records is not None and _has_float(self.observed.type)
-        if self.python_observed is None and not widened:
+        # JSON widened to double: each value is shown as its record wrote it
+        widened = self.python_records if _has_float(self.observed.type) else None
+        if self.python_observed is None and widened is None:
             vals = self.observed.take(take)
             try:
                 enc = vals.dictionary_encode()
             except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
                 enc = None
             if enc is not None:
-                ind = pc.fill_null(enc.indices, -1).to_numpy(zero_copy_only=False).astype(
+                ind = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(
                     np.int64)
                 uniq, first = np.unique(ind, return_index=True)
                 words = enc.dictionary.to_pylist()
@@ -148,11 +149,12 @@ class FieldResult:
                         field=name, value=_show(None if u < 0 else words[u]),
                         length=None if lens is None else lens[f])
                 return texts[np.searchsorted(uniq, ind)].tolist()
+        values: list[object]
         if self.python_observed is not None:
             values = [self.python_observed[i] for i in idx.tolist()]
-        elif widened:  # JSON widened to double: show each value as its record wrote it
+        elif widened is not None:
             path = _spec(self.rule).path
-            values = [_resolve(self.python_records[i], path) for i in idx.tolist()]
+            values = [_resolve(widened[i], path) for i in idx.tolist()]
         else:
             values = self.observed.take(take).to_pylist()
         lens_list = lengths.to_pylist() if lengths is not None else [None] * len(idx)
@@ -181,7 +183,7 @@ def _has_float(t: pa.DataType) -> bool:
     return False
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     try:
         text = orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
     except TypeError:
@@ -375,7 +377,7 @@ def field_rule_to_cel(rule: Rule) -> str:
 _ABSENT = object()
 
 
-def _resolve(value: Any, path: tuple[str, ...]) -> Any:
+def _resolve(value: object, path: tuple[str, ...]) -> object:
     for step in path:
         if not isinstance(value, Mapping) or step not in value:
             return None
@@ -383,11 +385,11 @@ def _resolve(value: Any, path: tuple[str, ...]) -> Any:
     return plain_value(value)
 
 
-def _is_number(v: Any) -> bool:
+def _is_number(v: object) -> TypeGuard[int | float]:
     return type(v) in (int, float)  # after plain_value: Decimal → float, bool excluded
 
 
-def _json_type_ok(v: Any, jtype: str) -> bool:
+def _json_type_ok(v: object, jtype: str) -> bool:
     if v is None:
         return jtype == "null"
     t = type(v)
@@ -396,13 +398,13 @@ def _json_type_ok(v: Any, jtype: str) -> bool:
             "array": t is list, "null": False}[jtype]
 
 
-def _length(v: Any) -> int | None:
-    if type(v) in (str, bytes, bytearray, list):
+def _length(v: object) -> int | None:
+    if type(v) in (str, bytes, bytearray, list) and isinstance(v, Sized):
         return len(v)
     return None
 
 
-def evaluate_python_values(rule: Rule, values: Sequence[Any]) -> FieldResult:
+def evaluate_python_values(rule: Rule, values: Sequence[object]) -> FieldResult:
     """The field rule evaluated per record on Python values (decoded values, one per row).
 
     The fallback of :func:`evaluate_field_rule` for columns that are not Arrow structs (JSON
@@ -447,7 +449,7 @@ def evaluate_python_values(rule: Rule, values: Sequence[Any]) -> FieldResult:
                        python_observed=leaves)
 
 
-def _observed_array(leaves: list[Any]) -> pa.Array:
+def _observed_array(leaves: list[object]) -> pa.Array:
     try:
         return pa.array(leaves)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
@@ -461,9 +463,9 @@ def _observed_array(leaves: list[Any]) -> pa.Array:
 def _resolve_arrow(arr: pa.Array, path: tuple[str, ...]) -> pa.Array | None:
     """The leaf column at ``path`` (all-null when absent), or None when Python must decide."""
     for step in path:
+        if isinstance(arr, pa.DictionaryArray):
+            arr = arr.dictionary_decode()
         t = arr.type
-        if pa.types.is_dictionary(t):
-            arr, t = arr.dictionary_decode(), t.value_type
         if pa.types.is_struct(t):
             index = t.get_field_index(step)
             if index < 0:
@@ -473,9 +475,9 @@ def _resolve_arrow(arr: pa.Array, path: tuple[str, ...]) -> pa.Array | None:
             return None
         else:  # a scalar, list or null column has no such field
             return pa.nulls(len(arr))
+    if isinstance(arr, pa.DictionaryArray):
+        arr = arr.dictionary_decode()
     t = arr.type
-    if pa.types.is_dictionary(t):
-        arr, t = arr.dictionary_decode(), t.value_type
     if pa.types.is_union(t) or isinstance(t, pa.ExtensionType) or pa.types.is_list_view(t) \
             or pa.types.is_large_list_view(t):
         return None
@@ -486,14 +488,14 @@ def _resolve_arrow(arr: pa.Array, path: tuple[str, ...]) -> pa.Array | None:
     return arr
 
 
-def _pylist(values: pa.Array) -> list:
+def _pylist(values: pa.Array) -> list[object]:
     # Arrow maps read back as lists of pairs unless asked: they are objects here
     return values.to_pylist(maps_as_pydicts="lossy")
 
 
-def _np(mask: pa.Array | pa.ChunkedArray) -> np.ndarray:
+def _np(mask: pa.Array) -> np.ndarray:
     """A boolean kernel result as numpy, null → False."""
-    return pc.fill_null(mask, False).to_numpy(zero_copy_only=False)
+    return mask.fill_null(False).to_numpy(zero_copy_only=False)
 
 
 def _is_numeric(t: pa.DataType) -> bool:
@@ -502,11 +504,6 @@ def _is_numeric(t: pa.DataType) -> bool:
 
 def _is_text(t: pa.DataType) -> bool:
     return pa.types.is_string(t) or pa.types.is_large_string(t)
-
-
-def _is_bytes(t: pa.DataType) -> bool:
-    return (pa.types.is_binary(t) or pa.types.is_large_binary(t)
-            or pa.types.is_fixed_size_binary(t))
 
 
 def _is_array(t: pa.DataType) -> bool:
@@ -531,13 +528,16 @@ def _arrow_json_types(t: pa.DataType) -> frozenset[str]:
 
 def _value_set_in(v: pa.Array, spec: _Spec) -> np.ndarray:
     t = v.type
+    candidates: list[str] | list[bool] | list[int] | list[float]
     if _is_text(t):
-        candidates: list = list(spec.strings)
+        candidates = list(spec.strings)
     elif pa.types.is_boolean(t):
         candidates = list(spec.bools)
     elif pa.types.is_integer(t):
-        info = np.iinfo(t.to_pandas_dtype())
-        candidates = [i for i in spec.ints if int(info.min) <= i <= int(info.max)]
+        bits = t.bit_width
+        lo, hi = (0, 2**bits - 1) if pa.types.is_unsigned_integer(t) else \
+            (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+        candidates = [i for i in spec.ints if lo <= i <= hi]
     elif pa.types.is_floating(t) or pa.types.is_decimal(t):
         # + 0.0 turns -0.0 into 0.0: Arrow's hash set tells the two zeros apart, CEL does not
         v, t = pc.add(pc.cast(v, pa.float64(), safe=False), 0.0), pa.float64()
@@ -549,8 +549,8 @@ def _value_set_in(v: pa.Array, spec: _Spec) -> np.ndarray:
     return _np(pc.is_in(v, value_set=pa.array(candidates, t)))
 
 
-def evaluate_field_rule(rule: Rule, values: pa.Array | pa.ChunkedArray | Sequence[Any],
-                        python: Sequence[Any] | None = None) -> FieldResult:
+def evaluate_field_rule(rule: Rule, values: pa.Array | pa.ChunkedArray | Sequence[object],
+                        python: Sequence[object] | None = None) -> FieldResult:
     """Evaluate a field rule over a decoded value column, vectorised when it is a struct.
 
     Parameters
@@ -582,19 +582,18 @@ def evaluate_field_rule(rule: Rule, values: pa.Array | pa.ChunkedArray | Sequenc
     spec = _spec(rule)
     if not isinstance(values, pa.Array | pa.ChunkedArray):
         return evaluate_python_values(rule, values)
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
-    top = values.type
-    if pa.types.is_dictionary(top):
-        values, top = values.dictionary_decode(), top.value_type
+    column = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    if isinstance(column, pa.DictionaryArray):
+        column = column.dictionary_decode()
+    top = column.type
     if not (pa.types.is_struct(top) or pa.types.is_null(top)):
-        return evaluate_python_values(rule, _pylist(values))
-    v = _resolve_arrow(values, spec.path)
+        return evaluate_python_values(rule, _pylist(column))
+    v = _resolve_arrow(column, spec.path)
     if v is None:
-        return evaluate_python_values(rule, _pylist(values))
+        return evaluate_python_values(rule, _pylist(column))
     t = v.type
     valid = _np(v.is_valid())
-    lengths = None
+    lengths: pa.Array | None = None
     kind = spec.kind
     if kind == "field_not_null":
         ok = valid
@@ -603,9 +602,9 @@ def evaluate_field_rule(rule: Rule, values: pa.Array | pa.ChunkedArray | Sequenc
             f = pc.cast(v, pa.float64(), safe=False)
             ok = valid.copy()
             if spec.lo is not None:
-                ok &= _np(pc.greater_equal(f, spec.lo))
+                ok &= _np(pc.greater_equal(f, pa.scalar(spec.lo)))
             if spec.hi is not None:
-                ok &= _np(pc.less_equal(f, spec.hi))
+                ok &= _np(pc.less_equal(f, pa.scalar(spec.hi)))
         else:
             ok = np.zeros(len(v), dtype=bool)
     elif kind == "field_in":
@@ -616,18 +615,21 @@ def evaluate_field_rule(rule: Rule, values: pa.Array | pa.ChunkedArray | Sequenc
         ok = _np(pc.match_substring_regex(v, spec.pattern)) if _is_text(t) \
             else np.zeros(len(v), dtype=bool)
     elif kind == "field_length":
-        if _is_text(t):
-            lengths = pc.utf8_length(v)
-        elif _is_bytes(t):
-            lengths = pc.binary_length(v)
+        measured: pa.Array
+        if isinstance(v, pa.StringArray | pa.LargeStringArray):  # code points
+            measured = pc.utf8_length(v)
+        elif isinstance(v, pa.BinaryArray | pa.LargeBinaryArray):
+            measured = pc.binary_length(v)
+        elif isinstance(v, pa.FixedSizeBinaryArray):  # pyarrow-stubs omit this input type
+            measured = pc.binary_length(v)  # type: ignore[call-overload]
         elif _is_array(t):
-            lengths = pc.list_value_length(v)
+            measured = pc.list_value_length(v)
         else:
-            lengths = pa.nulls(len(v), pa.int64())
-        lengths = pc.cast(lengths, pa.int64())
-        ok = _np(pc.greater_equal(lengths, spec.lo or 0))
+            measured = pa.nulls(len(v), pa.int64())
+        lengths = pc.cast(measured, pa.int64())
+        ok = _np(pc.greater_equal(lengths, pa.scalar(spec.lo or 0)))
         if spec.hi is not None:
-            ok &= _np(pc.less_equal(lengths, spec.hi))
+            ok &= _np(pc.less_equal(lengths, pa.scalar(spec.hi)))
     elif spec.type == "null":  # field_type
         ok = ~valid
     else:

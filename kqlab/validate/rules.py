@@ -454,9 +454,9 @@ def _field_rule(ctx: EvalContext, rule: Rule) -> RuleResult:
 
     decoded = ctx.decoded("value")
     # a JSON column whose records disagree on types falls back to text: use the objects
-    values = decoded.python_values() if getattr(decoded, "fallback", None) else decoded.values
+    values = decoded.python_values() if decoded.fallback else decoded.values
     # JSON keeps the parsed objects: verdicts and messages follow each record's own types
-    res = evaluate_field_rule(rule, values, getattr(decoded, "_python", None))
+    res = evaluate_field_rule(rule, values, decoded._python)
     failed = np.asarray(res.failed, dtype=bool)
     return RuleResult(failed, tuple(res.failing_messages()))
 
