@@ -62,6 +62,9 @@ _ERRORS = (
     KafkaError(49, "INVALID_PRODUCER_ID_MAPPING",
                "The producer attempted to use a producer id which is not currently assigned to "
                "its transactional id."),
+    KafkaError(52, "TRANSACTION_COORDINATOR_FENCED",
+               "Indicates that the transaction coordinator sending a WriteTxnMarker is no longer "
+               "the current coordinator for a given producer."),
     KafkaError(53, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
                "Transactional Id authorization failed."),
     KafkaError(76, "UNSUPPORTED_COMPRESSION_TYPE",
@@ -91,6 +94,7 @@ OUT_OF_ORDER_SEQUENCE_NUMBER = _BY_CODE[45]
 INVALID_PRODUCER_EPOCH = _BY_CODE[47]
 INVALID_TXN_STATE = _BY_CODE[48]
 INVALID_PRODUCER_ID_MAPPING = _BY_CODE[49]
+TRANSACTION_COORDINATOR_FENCED = _BY_CODE[52]
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = _BY_CODE[53]
 UNSUPPORTED_COMPRESSION_TYPE = _BY_CODE[76]
 INVALID_RECORD = _BY_CODE[87]
