@@ -57,7 +57,7 @@ class EvalContext:
 
         What evaluators derive from the sample alone (a column's special rows, a header's
         positions) lives here, so an edited rule reuses it; each key holds one type, which
-        its users agree on by name (``"column:value"``, ``"cel_vector:header:trace"``).
+        its users agree on by name (``"column:value"``, ``"cel:header:trace"``).
         """
         if key not in self._memo:
             self._memo[key] = compute()

@@ -188,7 +188,7 @@ class Evaluator:
         for name in _ENGINE_VARIABLES:
             if name in self.variables or (name == "headers" and "header_list" in
                                           self.variables):
-                rows = self.ctx.memo(f"cel_vector:engine_rows:{name}",
+                rows = self.ctx.memo(f"cel:engine_rows:{name}",
                                      partial(self._special_rows_of, name))
                 out = or_masks(out, rows)
         return out
@@ -228,7 +228,7 @@ class Evaluator:
                 except Unsupported as exc:  # kept: the sample's answer, not the expression's
                     return exc
 
-            exact = ctx.memo("cel_vector:avro_exact_presence", presence)
+            exact = ctx.memo("cel:avro_exact_presence", presence)
             if isinstance(exact, Unsupported):
                 raise exact
             self._exact_presence = exact
@@ -372,7 +372,7 @@ class Evaluator:
                     last[parents[ends]] = hit[ends]
             return last >= 0, last
 
-        return self.ctx.memo(f"cel_vector:header:{name}", rows)
+        return self.ctx.memo(f"cel:header:{name}", rows)
 
     def _header(self, name: str) -> Vec:
         present, last = self._header_rows(name)
