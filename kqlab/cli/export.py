@@ -55,7 +55,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     policy = load_policy(args.policy)
     prepare_registries(policy)  # the demo's in-memory registry, filled as its demo does
-    options: dict[str, str] = {"policy_path": str(args.policy)}
+    options: dict[str, Any] = {"policy_path": str(args.policy)}
     if args.dlq_topic:
         options["dlq_topic"] = args.dlq_topic
     doc: dict[str, Any] = {"policy": policy.name, "target": args.target}

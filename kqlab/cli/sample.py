@@ -46,7 +46,7 @@ def add_parser(sub: SubParsers) -> None:
 def cmd_sample(args: argparse.Namespace) -> int:
     """``kqlab sample``: a live topic into a snapshot, with progress on stderr."""
     from kqlab.kafka.configs import parse_assignments
-    from kqlab.sources.fetch import sample_to_snapshot
+    from kqlab.sources.kafka_snapshot import sample_to_snapshot
 
     config = {"bootstrap.servers": args.bootstrap, **parse_assignments(args.config)}
     parts = [int(p) for p in args.partitions.split(",")] if args.partitions else None

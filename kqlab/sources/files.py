@@ -277,6 +277,18 @@ class Snapshot:
         self._meta = self._read_metadata(self.path)
         return self
 
+    def update_extra(self, **values: Any) -> None:
+        """Set keys of the metadata's ``extra`` and rewrite ``snapshot.json`` atomically.
+
+        A streaming writer marks its snapshot this way (``complete``, ``cancelled``), so a
+        crashed or cancelled run is recognisable from the metadata alone.
+        """
+        meta = json.loads(json.dumps(self._meta))  # deep copy: commit only on success
+        meta.setdefault("extra", {}).update(_jsonable(redact_config(values), "extra"))
+        meta["updated_at"] = _now_iso()
+        _write_json_atomic(self.path / METADATA_FILE, meta)
+        self._meta = meta
+
     # -- appending ---------------------------------------------------------------------------
 
     def append(self, records: pa.Table, batches: pa.Table | None = None,

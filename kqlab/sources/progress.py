@@ -1,8 +1,9 @@
 """Progress displays for :func:`kqlab.sources.kafka.sample` and
-:func:`kqlab.sources.fetch.sample_to_snapshot`.
+:func:`kqlab.sources.kafka_snapshot.sample_to_snapshot`.
 
 Both classes are callables with the ``progress(records, bytes, partitions_done,
-records_per_s)`` signature, so they can be passed as ``progress=`` directly:
+records_per_s)`` signature (:data:`Progress`), so they can be passed as ``progress=``
+directly:
 
 * :class:`NotebookProgress` — an ipywidgets ``IntProgress`` bar, an ``HTML`` label (records,
   MB, partitions done, rate) and a **Cancel** button that sets :attr:`cancel_event`, to be
@@ -25,7 +26,11 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import Any, TextIO
+from collections.abc import Callable
+from typing import Any, TextIO, TypeAlias
+
+#: a sampling progress callback: ``progress(records, bytes, partitions_done, records_per_s)``
+Progress: TypeAlias = Callable[[int, int, int, float], None]
 
 
 def format_progress(records: int, nbytes: int, partitions_done: int, rate: float,

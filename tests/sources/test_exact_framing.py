@@ -10,7 +10,7 @@ pytest.importorskip("kafka")
 
 from kqlab.embedded import Broker, free_port
 from kqlab.records import BATCHES_SCHEMA, RECORDS_SCHEMA
-from kqlab.sources.fetch import fetch_exact, sample_to_snapshot
+from kqlab.sources.fetch import fetch_exact
 from kqlab.sources.files import Snapshot
 from kqlab.sources.kafka import (
     BrokerUnreachableError,
@@ -18,6 +18,7 @@ from kqlab.sources.kafka import (
     resolve_ranges,
     sample,
 )
+from kqlab.sources.kafka_snapshot import sample_to_snapshot
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 N = 30  # records per codec topic, one partition

