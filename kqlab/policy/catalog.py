@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+
+from kqlab.policy.plain_data import PlainData
 
 #: What a rule reads from a record; KIP-940's introspection hints are derived from these.
 NEEDS = ("headers", "key", "value", "decoded_key", "decoded_value", "metadata")
@@ -24,7 +25,7 @@ class Param:
     name: str
     type: str  # "int" | "number" | "str" | "bool" | "list[str]" | "list[int]" | "list" | "any"
     required: bool = False
-    default: Any = None
+    default: PlainData = None
     doc: str = ""
     choices: tuple[str, ...] = ()  # the allowed values of a "str" parameter, when closed
 
@@ -45,7 +46,7 @@ class RuleKind:
         """The parameter called ``name``, or None."""
         return next((p for p in self.params if p.name == name), None)
 
-    def minimal_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
+    def minimal_params(self, params: Mapping[str, PlainData]) -> dict[str, PlainData]:
         """``params`` in catalog order without those equal to their default (unknown names kept
         last): the canonical form the loader builds and the dump writes, so two spellings of
         one rule compare, hash and print the same.
@@ -55,7 +56,7 @@ class RuleKind:
         >>> kind("field_range").minimal_params({"max": 10, "field": "x", "allow_null": True})
         {'field': 'x', 'max': 10}
         """
-        out: dict[str, Any] = {}
+        out: dict[str, PlainData] = {}
         for p in self.params:
             if p.name in params:
                 value = params[p.name]

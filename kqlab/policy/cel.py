@@ -66,10 +66,14 @@ import os
 import re
 import threading
 import uuid
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from kqlab.errors import KqlabError
+
+if TYPE_CHECKING:  # both only for annotations: this module imports neither at load time
+    import pyarrow as pa
+    from celpy.celtypes import Value as CelpyValue
 
 __all__ = [
     "ENGINES",
@@ -92,6 +96,10 @@ ENGINE_ENV = "KQLAB_CEL_ENGINE"
 #: The activation variables a ``cel`` rule may use.
 VARIABLES = ("key", "value", "headers", "header_list", "topic", "partition", "offset",
              "timestamp", "timestamp_type", "batch_offset", "batch_index")
+
+#: a program compiled by one engine (cel-expr-python's program or a celpy runner): neither
+#: library ships type information, so there is no narrower type to name
+EngineProgram: TypeAlias = Any
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _POSITION = re.compile(r"<input>:(\d+):(\d+):")
@@ -124,12 +132,12 @@ class _NeedsCelPython(Exception):
 
 # --------------------------------------------------------------------------- value conversion
 
-def plain_value(value: Any) -> Any:
+def plain_value(value: object) -> object:
     """Python values CEL can hold: tuples → lists, dates → days, Decimal → float, UUID → str."""
-    t = type(value)
-    if t is dict:
+    t = type(value)  # exact types first: the common case, and bool stays bool
+    if t is dict and isinstance(value, dict):
         return {k: plain_value(v) for k, v in value.items()}
-    if t is list or t is tuple:
+    if (t is list or t is tuple) and isinstance(value, list | tuple):
         return [plain_value(v) for v in value]
     if value is None or t in (str, bytes, bool, int, float):
         return value
@@ -154,19 +162,18 @@ def plain_value(value: Any) -> Any:
 _SAFE_SCALARS = frozenset((bool, int, float, type(None)))
 
 
-def _is_ready(value: Any) -> bool:
+def _is_ready(value: object) -> bool:
     """True when cel-expr-python takes ``value`` as is (no bytes, NUL, tuple, exotic type)."""
-    t = type(value)
-    if t is str:
+    if type(value) is str:
         return "\x00" not in value
-    if t in _SAFE_SCALARS:
+    if type(value) in _SAFE_SCALARS:
         return True
     stack = [value]
     pop, push = stack.pop, stack.append
     while stack:
         v = pop()
         t = type(v)
-        if t is dict:
+        if t is dict and isinstance(v, dict):
             for x in v.values():
                 tx = type(x)
                 if tx is str:
@@ -176,7 +183,7 @@ def _is_ready(value: Any) -> bool:
                     push(x)
                 elif tx not in _SAFE_SCALARS:
                     return False
-        elif t is list:
+        elif t is list and isinstance(v, list):
             for x in v:
                 tx = type(x)
                 if tx is str:
@@ -191,18 +198,18 @@ def _is_ready(value: Any) -> bool:
     return True
 
 
-def _to_cel_expr_python(value: Any) -> Any:
+def _to_cel_expr_python(value: object) -> object:
     """cel-expr-python input: bytes as bytearray (copied whole), NUL strings refused."""
     t = type(value)
-    if t is str:
+    if t is str and isinstance(value, str):
         if "\x00" in value:
             raise _NeedsCelPython("strings containing U+0000")
         return value
-    if t is dict:
+    if t is dict and isinstance(value, dict):
         return {k: _to_cel_expr_python(v) for k, v in value.items()}
-    if t is list:
+    if t is list and isinstance(value, list):
         return [_to_cel_expr_python(v) for v in value]
-    if t is bytes:
+    if t is bytes and isinstance(value, bytes):
         return bytearray(value)
     if value is None or t in (bool, int, float):
         return value
@@ -214,7 +221,7 @@ def _to_cel_expr_python(value: Any) -> Any:
     return value if plain is value else _to_cel_expr_python(plain)
 
 
-def _to_celpy(value: Any) -> Any:
+def _to_celpy(value: object) -> CelpyValue:
     """celpy input: its ``celtypes`` wrappers, all the way down (as confluent-kafka does)."""
     from celpy import celtypes
 
@@ -223,18 +230,18 @@ def _to_celpy(value: Any) -> Any:
         return None
     if t is bool:  # before int: bool is an int subclass
         return celtypes.BoolType(value)
-    if t is int:
+    if t is int and isinstance(value, int):
         return celtypes.IntType(value) if value < 2**63 else celtypes.UintType(value)
     if t is float:
         return celtypes.DoubleType(value)
-    if t is str:
+    if t is str and isinstance(value, str):
         return celtypes.StringType(value)
-    if t is bytes:
+    if t is bytes and isinstance(value, bytes):
         return celtypes.BytesType(value)
-    if t is dict:
+    if t is dict and isinstance(value, dict):
         return celtypes.MapType({celtypes.StringType(k) if type(k) is str else _to_celpy(k):
                                  _to_celpy(v) for k, v in value.items()})
-    if t is list:
+    if t is list and isinstance(value, list):
         return celtypes.ListType([_to_celpy(v) for v in value])
     if isinstance(value, datetime.datetime):
         return celtypes.TimestampType(value)
@@ -253,10 +260,11 @@ class _Backend:
 
     name: str
 
-    def compile(self, expr: str) -> Any:  # pragma: no cover - interface
+    def compile(self, expr: str) -> EngineProgram:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def run(self, compiled: Any, activation: Mapping[str, Any]) -> tuple[bool | None, str | None]:
+    def run(self, compiled: EngineProgram, activation: Mapping[str, object]
+            ) -> tuple[bool | None, str | None]:
         raise NotImplementedError  # pragma: no cover - interface
 
 
@@ -279,7 +287,7 @@ class _CelExprPython(_Backend):
         })
         self._bool, self._error = cel.Type.BOOL, cel.Type.ERROR
 
-    def compile(self, expr: str) -> Any:
+    def compile(self, expr: str) -> EngineProgram:
         try:
             compiled = self._env.compile(expr)
         except RuntimeError as exc:
@@ -293,7 +301,8 @@ class _CelExprPython(_Backend):
             raise CelSyntaxError(expr, f"the expression gives {rtype.name()}, not bool", 1, 1)
         return compiled
 
-    def run(self, compiled: Any, activation: Mapping[str, Any]) -> tuple[bool | None, str | None]:
+    def run(self, compiled: EngineProgram, activation: Mapping[str, object]
+            ) -> tuple[bool | None, str | None]:
         out = compiled.eval(data=activation)
         result = out.value()
         if type(result) is bool:
@@ -312,7 +321,7 @@ class _CelPython(_Backend):
         self._celpy = celpy
         self._env = celpy.Environment(runner_class=celpy.InterpretedRunner)
 
-    def compile(self, expr: str) -> Any:
+    def compile(self, expr: str) -> EngineProgram:
         celpy = self._celpy
         try:
             return self._env.program(self._env.compile(expr))
@@ -322,7 +331,8 @@ class _CelPython(_Backend):
             raise CelSyntaxError(expr, str(exc.args[0]) if exc.args else str(exc),
                                  line, column) from None
 
-    def run(self, compiled: Any, activation: Mapping[str, Any]) -> tuple[bool | None, str | None]:
+    def run(self, compiled: EngineProgram, activation: Mapping[str, object]
+            ) -> tuple[bool | None, str | None]:
         celpy = self._celpy
         try:
             result = compiled.evaluate(activation)
@@ -410,17 +420,18 @@ class CelProgram:
         self._backend = _backend(engine)
         self._compiled = self._backend.compile(expr)
         self._native = engine == "cel-expr-python"
-        self._fallback: tuple[Any, _Backend] | None = None
+        #: the cel-python program (or why there is none), built on first need
+        self._fallback: tuple[EngineProgram | Exception, _Backend | None] | None = None
         self._fallback_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"CelProgram({self.expr!r}, engine={self.engine!r})"
 
-    def evaluate(self, activation: Mapping[str, Any]) -> bool | None:
+    def evaluate(self, activation: Mapping[str, object]) -> bool | None:
         """True/False, or None when the evaluation failed (see :meth:`check` for the text)."""
         return self.check(activation)[0]
 
-    def check(self, activation: Mapping[str, Any]) -> tuple[bool | None, str | None]:
+    def check(self, activation: Mapping[str, object]) -> tuple[bool | None, str | None]:
         """``(result, error)``: ``(True|False, None)``, or ``(None, error text)``; never raises."""
         data = {name: activation[name] for name in self.variables if name in activation}
         try:
@@ -436,7 +447,7 @@ class CelProgram:
         except Exception as exc:  # a value the engine cannot take: that record's failure
             return None, f"{type(exc).__name__}: {exc}"
 
-    def evaluate_many(self, activations: Iterable[Mapping[str, Any]]
+    def evaluate_many(self, activations: Iterable[Mapping[str, object]]
                       ) -> tuple[list[bool | None], list[str | None]]:
         """Per-activation results and error texts (None where there was no error)."""
         results: list[bool | None] = []
@@ -448,16 +459,18 @@ class CelProgram:
             errors.append(error)
         return results, errors
 
-    def _run_fallback(self, data: Mapping[str, Any], why: str
+    def _run_fallback(self, data: Mapping[str, object], why: str
                       ) -> tuple[bool | None, str | None]:
         with self._fallback_lock:
-            if self._fallback is None:
+            fallback = self._fallback
+            if fallback is None:
                 try:
-                    backend = _backend("cel-python")
-                    self._fallback = (backend.compile(self.expr), backend)
+                    celpy_backend = _backend("cel-python")
+                    fallback = (celpy_backend.compile(self.expr), celpy_backend)
                 except (ImportError, CelSyntaxError) as exc:
-                    self._fallback = (exc, None)  # type: ignore[assignment]
-        compiled, backend = self._fallback
+                    fallback = (exc, None)
+                self._fallback = fallback
+        compiled, backend = fallback
         if backend is None:
             return None, (f"cel-expr-python cannot hold {why} and the cel-python fallback "
                           f"is unavailable ({compiled})")
@@ -522,7 +535,8 @@ def _text_or_bytes(raw: bytes | None) -> str | bytes | None:
         return raw
 
 
-def record_activations(records: Any, decoded_values: list | None = None) -> list[dict[str, Any]]:
+def record_activations(records: pa.Table, decoded_values: Sequence[object] | None = None
+                       ) -> list[dict[str, object]]:
     """One activation (dict of :data:`VARIABLES`) per row of a ``RECORDS_SCHEMA`` table.
 
     Parameters

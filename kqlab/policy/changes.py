@@ -13,11 +13,15 @@ section (what views mask, not what the policy does): ``sensitive_changed``.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass, fields, is_dataclass
+from typing import TYPE_CHECKING
 
 from kqlab.policy.catalog import KINDS
 from kqlab.policy.model import Policy, Rule, thaw
+from kqlab.policy.plain_data import PlainData
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = ["PolicyDiff", "RuleChange", "diff"]
 
@@ -30,7 +34,7 @@ class RuleChange:
     """One rule present in both policies with different values: ``(name, old, new)`` each."""
 
     id: str
-    fields: tuple[tuple[str, Any, Any], ...]
+    fields: tuple[tuple[str, PlainData, PlainData], ...]
 
     def summary(self) -> str:
         """``amount-range: max 100000 -> 50000; severity error -> warning``."""
@@ -51,9 +55,9 @@ class PolicyDiff:
     removed: tuple[str, ...] = ()
     changed: tuple[RuleChange, ...] = ()
     moved: tuple[str, ...] = ()
-    settings_changed: tuple[tuple[str, Any, Any], ...] = ()
+    settings_changed: tuple[tuple[str, PlainData, PlainData], ...] = ()
     examples_changed: tuple[str, ...] = ()
-    sensitive_changed: tuple[tuple[str, Any, Any], ...] = ()
+    sensitive_changed: tuple[tuple[str, PlainData, PlainData], ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.added or self.removed or self.changed or self.moved
@@ -80,14 +84,14 @@ class PolicyDiff:
         return "\n".join(lines)
 
 
-def _show(value: Any) -> str:
+def _show(value: PlainData) -> str:
     return "(none)" if value is None else repr(value) if isinstance(value, str) and (
         " " in value or not value) else str(value)
 
 
-def _rule_view(rule: Rule) -> dict[str, Any]:
+def _rule_view(rule: Rule) -> dict[str, PlainData]:
     """Every field and parameter of ``rule`` with its effective (default-filled) value."""
-    view: dict[str, Any] = {name: getattr(rule, name) for name in _RULE_FIELDS}
+    view: dict[str, PlainData] = {name: getattr(rule, name) for name in _RULE_FIELDS}
     spec = KINDS.get(rule.kind)
     names = [p.name for p in spec.params] if spec else []
     names += [n for n in rule.params if n not in names]
@@ -95,27 +99,27 @@ def _rule_view(rule: Rule) -> dict[str, Any]:
     return view
 
 
-def _rule_changes(a: Rule, b: Rule) -> tuple[tuple[str, Any, Any], ...]:
+def _rule_changes(a: Rule, b: Rule) -> tuple[tuple[str, PlainData, PlainData], ...]:
     va, vb = _rule_view(a), _rule_view(b)
     names = list(va) + [n for n in vb if n not in va]
     return tuple((n, va.get(n), vb.get(n)) for n in names if va.get(n) != vb.get(n))
 
 
-def _settings(policy: Policy) -> dict[str, Any]:
+def _settings(policy: Policy) -> dict[str, PlainData]:
     """Non-rule sections flattened to dotted keys, with effective (default-filled) values."""
-    out: dict[str, Any] = {}
+    out: dict[str, PlainData] = {}
 
-    def walk(prefix: str, value: Any) -> None:
-        if hasattr(value, "__dataclass_fields__"):
+    def walk(prefix: str, value: DataclassInstance | PlainData) -> None:
+        if is_dataclass(value):
             for f in fields(value):
                 walk(f"{prefix}.{f.name}" if prefix else f.name, getattr(value, f.name))
             return
-        value = thaw(value)
-        if isinstance(value, dict) and value:
-            for key, item in value.items():
+        plain = thaw(value)
+        if isinstance(plain, dict) and plain:
+            for key, item in plain.items():
                 walk(f"{prefix}.{key}", item)
-        elif value is not None and value != {}:
-            out[prefix] = value
+        elif plain is not None and plain != {}:
+            out[prefix] = plain
 
     for f in fields(Policy):
         if f.name not in _SKIP:

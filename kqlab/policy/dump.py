@@ -10,17 +10,19 @@ written (:func:`~kqlab.policy.load.policy_from_dict`), so a dumped file always l
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
 
 from kqlab.policy.load import policy_from_dict
 from kqlab.policy.model import Policy, policy_to_dict
+from kqlab.policy.plain_data import PlainData
 
 __all__ = ["dump_policy", "save_policy"]
 
 
-class _Flow(dict[str, object]):
+class _Flow(dict[str, PlainData]):
     """A mapping written in YAML flow style (``{key: k1, value: {amount: 10}}``)."""
 
 
@@ -30,6 +32,18 @@ class _Dumper(yaml.SafeDumper):
 
 _Dumper.add_representer(_Flow, lambda dumper, data: dumper.represent_mapping(
     "tag:yaml.org,2002:map", data.items(), flow_style=True))
+
+
+def _one_line_examples(rule: PlainData) -> PlainData:
+    """A rule's plain data with each golden example record as a one-line flow mapping."""
+    if not isinstance(rule, Mapping):
+        return rule
+    examples = rule.get("examples")
+    if not isinstance(examples, Mapping):
+        return rule
+    flows = {side: [_Flow(item) if isinstance(item, Mapping) else item for item in items]
+             for side, items in examples.items() if isinstance(items, list)}
+    return {**rule, "examples": flows}
 
 
 def dump_policy(policy: Policy) -> str:
@@ -48,9 +62,9 @@ def dump_policy(policy: Policy) -> str:
     """
     data = policy_to_dict(policy)
     policy_from_dict(data, source=f"<policy {policy.name!r}>")
-    for rule in data.get("rules", ()):
-        for items in rule.get("examples", {}).values():  # one example record, one line
-            items[:] = [_Flow(item) for item in items]
+    rules = data.get("rules")
+    if isinstance(rules, list):
+        data["rules"] = [_one_line_examples(rule) for rule in rules]
     return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True,
                      default_flow_style=False, width=100)
 

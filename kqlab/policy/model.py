@@ -13,13 +13,18 @@ describes: the content hash is built on it, the dump writes it and the loader re
 from __future__ import annotations
 
 import hashlib
-from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass
+from collections.abc import Mapping
+from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass, replace
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, overload
 
 import orjson
 
-from kqlab.policy.catalog import KINDS, NEEDS, kind
+from kqlab.policy.catalog import KINDS, NEEDS, RuleKind, kind
+from kqlab.policy.plain_data import ParamValue, PlainData
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 POLICY_VERSION = 1
 SEVERITIES = ("error", "warning", "info")
@@ -29,7 +34,7 @@ FORMATS = ("none", "bytes", "string", "json", "avro")
 WIRE_FORMATS = ("raw", "confluent")
 
 
-def _freeze(value: Any) -> Any:
+def _freeze(value: PlainData) -> PlainData:
     """Recursively turn dicts/lists into read-only, hashable equivalents."""
     if isinstance(value, dict | MappingProxyType):
         return MappingProxyType({k: _freeze(v) for k, v in value.items()})
@@ -38,7 +43,11 @@ def _freeze(value: Any) -> Any:
     return value
 
 
-def thaw(value: Any) -> Any:
+@overload
+def thaw(value: Mapping[str, PlainData]) -> dict[str, PlainData]: ...
+@overload
+def thaw(value: PlainData) -> PlainData: ...
+def thaw(value: PlainData) -> PlainData:
     """The plain-Python (dict/list) form of a frozen value, for YAML/JSON output."""
     if isinstance(value, MappingProxyType | dict):
         return {k: thaw(v) for k, v in value.items()}
@@ -47,7 +56,7 @@ def thaw(value: Any) -> Any:
     return value
 
 
-def _canonical(value: Any) -> bytes:
+def _canonical(value: PlainData) -> bytes:
     return orjson.dumps(thaw(value), option=orjson.OPT_SORT_KEYS)
 
 
@@ -71,8 +80,8 @@ class Example:
     """
 
     name: str | None = None
-    key: Any = None
-    value: Any = None
+    key: PlainData = None
+    value: PlainData = None
     raw_value: str | None = None
     headers: tuple[tuple[str, str | None], ...] = ()
     timestamp: int | str | None = None
@@ -88,10 +97,10 @@ class Example:
     def __hash__(self) -> int:
         return hash(_canonical(self.to_dict()))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, PlainData]:
         """The YAML shape: fields in declaration order, defaults left out; headers as a
         mapping when their names are unique (else a list of ``[name, value]`` pairs)."""
-        out: dict[str, Any] = {}
+        out: dict[str, PlainData] = {}
         for f in fields(self):
             value = getattr(self, f.name)
             if value is None or value == ():
@@ -128,9 +137,9 @@ class Examples:
     def __len__(self) -> int:
         return len(self.passing) + len(self.failing)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, PlainData]:
         """The YAML shape ``{pass: [...], fail: [...]}`` (empty lists left out)."""
-        out: dict[str, Any] = {}
+        out: dict[str, PlainData] = {}
         if self.passing:
             out["pass"] = [e.to_dict() for e in self.passing]
         if self.failing:
@@ -147,7 +156,7 @@ class Rule:
 
     id: str
     kind: str
-    params: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    params: Mapping[str, PlainData] = field(default_factory=lambda: MappingProxyType({}))
     message: str | None = None
     description: str | None = None
     severity: str = "error"
@@ -164,7 +173,7 @@ class Rule:
         return hash(_canonical(self.to_dict()))
 
     @property
-    def spec(self):  # -> catalog.RuleKind
+    def spec(self) -> RuleKind:
         """The catalog declaration of this rule's kind."""
         return kind(self.kind)
 
@@ -179,14 +188,14 @@ class Rule:
         extra = {"decoded_value", "key", "headers", "metadata"} if self.when else set()
         return self.spec.needs | extra
 
-    def param(self, name: str) -> Any:
+    def param(self, name: str) -> ParamValue:
         """The parameter's value, or its catalog default."""
         if name in self.params:
             return self.params[name]
         p = self.spec.param(name)
         return None if p is None else p.default
 
-    def render_message(self, **values: Any) -> str:
+    def render_message(self, **values: object) -> str:
         """The failure message: the rule's own, or the catalog default filled in."""
         template = self.message or self.spec.message
         fill = {p.name: self.param(p.name) for p in self.spec.params}
@@ -202,9 +211,9 @@ class Rule:
         except (KeyError, IndexError, ValueError):
             return template
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, PlainData]:
         """The YAML shape: ``id``, ``kind``, the parameters inline, then the rest (no defaults)."""
-        out: dict[str, Any] = {"id": self.id, "kind": self.kind}
+        out: dict[str, PlainData] = {"id": self.id, "kind": self.kind}
         out.update(thaw(self.params))
         for name in ("message", "description", "when"):
             if getattr(self, name) is not None:
@@ -233,7 +242,7 @@ class SchemaSource:
     registry: str | None = None
     subject: str | None = None
     path: str | None = None
-    config: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    config: Mapping[str, PlainData] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "config", _freeze(dict(self.config)))
@@ -266,7 +275,8 @@ class BrokerSettings:
     """
 
     version: str = "4.0"
-    configs: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    configs: Mapping[str, str | int | float | bool] = field(
+        default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "configs", _freeze(dict(self.configs)))
@@ -317,7 +327,7 @@ class Sensitive:
 class Provenance:
     """Where a vetted policy was tested: sample coordinates, counts, content hash, date."""
 
-    sample: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    sample: Mapping[str, PlainData] = field(default_factory=lambda: MappingProxyType({}))
     records: int | None = None
     batches: int | None = None
     rejected_records: int | None = None
@@ -367,11 +377,10 @@ class Policy:
         section is left out for the same reason: it says what views and reports mask, and
         changes no verdict, so marking a field sensitive keeps a vetted policy vetted.
         """
-        body = policy_to_dict(self)
-        body.pop("provenance", None)
-        body.pop("sensitive", None)  # presentation only: masking changes no verdict
-        for rule in body.get("rules", ()):
-            rule.pop("examples", None)
+        what_it_does = replace(self, provenance=None,
+                               sensitive=Sensitive(),  # presentation only: changes no verdict
+                               rules=tuple(r.without_examples() for r in self.rules))
+        body = policy_to_dict(what_it_does)
         return "sha256:" + hashlib.sha256(_canonical(body)).hexdigest()
 
     def introspection_hints(self) -> frozenset[str]:
@@ -391,7 +400,7 @@ class Policy:
 
 
 # ------------------------------------------------------------------- canonical plain data
-def _default_of(f: Field[Any]) -> Any:
+def _default_of(f: Field[object]) -> object:
     """The default a dataclass field takes when left out (``MISSING`` when it has none)."""
     if f.default is not MISSING:
         return f.default
@@ -400,13 +409,16 @@ def _default_of(f: Field[Any]) -> Any:
     return MISSING
 
 
-def _minimal(value: Any) -> Any:
+def _minimal(value: DataclassInstance | PlainData) -> PlainData:
     """A model object as plain data: fields in declaration order, defaults left out."""
-    if not is_dataclass(value):
-        return thaw(value)
-    out = {}
-    for f in fields(value):
-        item = getattr(value, f.name)
+    return _minimal_fields(value) if is_dataclass(value) else thaw(value)
+
+
+def _minimal_fields(obj: DataclassInstance) -> dict[str, PlainData]:
+    """The fields of a model object that differ from their defaults, as plain data."""
+    out: dict[str, PlainData] = {}
+    for f in fields(obj):
+        item = getattr(obj, f.name)
         if item == _default_of(f):
             continue
         data = _minimal(item)
@@ -430,7 +442,7 @@ def canonical_rule(rule: Rule) -> Rule:
                 when=rule.when, examples=rule.examples)
 
 
-def policy_to_dict(policy: Policy) -> dict[str, Any]:
+def policy_to_dict(policy: Policy) -> dict[str, PlainData]:
     """The canonical plain-data form of ``policy`` (what the YAML file holds, no defaults).
 
     Examples
@@ -438,17 +450,18 @@ def policy_to_dict(policy: Policy) -> dict[str, Any]:
     >>> policy_to_dict(Policy(name="orders", rules=(Rule(id="k", kind="key_required"),)))
     {'kqlab': 1, 'name': 'orders', 'rules': [{'id': 'k', 'kind': 'key_required'}]}
     """
-    out: dict[str, Any] = {"kqlab": policy.version}
+    out: dict[str, PlainData] = {"kqlab": policy.version}
     for f in fields(Policy):
         value = getattr(policy, f.name)
         if f.name == "version" or value == _default_of(f):
             continue
+        data: PlainData
         if f.name == "rules":
             data = [canonical_rule(r).to_dict() for r in value]
         elif f.name == "broker":
-            data = _minimal(value)
-            if "configs" in data:
-                data["configs"] = dict(sorted(data["configs"].items()))
+            data = _minimal_fields(value)
+            if "configs" in data:  # sorted by name: the file reads (and diffs) stably
+                data["configs"] = dict(sorted(thaw(value.configs).items()))
         else:
             data = _minimal(value)
         if data == {} or data == []:

@@ -13,7 +13,7 @@ that did not come from YAML (a dict given to :func:`kqlab.policy.policy_from_dic
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 import yaml
 
@@ -26,7 +26,7 @@ __all__ = ["Position", "PositionedList", "PositionedMap", "item_pos", "key_pos",
 Position: TypeAlias = tuple[int, int]
 
 
-class PositionedMap(dict[str, Any]):
+class PositionedMap(dict[str, object]):
     """A mapping read from YAML that remembers where it, its keys and its values start."""
 
     __slots__ = ("at", "duplicates", "keys_at", "values_at")
@@ -37,7 +37,7 @@ class PositionedMap(dict[str, Any]):
     duplicates: list[tuple[str, Position]]
 
 
-class PositionedList(list[Any]):
+class PositionedList(list[object]):
     """A sequence read from YAML that remembers where it and its items start."""
 
     __slots__ = ("at", "items_at")
@@ -103,7 +103,7 @@ _SYNTAX_HINTS = (
 )
 
 
-def read_yaml(text: str, source: str) -> Any:
+def read_yaml(text: str, source: str) -> object:
     """The YAML document in ``text`` as positioned maps/lists (``PolicyError`` on bad YAML)."""
     try:
         return yaml.load(text, Loader=_Loader)
@@ -127,7 +127,7 @@ def read_yaml(text: str, source: str) -> Any:
                           "the file as UTF-8", file=source, line=line) from None
 
 
-def _describe_type(value: Any) -> str:
+def _describe_type(value: object) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -142,18 +142,25 @@ def _describe_type(value: Any) -> str:
 
 
 # --------------------------------------------------------------------------- positions
-def pos_of(obj: Any) -> Position | None:
-    return getattr(obj, "at", None)
+def pos_of(obj: object) -> Position | None:
+    """Where ``obj`` starts in the YAML text (None for data that did not come from YAML)."""
+    at: Position | None = getattr(obj, "at", None)
+    return at
 
 
-def key_pos(mapping: Any, name: str) -> Position | None:
-    return getattr(mapping, "keys_at", {}).get(name) or pos_of(mapping)
+def key_pos(mapping: object, name: str) -> Position | None:
+    """Where the key ``name`` of ``mapping`` is written (else where the mapping starts)."""
+    keys_at: dict[str, Position] = getattr(mapping, "keys_at", {})
+    return keys_at.get(name) or pos_of(mapping)
 
 
-def value_pos(mapping: Any, name: str) -> Position | None:
-    return getattr(mapping, "values_at", {}).get(name) or pos_of(mapping)
+def value_pos(mapping: object, name: str) -> Position | None:
+    """Where the value of ``mapping[name]`` is written (else where the mapping starts)."""
+    values_at: dict[str, Position] = getattr(mapping, "values_at", {})
+    return values_at.get(name) or pos_of(mapping)
 
 
-def item_pos(seq: Any, index: int) -> Position | None:
-    items = getattr(seq, "items_at", None)
+def item_pos(seq: object, index: int) -> Position | None:
+    """Where item ``index`` of ``seq`` is written (else where the sequence starts)."""
+    items: list[Position] | None = getattr(seq, "items_at", None)
     return items[index] if items else pos_of(seq)

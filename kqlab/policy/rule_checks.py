@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import fields
-from typing import Any
 
 from kqlab.policy.catalog import KINDS, Param, RuleKind
 from kqlab.policy.model import (
@@ -24,8 +23,8 @@ from kqlab.policy.model import (
     Examples,
     Format,
     Rule,
-    thaw,
 )
+from kqlab.policy.plain_data import PlainData
 from kqlab.policy.positioned_yaml import Position, item_pos, key_pos, pos_of, value_pos
 from kqlab.policy.shape_checks import (
     INT64_LIMIT,
@@ -34,6 +33,7 @@ from kqlab.policy.shape_checks import (
     did_you_mean,
     example_text,
     is_int,
+    is_number,
     join_key,
     yaml_scalar,
 )
@@ -64,7 +64,7 @@ class RuleChecker(ShapeChecker):
         # the policy's formats, known before its rules (examples are checked against them)
         self.formats: dict[str, Format] = {"key": Format(), "value": Format()}
 
-    def rules(self, value: Any, path: str, at: Position | None) -> tuple[Rule, ...]:
+    def rules(self, value: object, path: str, at: Position | None) -> tuple[Rule, ...]:
         if not isinstance(value, list | tuple):
             self.fail(f"expected a list of rules, got {describe(value)} — start each rule with "
                       "'- id: ...'", path, at)
@@ -81,7 +81,7 @@ class RuleChecker(ShapeChecker):
             rules.append(rule)
         return tuple(rules)
 
-    def rule(self, value: Any, path: str, at: Position | None) -> Rule:
+    def rule(self, value: object, path: str, at: Position | None) -> Rule:
         example = value if isinstance(value, str) and value in KINDS else "key_required"
         m = self.mapping(value, path, at, "rule keys (id, kind, parameters)",
                          f"write the rule as - {{id: my-rule, kind: {example}}}")
@@ -89,7 +89,7 @@ class RuleChecker(ShapeChecker):
         if "id" not in m:
             self.fail("missing the rule id — add id: <unique-name>, e.g. id: amount-range", path,
                       at)
-        rule_id = self.get(m, "id", "str", path)
+        rule_id = self.get(m, "id", "str", path, required=True)
         if not RULE_ID.match(rule_id):
             slug = re.sub(r"[^a-z0-9._-]+", "-", rule_id.lower()).strip("-._") or "my-rule"
             self.fail(f"rule id {rule_id!r} may only hold lowercase letters, digits, '.', '_' and "
@@ -98,7 +98,7 @@ class RuleChecker(ShapeChecker):
         if "kind" not in m:
             self.fail(f"rule {rule_id!r} has no kind — add kind: <one of "
                       f"{', '.join(sorted(KINDS))}>", path, at)
-        kind_name = self.get(m, "kind", "str", path)
+        kind_name = self.get(m, "kind", "str", path, required=True)
         if kind_name not in KINDS:
             self.fail(f"unknown rule kind {kind_name!r} — "
                       f"{did_you_mean(kind_name, sorted(KINDS))}", f"{path}.kind",
@@ -124,59 +124,61 @@ class RuleChecker(ShapeChecker):
             if "examples" in m else None,
         )
 
-    # --- golden examples -------------------------------------------------------------------
-
-    def param(self, spec: RuleKind, p: Param, m: Mapping[str, Any], path: str) -> Any:
+    # --- parameters ----------------------------------------------------------------------
+    def param(self, spec: RuleKind, p: Param, m: Mapping[str, object], path: str) -> PlainData:
+        """The checked value of parameter ``p`` (present in ``m``)."""
         key, at = f"{path}.{p.name}", value_pos(m, p.name)
-        value = m[p.name]
-        if value is None:
+        if m[p.name] is None:
             default = "" if p.default is None else f" (default {yaml_scalar(p.default)})"
             self.fail(f"{p.name} is null — write {p.name}: "
                       f"{example_text(p.name, p.type, p.choices)}, or remove it to use the "
                       f"default{default}", key, at)
-        self.typed(value, p.type, p.name, key, at, example_text(p.name, p.type, p.choices))
+        value = self.typed(m[p.name], p.type, p.name, key, at,
+                           example_text(p.name, p.type, p.choices))
         if p.choices and value not in p.choices:
             self.fail(f"{value!r} is not a valid {p.name} for a {spec.name} rule — "
-                      f"{did_you_mean(value, p.choices)}", key, at)
-        if p.type == "int" and value < 0:
+                      f"{did_you_mean(str(value), p.choices)}", key, at)
+        if p.type == "int" and is_int(value) and value < 0:
             self.fail(f"{p.name} must be 0 or more, got {value}", key, at)
-        if p.type == "list[int]":
+        if p.type == "list[int]" and isinstance(value, list | tuple):
             for i, item in enumerate(value):
-                if item < 0:
+                if is_int(item) and item < 0:
                     self.fail(f"{p.name} must be 0 or more, got {item}", f"{key}[{i}]",
                               item_pos(value, i) or at)
-        if p.type == "str" and not value.strip():
+        if p.type == "str" and isinstance(value, str) and not value.strip():
             self.fail(f"{p.name} is empty — write {p.name}: "
                       f"{example_text(p.name, p.type, p.choices)}", key, at)
         if p.type.startswith("list") and p.required and not value:
             self.fail(f"{p.name} is empty, so every record would fail — list at least one "
                       "allowed value", key, at)
-        if p.name == "pattern":
+        if p.name == "pattern" and isinstance(value, str):
             self.regex(value, key, at)
-        if p.name == "field" and any(not part.strip() for part in value.split(".")):
+        if p.name == "field" and isinstance(value, str) and \
+                any(not part.strip() for part in value.split(".")):
             self.fail(f"field {value!r} has an empty path segment — write a dotted path such as "
                       "customer.id", key, at)
-        if p.name == "callable" and not PLUGIN_CALLABLE.match(value):
+        if p.name == "callable" and isinstance(value, str) and not PLUGIN_CALLABLE.match(value):
             self.fail(f"callable {value!r} is not 'module:attribute' — write callable: "
                       "my_package.checks:validate", key, at)
         if spec.name == "json_schema" and p.name == "schema" and not isinstance(value, Mapping):
             self.fail(f"expected the JSON Schema as a mapping, got {describe(value)} — write "
                       "schema: {type: object, required: [id]}, or use path: for a file", key, at)
-        return value.strip() if p.name == "expr" else value
+        return value.strip() if p.name == "expr" and isinstance(value, str) else value
 
-    def rule_constraints(self, spec: RuleKind, params: dict[str, Any], m: Mapping[str, Any],
-                         path: str, at: Position | None) -> None:
+    def rule_constraints(self, spec: RuleKind, params: Mapping[str, PlainData],
+                         m: Mapping[str, object], path: str, at: Position | None) -> None:
         """Checks across parameters: bounds in order, at least one bound, one schema source."""
-        if spec.param("min") is not None and spec.param("max") is not None:
-            low = params.get("min", spec.param("min").default)
+        low_param, high_param = spec.param("min"), spec.param("max")
+        if low_param is not None and high_param is not None:
+            low = params.get("min", low_param.default)
             high = params.get("max")
-            if low is not None and high is not None and low > high:
+            if is_number(low) and is_number(high) and low > high:
                 name = "min" if "min" in params else "max"
                 self.fail(f"min ({low}) is greater than max ({high}) — swap them or fix one",
                           f"{path}.{name}", value_pos(m, name))
             if "min" not in params and "max" not in params:
                 self.fail(f"a {spec.name} rule without min or max checks nothing — add max: "
-                          f"{example_text('max', spec.param('max').type)} (and min if needed)",
+                          f"{example_text('max', high_param.type)} (and min if needed)",
                           path, at)
         if spec.name == "timestamp_window" and not {"before_ms", "after_ms"} & set(params):
             self.fail("a timestamp_window rule without before_ms or after_ms checks nothing — "
@@ -190,7 +192,8 @@ class RuleChecker(ShapeChecker):
                 self.fail("give the JSON Schema inline (schema) or as a file (path), not both — "
                           "remove one", f"{path}.path", key_pos(m, "path"))
 
-    def examples(self, value: Any, path: str, at: Position | None) -> Examples:
+    # --- golden examples -------------------------------------------------------------------
+    def examples(self, value: object, path: str, at: Position | None) -> Examples:
         """``examples: {pass: [...], fail: [...]}``: records the rule must accept / reject."""
         hint = "write examples: {pass: [{value: ...}], fail: [{value: ...}]}"
         m = self.mapping(value, path, at, "pass and fail examples", hint)
@@ -211,7 +214,7 @@ class RuleChecker(ShapeChecker):
             self.fail(f"examples are empty — {hint}", path, at)
         return Examples(passing=out["pass"], failing=out["fail"])
 
-    def example(self, value: Any, path: str, at: Position | None) -> Example:
+    def example(self, value: object, path: str, at: Position | None) -> Example:
         m = self.mapping(value, path, at, "example record keys (key, value, headers, ...)",
                          "write the example as - {key: k1, value: {amount: 10}}")
         at = pos_of(m) or at
@@ -225,13 +228,14 @@ class RuleChecker(ShapeChecker):
                       "bytes as written), not both — remove one", f"{path}.raw_value",
                       key_pos(m, "raw_value"))
         headers = self.example_headers(m, path) if "headers" in m else ()
-        timestamp = None
+        timestamp: int | str | None = None
         if "timestamp" in m:
-            timestamp, tat = m["timestamp"], value_pos(m, "timestamp")
-            ok = (is_int(timestamp) and 0 <= timestamp < INT64_LIMIT) or (
-                isinstance(timestamp, str) and RELATIVE_TIMESTAMP.match(timestamp))
-            if not ok:
-                self.fail(f"timestamp {describe(timestamp)} is neither epoch milliseconds nor "
+            raw, tat = m["timestamp"], value_pos(m, "timestamp")
+            if (is_int(raw) and 0 <= raw < INT64_LIMIT) or \
+                    (isinstance(raw, str) and RELATIVE_TIMESTAMP.match(raw)):
+                timestamp = raw
+            else:
+                self.fail(f"timestamp {describe(raw)} is neither epoch milliseconds nor "
                           "relative to now — write timestamp: 1763700000000, or now-8d, "
                           f"now+2h (units {', '.join(RELATIVE_TIMESTAMP_UNITS)})",
                           f"{path}.timestamp", tat)
@@ -246,7 +250,7 @@ class RuleChecker(ShapeChecker):
         return Example(name=name, key=key, value=val, raw_value=raw_value, headers=headers,
                        timestamp=timestamp, schema_id=schema_id)
 
-    def payload(self, m: Mapping[str, Any], name: str, path: str) -> Any:
+    def payload(self, m: Mapping[str, object], name: str, path: str) -> PlainData:
         """An example's key or value: text for text formats, JSON-shaped data otherwise."""
         if name not in m or m[name] is None:
             return None
@@ -255,23 +259,23 @@ class RuleChecker(ShapeChecker):
         if fmt in TEXT_FORMATS and not isinstance(value, str):
             what = "the record's key" if name == "key" else "the record's value"
             self.fail(f"the policy's {name} format is {fmt}, so {what} is text, got "
-                      f"{describe(value)} — quote it: {name}: '{yaml_scalar(thaw(value))}'"
+                      f"{describe(value)} — quote it: {name}: '{yaml_scalar(value)}'"
                       if not isinstance(value, Mapping | list | tuple) else
                       f"the policy's {name} format is {fmt}, so {what} is text, got "
                       f"{describe(value)} — write the text, or set {name}.format: json",
                       key, at)
-        self.plain(value, key, at)
-        return value
+        return self.plain(value, key, at)
 
-    def example_headers(self, m: Mapping[str, Any], path: str) -> tuple[tuple[str, Any], ...]:
+    def example_headers(self, m: Mapping[str, object], path: str
+                        ) -> tuple[tuple[str, str | None], ...]:
         """Headers as ``{name: value}`` or a list of ``[name, value]`` pairs (duplicates)."""
         value, key, at = m["headers"], f"{path}.headers", value_pos(m, "headers")
         hint = "write headers: {trace-id: abc} or headers: [[trace-id, abc], [trace-id, def]]"
+        pairs: list[tuple[str, object, Position | None]] = []
         if isinstance(value, Mapping):
             self.mapping(value, key, at, "header names to values", hint)
             pairs = [(k, value[k], value_pos(value, k)) for k in value]
         elif isinstance(value, list | tuple):
-            pairs = []
             for i, item in enumerate(value):
                 if not (isinstance(item, list | tuple) and len(item) == 2 and
                         isinstance(item[0], str)):
@@ -281,7 +285,7 @@ class RuleChecker(ShapeChecker):
         else:
             self.fail(f"expected a mapping of header names to values, got {describe(value)} "
                       f"— {hint}", key, at)
-        out = []
+        out: list[tuple[str, str | None]] = []
         for name, item, item_at in pairs:
             if not name:
                 self.fail(f"a header name is empty — {hint}", key, item_at)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import inspect
 import json
 from pathlib import Path
-from typing import Any
 
 from kqlab.policy.catalog import KINDS, Param, RuleKind
 from kqlab.policy.model import (
@@ -39,6 +38,7 @@ from kqlab.policy.model import (
     Sensitive,
     Topics,
 )
+from kqlab.policy.plain_data import PlainData
 
 __all__ = ["SCHEMA_FILE", "json_schema", "write_json_schema"]
 
@@ -56,27 +56,27 @@ _PARAM_PATTERNS = {
 }
 
 
-def _doc(obj: Any) -> str:
+def _doc(obj: object) -> str:
     """The first paragraph of an object's docstring, on one line."""
     return " ".join((inspect.getdoc(obj) or "").split("\n\n")[0].split())
 
 
-def _string(description: str, **extra: Any) -> dict[str, Any]:
+def _string(description: str, **extra: PlainData) -> dict[str, PlainData]:
     return {"type": "string", "pattern": _NOT_BLANK, "description": description, **extra}
 
 
-def _count(description: str) -> dict[str, Any]:
+def _count(description: str) -> dict[str, PlainData]:
     return {"type": "integer", "minimum": 0, "description": description}
 
 
-def _param_schema(p: Param) -> dict[str, Any]:
-    schema: dict[str, Any] = {"description": p.doc or f"{p.name} ({p.type})"}
+def _param_schema(p: Param) -> dict[str, PlainData]:
+    schema: dict[str, PlainData] = {"description": p.doc or f"{p.name} ({p.type})"}
     if p.type in _SCALAR_TYPES:
         schema["type"] = _SCALAR_TYPES[p.type]
     elif p.type.startswith("list"):
         schema["type"] = "array"
         if p.type != "list":
-            item: dict[str, Any] = {"type": _SCALAR_TYPES[p.type[5:-1]]}
+            item: dict[str, PlainData] = {"type": _SCALAR_TYPES[p.type[5:-1]]}
             if p.type == "list[int]":
                 item["minimum"] = 0
             schema["items"] = item
@@ -97,7 +97,7 @@ def _param_schema(p: Param) -> dict[str, Any]:
     return schema
 
 
-def _rule_common() -> dict[str, Any]:
+def _rule_common() -> dict[str, PlainData]:
     return {
         "id": _string("Stable rule identifier: lowercase letters, digits, '.', '_' and '-'; "
                       "unique in the policy.", pattern=_ID_PATTERN),
@@ -115,10 +115,10 @@ def _rule_common() -> dict[str, Any]:
     }
 
 
-def _examples_defs() -> dict[str, Any]:
+def _examples_defs() -> dict[str, PlainData]:
     """``examples: {pass: [...], fail: [...]}`` and one example record."""
     units = "|".join(RELATIVE_TIMESTAMP_UNITS)
-    records = {"type": "array", "items": {"$ref": "#/$defs/example"}}
+    records: dict[str, PlainData] = {"type": "array", "items": {"$ref": "#/$defs/example"}}
     header_value = {"type": ["string", "null"]}
     return {
         "examples": {
@@ -164,11 +164,11 @@ def _examples_defs() -> dict[str, Any]:
     }
 
 
-def _rule_schema(spec: RuleKind) -> dict[str, Any]:
+def _rule_schema(spec: RuleKind) -> dict[str, PlainData]:
     properties = _rule_common()
     properties["kind"] = {"const": spec.name, "description": spec.doc}
     properties.update((p.name, _param_schema(p)) for p in spec.params)
-    schema: dict[str, Any] = {
+    schema: dict[str, PlainData] = {
         "type": "object",
         "description": spec.doc + ("" if spec.exportable else " Not exportable."),
         "required": ["id", "kind", *(p.name for p in spec.params if p.required)],
@@ -186,7 +186,7 @@ def _rule_schema(spec: RuleKind) -> dict[str, Any]:
     return schema
 
 
-def _broker_configs() -> dict[str, Any]:
+def _broker_configs() -> dict[str, PlainData]:
     # lazy: kqlab.kafka's package imports pyarrow
     from kqlab.kafka.configs import (
         BROKER_ONLY,
@@ -196,7 +196,7 @@ def _broker_configs() -> dict[str, Any]:
     )
 
     value_types = ["string", "integer", "number", "boolean"]
-    properties: dict[str, Any] = {}
+    properties: dict[str, PlainData] = {}
     defaults = {**BrokerRelease.parse("3.9").defaults(), **BrokerRelease.parse("4.0").defaults()}
     for name in sorted(defaults):
         properties[name] = {"type": value_types, "description":
@@ -215,7 +215,7 @@ def _broker_configs() -> dict[str, Any]:
             "properties": dict(sorted(properties.items())), "additionalProperties": False}
 
 
-def json_schema() -> dict[str, Any]:
+def json_schema() -> dict[str, PlainData]:
     """The JSON Schema of a policy file (a fresh dict).
 
     Examples

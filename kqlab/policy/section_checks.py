@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import fields
 from datetime import datetime
-from typing import Any
+from typing import TypeVar
 
 from kqlab.errors import ConfigError
 from kqlab.policy.model import (
@@ -48,17 +48,24 @@ TOP_KEYS = ("kqlab", *(f.name for f in fields(Policy) if f.name != "version"))
 #: formats whose payload can carry the Confluent wire header / be described by a schema
 SCHEMA_FORMATS = ("avro", "json")
 #: old format version -> function upgrading that shape to the next version (none yet)
-UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+UPGRADES: dict[int, Callable[[dict[str, object]], dict[str, object]]] = {}
+T = TypeVar("T")
 
 
 class PolicyChecker(RuleChecker):
     """Validates one policy document (positioned or plain) and builds the model, failing fast."""
 
-    def policy(self, data: Any) -> Policy:
-        if data is None:
+    def policy(self, document: object) -> Policy:
+        """The policy ``document`` describes (one :class:`PolicyError` for its first mistake).
+
+        Sections are read in file order — topics, broker, key, value, sensitive, rules,
+        provenance — so the formats are known before the rules' golden examples.
+        """
+        if document is None:
             self.fail(f"the policy is empty — start it with kqlab: {POLICY_VERSION} and name: "
                       "my-policy", None, (1, 1))
-        data = self.mapping(data, "", pos_of(data), "policy keys (kqlab, name, rules, ...)")
+        data = self.mapping(document, "", pos_of(document),
+                            "policy keys (kqlab, name, rules, ...)")
         if "kqlab" in data:
             data = self.version(data)
         self.known_keys(data, TOP_KEYS, "", "a policy")
@@ -68,27 +75,29 @@ class PolicyChecker(RuleChecker):
         if "name" not in data:
             self.fail("missing the policy name — add name: orders-quality (a short identifier)",
                       "name", pos_of(data))
-        values: dict[str, Any] = {
-            "name": self.get(data, "name", "str", "", example="orders-quality"),
-            "description": self.get(data, "description", "str", "",
-                                    example="'what the policy is for'"),
-            "owner": self.get(data, "owner", "str", "", example="team@example.com"),
-            "enforcement": self.get(data, "enforcement", "str", "", choices=ENFORCEMENT_PROFILES,
-                                    default="kip-940"),
-        }
-        sections: dict[str, Callable[[Any, str, Any], Any]] = {
-            "topics": self.topics, "broker": self.broker, "key": self.format,
-            "value": self.format, "sensitive": self.sensitive, "rules": self.rules,
-            "provenance": self.provenance,
-        }
-        for name, build in sections.items():
-            if name in data:
-                values[name] = build(data[name], name, value_pos(data, name))
-                if name in self.formats:
-                    self.formats[name] = values[name]
-        return Policy(**values)
+        name = self.get(data, "name", "str", "", required=True, example="orders-quality")
+        description = self.get(data, "description", "str", "",
+                               example="'what the policy is for'")
+        owner = self.get(data, "owner", "str", "", example="team@example.com")
+        enforcement = self.get(data, "enforcement", "str", "", choices=ENFORCEMENT_PROFILES,
+                               default="kip-940")
 
-    def version(self, data: Mapping[str, Any]) -> Mapping[str, Any]:
+        def section(key: str, build: Callable[[object, str, Position | None], T], default: T
+                    ) -> T:
+            return build(data[key], key, value_pos(data, key)) if key in data else default
+
+        topics = section("topics", self.topics, Topics())
+        broker = section("broker", self.broker, BrokerSettings())
+        self.formats["key"] = section("key", self.format, Format())
+        self.formats["value"] = section("value", self.format, Format())
+        return Policy(name=name, description=description, owner=owner, enforcement=enforcement,
+                      topics=topics, broker=broker, key=self.formats["key"],
+                      value=self.formats["value"],
+                      sensitive=section("sensitive", self.sensitive, Sensitive()),
+                      rules=section("rules", self.rules, ()),
+                      provenance=section("provenance", self.provenance, None))
+
+    def version(self, data: Mapping[str, object]) -> Mapping[str, object]:
         at = value_pos(data, "kqlab")
         version = data["kqlab"]
         if not is_int(version):
@@ -106,7 +115,7 @@ class PolicyChecker(RuleChecker):
             version += 1
         return data
 
-    def topics(self, value: Any, path: str, at: Position | None) -> Topics:
+    def topics(self, value: object, path: str, at: Position | None) -> Topics:
         m = self.mapping(value, path, at, "names and patterns",
                          "write topics: {names: [orders], patterns: ['orders-.*']}")
         self.known_keys(m, tuple(f.name for f in fields(Topics)), path, "topics")
@@ -121,7 +130,7 @@ class PolicyChecker(RuleChecker):
             self.regex(pattern, f"{path}.patterns[{i}]", item_pos(patterns, i))
         return Topics(names=tuple(names), patterns=tuple(patterns))
 
-    def broker(self, value: Any, path: str, at: Position | None) -> BrokerSettings:
+    def broker(self, value: object, path: str, at: Position | None) -> BrokerSettings:
         # lazy: kqlab.kafka's package imports pyarrow; only policies with a broker section pay
         from kqlab.kafka.configs import BrokerRelease, TopicConfig
 
@@ -135,12 +144,12 @@ class PolicyChecker(RuleChecker):
                 self.fail(f"expected the version as text, got the number {raw!r} — quote it: "
                           f"version: \"{raw}\" (as a number 3.10 would read as 3.1)",
                           f"{path}.version", vat)
-            version = self.get(m, "version", "str", path)
+            version = self.get(m, "version", "str", path, default=version)
             try:
                 BrokerRelease.parse(version)
             except ConfigError as exc:
                 self.fail(str(exc), f"{path}.version", vat)
-        configs: dict[str, Any] = {}
+        configs: dict[str, str | int | float | bool] = {}
         if "configs" in m:
             cm = self.mapping(m["configs"], f"{path}.configs", value_pos(m, "configs"),
                               "Kafka config names to values")
@@ -161,7 +170,7 @@ class PolicyChecker(RuleChecker):
                 self.fail(f"{exc}", f"{path}.configs", value_pos(m, "configs"))
         return BrokerSettings(version=version, configs=configs)
 
-    def format(self, value: Any, path: str, at: Position | None) -> Format:
+    def format(self, value: object, path: str, at: Position | None) -> Format:
         example = value if value in FORMATS else "string"
         m = self.mapping(value, path, at, "format, wire and schemas",
                          f"write {path}: {{format: {example}}}")
@@ -184,7 +193,7 @@ class PolicyChecker(RuleChecker):
                       "or format: avro", f"{path}.wire", value_pos(m, "wire"))
         return Format(format=fmt, wire=wire, schemas=schemas)
 
-    def schemas(self, value: Any, path: str, at: Position | None) -> SchemaSource:
+    def schemas(self, value: object, path: str, at: Position | None) -> SchemaSource:
         m = self.mapping(value, path, at, "registry, subject, path and config",
                          "write schemas: {registry: mock://orders, subject: orders-value}")
         self.known_keys(m, tuple(f.name for f in fields(SchemaSource)), path, "schemas")
@@ -203,7 +212,7 @@ class PolicyChecker(RuleChecker):
                       "subject", f"{path}.subject", key_pos(m, "subject"))
         return SchemaSource(registry=registry, subject=subject, path=folder, config=config)
 
-    def sensitive(self, value: Any, path: str, at: Position | None) -> Sensitive:
+    def sensitive(self, value: object, path: str, at: Position | None) -> Sensitive:
         """``sensitive: {fields: [customer.email], key: true, value: false, headers: [...]}``."""
         hint = "write sensitive: {fields: [customer.email], key: true, headers: [authorization]}"
         m = self.mapping(value, path, at, "fields, key, value and headers", hint)
@@ -243,17 +252,16 @@ class PolicyChecker(RuleChecker):
         return Sensitive(fields=names["fields"], key=key_masked, value=value_masked,
                          headers=names["headers"])
 
-    def provenance(self, value: Any, path: str, at: Position | None) -> Provenance:
+    def provenance(self, value: object, path: str, at: Position | None) -> Provenance:
         m = self.mapping(value, path, at, "sample, counts, content_hash and vetted_at",
                          "write provenance: {records: 1000, vetted_at: '2026-11-21'}")
         self.known_keys(m, tuple(f.name for f in fields(Provenance)), path, "provenance")
-        counts = {name: self.get(m, name, "int", path)
-                  for name in ("records", "batches", "rejected_records")}
-        if None not in (counts["records"], counts["rejected_records"]) and \
-                counts["rejected_records"] > counts["records"]:
-            self.fail(f"rejected_records ({counts['rejected_records']}) exceeds records "
-                      f"({counts['records']})", f"{path}.rejected_records",
-                      value_pos(m, "rejected_records"))
+        records = self.get(m, "records", "int", path)
+        batches = self.get(m, "batches", "int", path)
+        rejected = self.get(m, "rejected_records", "int", path)
+        if records is not None and rejected is not None and rejected > records:
+            self.fail(f"rejected_records ({rejected}) exceeds records ({records})",
+                      f"{path}.rejected_records", value_pos(m, "rejected_records"))
         content_hash = self.get(m, "content_hash", "str", path)
         if content_hash is not None and not CONTENT_HASH.match(content_hash):
             self.fail(f"content_hash {content_hash!r} is not 'sha256:' and 64 hex digits — copy "
@@ -268,4 +276,5 @@ class PolicyChecker(RuleChecker):
                           "'2026-11-21' or '2026-11-21T10:00:00Z'", f"{path}.vetted_at",
                           value_pos(m, "vetted_at"))
         return Provenance(sample=self.get(m, "sample", "map", path, default={}),
-                          content_hash=content_hash, vetted_at=vetted_at, **counts)
+                          content_hash=content_hash, vetted_at=vetted_at, records=records,
+                          batches=batches, rejected_records=rejected)

@@ -14,12 +14,13 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from collections.abc import Callable, Mapping
-from typing import Any, NoReturn
+from collections.abc import Callable, Mapping, Sequence
+from typing import Literal, NoReturn, TypeGuard, overload
 
 import yaml
 
 from kqlab.policy.errors import PolicyError
+from kqlab.policy.plain_data import PlainData
 from kqlab.policy.positioned_yaml import Position, item_pos, key_pos, pos_of, value_pos
 
 __all__ = ["INT64_LIMIT", "PROSE", "ShapeChecker", "describe", "did_you_mean", "example_text",
@@ -31,7 +32,7 @@ PROSE = ("name", "description", "owner", "message", "when", "expr")
 INT64_LIMIT = 2**63
 
 
-def describe(value: Any) -> str:
+def describe(value: object) -> str:
     """How a value reads back to the user in an error message."""
     if value is None:
         return "null"
@@ -46,25 +47,29 @@ def describe(value: Any) -> str:
     return repr(value)
 
 
-def yaml_scalar(value: Any) -> str:
+def yaml_scalar(value: object) -> str:
+    """``value`` as one would type it in YAML (for hints such as ``quote it: '10'``)."""
     return yaml.safe_dump(value, default_flow_style=True, width=1000).strip().removesuffix(
         "\n...").removesuffix("...").strip()
 
 
 def join_key(path: str, name: str) -> str:
+    """The dotted key of ``name`` under ``path`` (error messages name keys this way)."""
     return f"{path}.{name}" if path else name
 
 
-def is_int(value: Any) -> bool:
+def is_int(value: object) -> TypeGuard[int]:
+    """True for whole numbers (YAML/JSON booleans are not numbers, though Python's are)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: object) -> TypeGuard[int | float]:
+    """True for whole and decimal numbers, not booleans."""
     return (is_int(value) or isinstance(value, float)) and not isinstance(value, bool)
 
 
 #: parameter type -> (test, noun for messages)
-_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
+_TYPES: dict[str, tuple[Callable[[object], bool], str]] = {
     "int": (is_int, "a whole number"),
     "number": (is_number, "a number"),
     "str": (lambda v: isinstance(v, str), "text"),
@@ -90,12 +95,14 @@ _TYPE_EXAMPLES = {"int": "10", "number": "10", "str": "text", "bool": "true", "l
 
 
 def example_text(name: str, type_: str, choices: tuple[str, ...] = ()) -> str:
+    """A value to show in a hint for a key called ``name`` of type ``type_``."""
     if choices:
         return choices[0]
     return _EXAMPLES.get(name) or _TYPE_EXAMPLES.get(type_, "...")
 
 
 def did_you_mean(word: str, options: tuple[str, ...] | list[str]) -> str:
+    """The closest option to a misspelt ``word``, or the list of options."""
     close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
     if close:
         return f"did you mean {close[0]!r}?"
@@ -115,8 +122,8 @@ class ShapeChecker:
         raise PolicyError(reason, file=self.source, line=line, column=column, key=key or None)
 
     # --- generic shapes --------------------------------------------------------------------
-    def mapping(self, value: Any, path: str, at: Position | None, what: str,
-                hint: str | None = None) -> Mapping[str, Any]:
+    def mapping(self, value: object, path: str, at: Position | None, what: str,
+                hint: str | None = None) -> Mapping[str, object]:
         if not isinstance(value, Mapping):
             hint = f" — {hint}" if hint else ""
             self.fail(f"expected a mapping of {what}, got {describe(value)}{hint}", path, at)
@@ -125,7 +132,7 @@ class ShapeChecker:
                       "rename the other", join_key(path, key), key_at)
         return value
 
-    def known_keys(self, mapping: Mapping[str, Any], allowed: tuple[str, ...], path: str,
+    def known_keys(self, mapping: Mapping[str, object], allowed: tuple[str, ...], path: str,
                    what: str) -> None:
         for name in mapping:
             if not isinstance(name, str):
@@ -135,8 +142,8 @@ class ShapeChecker:
                 self.fail(f"unknown key {name!r} in {what} — {did_you_mean(name, allowed)}",
                           join_key(path, name), key_pos(mapping, name))
 
-    def typed(self, value: Any, type_: str, name: str, path: str, at: Position | None,
-              example: str | None = None, item_of: str | None = None) -> Any:
+    def typed(self, value: object, type_: str, name: str, path: str, at: Position | None,
+              example: str | None = None, item_of: str | None = None) -> PlainData:
         """``value`` if it has ``type_``; otherwise fail with a hint how to write it."""
         test, noun = _TYPES[type_]
         example = example or example_text(name, type_)
@@ -152,20 +159,22 @@ class ShapeChecker:
         if type_ == "number" and isinstance(value, float) and not math.isfinite(value):
             self.fail(f"expected a finite number, got {describe(value)} — remove {name} to "
                       "leave that side open", path, at)
-        if type_ in ("int", "number") and is_int(value) and not -INT64_LIMIT <= value < INT64_LIMIT:
+        if type_ in ("int", "number") and is_int(value) and \
+                not -INT64_LIMIT <= value < INT64_LIMIT:
             self.fail(f"{value} does not fit in 64 bits", path, at)
-        if type_ in ("list[str]", "list[int]"):
+        if type_ in ("list[str]", "list[int]") and isinstance(value, list | tuple):
             item_type = type_[5:-1]
             for i, item in enumerate(value):
                 self.typed(item, item_type, name, f"{path}[{i}]", item_pos(value, i) or at,
                            item_of=type_)
-        if type_ in ("list", "any", "map"):
-            self.plain(value, path, at)
-        return value
+        # every type is plain data: for list/any/map this is the check, for the others it
+        # only confirms what the test above established
+        return self.plain(value, path, at)
 
     @staticmethod
-    def _type_hint(value: Any, type_: str, name: str, example: str) -> str:
+    def _type_hint(value: object, type_: str, name: str, example: str) -> str:
         if type_ in ("int", "number") and isinstance(value, str):
+            number: int | float
             try:
                 number = int(value.replace("_", ""))
             except ValueError:
@@ -188,7 +197,7 @@ class ShapeChecker:
             return f"write {name}: [{yaml_scalar(value)}]"
         return f"write {name}: {example}"
 
-    def plain(self, value: Any, path: str, at: Position | None) -> None:
+    def plain(self, value: object, path: str, at: Position | None) -> PlainData:
         """Free-form data (samples, inline schemas, plugin options) is JSON-shaped."""
         if isinstance(value, Mapping):
             self.mapping(value, path, at, "values", f"write {path.rsplit('.', 1)[-1]}: {{}}")
@@ -196,23 +205,56 @@ class ShapeChecker:
                 if not isinstance(key, str):
                     self.fail(f"keys are names, got {describe(key)} — quote it", path, at)
                 self.plain(item, join_key(path, key), value_pos(value, key) or at)
-        elif isinstance(value, list | tuple):
+            return value
+        if isinstance(value, list | tuple):
             for i, item in enumerate(value):
                 self.plain(item, f"{path}[{i}]", item_pos(value, i) or at)
-        elif is_int(value):
+            return value
+        if is_int(value):
             if not -INT64_LIMIT <= value < INT64_LIMIT:
                 self.fail(f"{value} does not fit in 64 bits", path, at)
-        elif isinstance(value, float):
+            return value
+        if isinstance(value, float):
             if not math.isfinite(value):
                 self.fail(f"expected a finite number, got {value!r} — JSON has no NaN or "
                           "infinity", path, at)
-        elif not (value is None or isinstance(value, str | bool)):
+            return value
+        if not (value is None or isinstance(value, str | bool)):
             self.fail(f"expected plain data (text, numbers, true/false, lists, mappings), got "
                       f"{type(value).__name__} — remove the YAML tag", path, at)
+        return value
 
-    def get(self, mapping: Mapping[str, Any], name: str, type_: str, path: str, *,
-            required: bool = False, choices: tuple[str, ...] = (), default: Any = None,
-            nonempty: bool = True, example: str | None = None) -> Any:
+    # ``get``'s result type follows its ``type_`` (and whether a default or requirement
+    # rules out None): the checks in ``typed`` guarantee it
+    @overload
+    def get(self, mapping: Mapping[str, object], name: str, type_: Literal["str"], path: str,
+            *, required: Literal[True], choices: tuple[str, ...] = ..., nonempty: bool = ...,
+            example: str | None = ...) -> str: ...
+    @overload
+    def get(self, mapping: Mapping[str, object], name: str, type_: Literal["str"], path: str,
+            *, choices: tuple[str, ...] = ..., default: str, nonempty: bool = ...,
+            example: str | None = ...) -> str: ...
+    @overload
+    def get(self, mapping: Mapping[str, object], name: str, type_: Literal["str"], path: str,
+            *, choices: tuple[str, ...] = ..., default: None = ..., nonempty: bool = ...,
+            example: str | None = ...) -> str | None: ...
+    @overload
+    def get(self, mapping: Mapping[str, object], name: str, type_: Literal["int"], path: str,
+            *, example: str | None = ...) -> int | None: ...
+    @overload
+    def get(self, mapping: Mapping[str, object], name: str, type_: Literal["bool"], path: str,
+            *, default: bool, example: str | None = ...) -> bool: ...
+    @overload
+    def get(self, mapping: Mapping[str, object], name: str, type_: Literal["list[str]"],
+            path: str, *, default: Sequence[str], example: str | None = ...
+            ) -> Sequence[str]: ...
+    @overload
+    def get(self, mapping: Mapping[str, object], name: str, type_: Literal["map"], path: str,
+            *, default: Mapping[str, PlainData], example: str | None = ...
+            ) -> Mapping[str, PlainData]: ...
+    def get(self, mapping: Mapping[str, object], name: str, type_: str, path: str, *,
+            required: bool = False, choices: tuple[str, ...] = (), default: PlainData = None,
+            nonempty: bool = True, example: str | None = None) -> PlainData:
         """The checked value of ``mapping[name]`` (``default`` when absent)."""
         key = join_key(path, name)
         example = example or example_text(name, type_, choices)
@@ -221,17 +263,16 @@ class ShapeChecker:
                 self.fail(f"missing required key {name!r} — add {name}: {example}", path,
                           pos_of(mapping))
             return default
-        value, at = mapping[name], value_pos(mapping, name)
-        self.typed(value, type_, name, key, at, example)
+        at = value_pos(mapping, name)
+        value = self.typed(mapping[name], type_, name, key, at, example)
         if choices and value not in choices:
-            self.fail(f"{value!r} is not a valid {name} — {did_you_mean(value, choices)}",
+            self.fail(f"{value!r} is not a valid {name} — {did_you_mean(str(value), choices)}",
                       key, at)
-        if nonempty and type_ == "str" and not value.strip():
+        if nonempty and type_ == "str" and isinstance(value, str) and not value.strip():
             self.fail(f"{name} is empty — write {name}: {example}, or remove it", key, at)
-        if type_ == "int" and value < 0:
+        if type_ == "int" and is_int(value) and value < 0:
             self.fail(f"{name} must be 0 or more, got {value}", key, at)
-        return value.strip() if name in PROSE else value
-
+        return value.strip() if name in PROSE and isinstance(value, str) else value
 
     def regex(self, pattern: str, key: str, at: Position | None) -> None:
         try:
