@@ -27,7 +27,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TextIO, TypeAlias
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TextIO, TypeAlias
+
+if TYPE_CHECKING:
+    from ipywidgets import Button
 
 #: a sampling progress callback: ``progress(records, bytes, partitions_done, records_per_s)``
 Progress: TypeAlias = Callable[[int, int, int, float], None]
@@ -41,7 +45,8 @@ def format_progress(records: int, nbytes: int, partitions_done: int, rate: float
             f"{rate:,.0f} records/s")
 
 
-def _widgets() -> Any:
+def _widgets() -> ModuleType:
+    """ipywidgets, imported when a notebook display is made (``import kqlab`` stays light)."""
     try:
         import ipywidgets
     except ImportError as exc:
@@ -78,7 +83,7 @@ class NotebookProgress:
         self.button.on_click(self._on_cancel)
         self.widget = w.VBox([w.HBox([self.bar, self.button]), self.label])
 
-    def _on_cancel(self, _button: Any = None) -> None:
+    def _on_cancel(self, _button: Button | None = None) -> None:
         self.cancel_event.set()
         self.button.disabled = True
         self.button.description = "Cancelling…"
@@ -106,8 +111,9 @@ class NotebookProgress:
         self.button.disabled = True
         self.label.value += " — cancelled" if cancelled else " — done"
 
-    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        return self.widget._repr_mimebundle_(**kwargs)
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any] | None:
+        bundle: dict[str, Any] | None = self.widget._repr_mimebundle_(**kwargs)
+        return bundle
 
 
 class TerminalProgress:
