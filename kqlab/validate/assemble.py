@@ -9,14 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kqlab.kafka.checks import CHECKS
+from kqlab.kafka.checks import record as record_checks
 from kqlab.kafka.configs import TopicConfig
 from kqlab.policy.model import Policy
+from kqlab.records import PARAMS_TYPE
 from kqlab.validate.rules import RuleResult
 from kqlab.validate.sample import Sample
 from kqlab.validate.verdicts import (
@@ -43,11 +45,12 @@ RULES_SCHEMA = pa.schema([
 
 
 def _broker_pass(sample: Sample, config: TopicConfig, now: int, profile: str,
-                 record_messages: Sequence[str | None] | pa.Array | None, rows: np.ndarray
-                 ) -> pa.Table:
+                 record_messages: Sequence[str | None] | pa.Array | None, rows: np.ndarray,
+                 record_rules: pa.Array | None = None) -> pa.Table:
     """Batch verdicts with the policy injected, partition by partition (producer state is per
     partition), vectorised over the tables; rows the tables cannot judge go to the exact
-    byte-level validator (``raw``).  ``record_messages`` None: no record policy at all."""
+    byte-level validator (``raw``).  ``record_messages`` None: no record policy at all;
+    ``record_rules`` names the rule behind each message (so verdicts carry it as data)."""
     from kqlab.kafka.table_checks import RecordPolicy, broker_verdicts
 
     records, batches = sample.records, sample.batches
@@ -57,8 +60,9 @@ def _broker_pass(sample: Sample, config: TopicConfig, now: int, profile: str,
 
         return BATCH_VERDICTS_SCHEMA.empty_table()
 
-    def policy_of(msgs: Sequence[str | None] | pa.Array | None) -> RecordPolicy | None:
-        return None if msgs is None else RecordPolicy(profile, msgs)
+    def policy_of(msgs: Sequence[str | None] | pa.Array | None,
+                  rules: pa.Array | None) -> RecordPolicy | None:
+        return None if msgs is None else RecordPolicy(profile, msgs, rules)
 
     keys = pc.binary_join_element_wise(
         pc.cast(batches.column("topic"), pa.string()),
@@ -66,7 +70,7 @@ def _broker_pass(sample: Sample, config: TopicConfig, now: int, profile: str,
     groups = pc.unique(keys).to_pylist()
     if len(groups) == 1:
         return broker_verdicts(records, batches, config, now=now, source=sample.source,
-                               raw=sample.raw, policy=policy_of(record_messages))
+                               raw=sample.raw, policy=policy_of(record_messages, record_rules))
     key_np = np.asarray(keys.to_pylist(), dtype=object)
     msgs_arr = None if record_messages is None else record_messages \
         if isinstance(record_messages, pa.Array) else pa.array(record_messages, pa.string())
@@ -78,39 +82,12 @@ def _broker_pass(sample: Sample, config: TopicConfig, now: int, profile: str,
             records.take(pa.array(r_idx)), batches.take(pa.array(b_idx)), config, now=now,
             source=sample.source,
             raw=None if sample.raw is None else [sample.raw[i] for i in b_idx.tolist()],
-            policy=None if msgs_arr is None else policy_of(msgs_arr.take(pa.array(r_idx)))))
+            policy=None if msgs_arr is None else policy_of(
+                msgs_arr.take(pa.array(r_idx)),
+                None if record_rules is None else record_rules.take(pa.array(r_idx)))))
         order.append(b_idx)
     merged = pa.concat_tables(parts)
     return merged.take(pa.array(np.argsort(np.concatenate(order), kind="stable")))
-
-
-def _record_check(message: str) -> str:
-    """The broker check behind a record error's text (spec §3.D.4)."""
-    if message.startswith(("Timestamp ", "Invalid timestamp type")):
-        return "broker:R4"
-    if message.startswith("Compacted topic"):
-        return "broker:R3"
-    if message.startswith("Record ") and "magic does not match" in message:
-        return "broker:R1"
-    return "broker"
-
-
-#: the labels :func:`_record_check` gives, in the order of :func:`_record_checks`' codes
-_RECORD_CHECKS = ("broker", "broker:R4", "broker:R3", "broker:R1")
-
-
-def _record_checks(messages: pa.Array) -> np.ndarray:
-    """:func:`_record_check` over an Arrow array: per message, an index into
-    :data:`_RECORD_CHECKS` (same precedence: R4, then R3, then R1)."""
-    def has(mask: Any) -> np.ndarray:
-        return pc.fill_null(mask, False).to_numpy(zero_copy_only=False).astype(bool)
-
-    r4 = has(pc.or_(pc.starts_with(messages, "Timestamp "),
-                    pc.starts_with(messages, "Invalid timestamp type")))
-    r3 = has(pc.starts_with(messages, "Compacted topic"))
-    r1 = has(pc.and_(pc.starts_with(messages, "Record "),
-                     pc.match_substring(messages, "magic does not match")))
-    return np.where(r4, 1, np.where(r3, 2, np.where(r1, 3, 0))).astype(np.int64)
 
 
 @dataclass
@@ -123,6 +100,8 @@ class _PolicyInput:
     #: where each rule's messages start in ``messages``, and the rule results they came from
     bases: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     sources: tuple[RuleResult, ...] = ()
+    #: the rule id behind each entry of ``messages``
+    rules: pa.Array = field(default_factory=lambda: pa.array([], pa.string()))
 
     def origin(self, f: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For message indices ``f`` (all >= 0): the ``id`` of the rule result each came
@@ -141,6 +120,11 @@ class _PolicyInput:
         take them."""
         return pc.take(self.messages, pa.array(self.first, mask=self.first < 0),
                        memory_pool=POOL)
+
+    def rules_at(self, rec: np.ndarray | None = None) -> pa.Array:
+        """The rule behind the policy message of records ``rec`` (all: None)."""
+        f = self.first if rec is None else self.first[rec]
+        return pc.take(self.rules, pa.array(f, mask=f < 0), memory_pool=POOL)
 
     def python(self, rec: np.ndarray | None = None) -> list[str | None]:
         """The policy messages as the broker checks take them (None where a record passes)."""
@@ -272,7 +256,7 @@ class Assembler:
                 verdicts = self._splice(last.verdicts, changed, config, now, profile, policy)
         if verdicts is None:
             verdicts = _broker_pass(self.sample, config, now, profile, policy.arrow(),
-                                    self.rows)
+                                    self.rows, policy.rules_at())
             self.broker_batches += self.nb
         self._last = _BrokerRun(config, now, profile, policy, verdicts)
         return verdicts
@@ -293,8 +277,12 @@ class Assembler:
             same[both] = (src_o == src_n) & (row_o == row_n)
             text = both[~same[both]]
             if len(text):
+                # another rule result: the same verdict only if both its text and its rule
+                # are the same (a renamed rule changes the verdict's identity)
                 rec = u[text]
-                same[text] = pc.fill_null(pc.equal(old.at(rec), new.at(rec)), False).to_numpy(
+                same[text] = pc.fill_null(pc.and_(
+                    pc.equal(old.at(rec), new.at(rec)),
+                    pc.equal(old.rules_at(rec), new.rules_at(rec))), False).to_numpy(
                     zero_copy_only=False).astype(bool)
         return np.unique(self.rows[u[~same]])
 
@@ -309,7 +297,8 @@ class Assembler:
                      None if s.raw is None else [s.raw[i] for i in changed.tolist()],
                      s.framing, s.source)
         sub_rows = np.repeat(np.arange(len(changed), dtype=np.int64), sizes)
-        part = _broker_pass(sub, config, now, profile, policy.at(rec), sub_rows)
+        part = _broker_pass(sub, config, now, profile, policy.at(rec), sub_rows,
+                            policy.rules_at(rec))
         self.broker_batches += len(changed)
         take = np.arange(self.nb, dtype=np.int64)
         take[changed] = self.nb + np.arange(len(changed))
@@ -325,7 +314,7 @@ class Assembler:
         self._rules = {id(results[r.id]): self._rules[id(results[r.id])] for r in policy.rules}
         # the policy as the broker sees it: each record's first failing reject rule's message
         first = np.full(n, -1, dtype=np.int64)
-        arrows, bases, sources, base = [], [], [], 0
+        arrows, bases, sources, names, base = [], [], [], [], 0
         for rule in policy.rules:
             idx, arrow = rules[rule.id]
             if rule.mode != "reject" or not len(idx):
@@ -335,10 +324,12 @@ class Assembler:
             arrows.append(arrow)
             bases.append(base)
             sources.append(results[rule.id])
+            names.append(pa.repeat(pa.scalar(rule.id, pa.string()), len(idx)))
             base += len(idx)
-        pin = _PolicyInput(first, pa.concat_arrays(arrows, POOL) if arrows else
-                           pa.array([], pa.string()), np.asarray(bases, dtype=np.int64),
-                           tuple(sources))
+        empty = pa.array([], pa.string())
+        pin = _PolicyInput(first, pa.concat_arrays(arrows, POOL) if arrows else empty,
+                           np.asarray(bases, dtype=np.int64), tuple(sources),
+                           pa.concat_arrays(names, POOL) if names else empty)
         has = first >= 0
         config = TopicConfig.from_dict(dict(policy.broker.configs), policy.broker.version)
         verdicts = self.broker(config, now, profile, pin)
@@ -356,37 +347,47 @@ class Assembler:
         err_row = pc.list_parent_indices(rec_errs).to_numpy(zero_copy_only=False)
         if len(flat):
             err_idx = flat.field("batch_index").to_numpy(zero_copy_only=False).astype(np.int64)
-            err_msg = flat.field("message")
             culprit_rec = self.row_start[err_row] + err_idx
         else:
             err_idx = culprit_rec = np.zeros(0, dtype=np.int64)
-            err_msg = pa.array([], pa.string())
         culprit = np.zeros(n, dtype=bool)
         culprit[culprit_rec] = True
-        # failures, as (record, rule label, code, message) segments; labels are coded
+        # failures, as (record, rule label, code, message, params) segments; labels are
+        # coded, and each label has its kind and spec step
         labels: dict[str, int] = {}
+        kinds: list[str | None] = []
+        steps: list[str | None] = []
 
-        def label(name: str) -> int:
-            return labels.setdefault(name, len(labels))
+        def label(name: str, kind: str | None = "broker", step: str | None = None) -> int:
+            if name not in labels:
+                labels[name] = len(labels)
+                kinds.append(kind)
+                steps.append(step)
+            return labels[name]
 
         f_rec: list[np.ndarray] = []
         f_rule: list[np.ndarray] = []
         f_code: list[np.ndarray] = []
         f_msg: list[pa.Array] = []
-        # ... broker record errors that are not the policy's own message ...
+        f_params: list[pa.Array] = []
+        # ... broker record errors (each names its check: the policy's own are ``P``) ...
         if len(culprit_rec):
-            mine = pin.at(culprit_rec)
-            same = pc.or_(pc.fill_null(pc.equal(err_msg, mine), False),
-                          pc.and_(pc.is_null(err_msg), pc.is_null(mine)))
-            broker_own = ~same.to_numpy(zero_copy_only=False).astype(bool)
+            err_check = flat.field("check")
+            own_mask = pc.fill_null(pc.not_equal(err_check, CHECKS_P), True)
+            broker_own = own_mask.to_numpy(zero_copy_only=False).astype(bool)
             if broker_own.any():
-                own_msg = err_msg.filter(pa.array(broker_own))
-                lut = np.array([label(c) for c in _RECORD_CHECKS], dtype=np.int64)
-                kind = _record_checks(own_msg)
+                sel = pa.array(broker_own)
+                own_checks = pc.fill_null(err_check.filter(sel), "")
+                found = pc.unique(own_checks).to_pylist()
+                lut = np.array([label(*_record_error_label(c)) for c in found], np.int64)
+                code_lut = np.array([_record_error_code(c) for c in found], np.int64)
+                which = pc.index_in(own_checks, value_set=pa.array(found, pa.string())
+                                    ).to_numpy(zero_copy_only=False).astype(np.int64)
                 f_rec.append(culprit_rec[broker_own])
-                f_rule.append(lut[kind])
-                f_code.append(np.where(kind == 1, 32, 87).astype(np.int64))
-                f_msg.append(own_msg)
+                f_rule.append(lut[which])
+                f_code.append(code_lut[which])
+                f_msg.append(flat.field("message").filter(sel))
+                f_params.append(flat.field("params").filter(sel))
         # ... batch-level broker errors on every record of their batch ...
         rec_code = codes[rows] if n else np.zeros(0, dtype=np.int64)
         level_rec = np.flatnonzero(batch_level[rows]) if n else np.zeros(0, dtype=np.int64)
@@ -396,13 +397,14 @@ class Assembler:
             b_rule = np.zeros(nb, dtype=np.int64)
             b_msg: list[str | None] = [None] * nb
             for b in np.flatnonzero(batch_level).tolist():
-                b_rule[b] = label(f"broker:{checks[b]}")
+                b_rule[b] = label(f"broker:{checks[b]}", "broker", checks[b])
                 b_msg[b] = details[b] or names[b]
             b_of = rows[level_rec]
             f_rec.append(level_rec)
             f_rule.append(b_rule[b_of])
             f_code.append(codes[b_of])
             f_msg.append(pa.array(b_msg, pa.string()).take(pa.array(b_of)))
+            f_params.append(verdicts.column("params").combine_chunks().take(pa.array(b_of)))
         # ... and every policy failure (reject and observe) on its record
         rule_rows = []
         reject_code = 44 if profile == "kip-686" else 87
@@ -413,12 +415,13 @@ class Assembler:
             rejected_here = rec_code[idx] != 0 if len(idx) else np.zeros(0, dtype=bool)
             if len(idx):
                 f_rec.append(idx)
-                f_rule.append(np.full(len(idx), label(rule.id), dtype=np.int64))
+                f_rule.append(np.full(len(idx), label(rule.id, rule.kind), dtype=np.int64))
                 # a reject rule's failure carries the code its batch got; 0 where the policy was
                 # not enforced (KIP-729 never sees compressed batches kept in place)
                 f_code.append(np.where(rejected_here, reject_code, 0) if is_reject
                               else np.zeros(len(idx), dtype=np.int64))
                 f_msg.append(arrow)
+                f_params.append(pa.nulls(len(idx), PARAMS_TYPE))
             rule_rows.append({
                 "rule": rule.id, "kind": rule.kind, "mode": rule.mode, "severity": rule.severity,
                 "exportable": rule.exportable, "failed_records": len(idx),
@@ -439,7 +442,8 @@ class Assembler:
             n, cat(f_rec).astype(np.int64) if f_rec else np.zeros(0, np.int64),
             cat(f_rule) if f_rule else np.zeros(0, np.int64), list(labels),
             cat(f_code).astype(np.int64) if f_code else np.zeros(0, np.int64),
-            pa.concat_arrays(f_msg, POOL) if f_msg else pa.array([], pa.string()))
+            pa.concat_arrays(f_msg, POOL) if f_msg else pa.array([], pa.string()),
+            kinds, steps, pa.concat_arrays(f_params, POOL) if f_params else None)
         record_table = pa.table([
             records.column("topic"), records.column("partition"), records.column("offset"),
             records.column("batch_offset"), records.column("batch_index"),
@@ -455,6 +459,24 @@ class Assembler:
         out._codes = {"table": record_table, "outcome": outcome_idx,
                       "batch_id": self.batch_id, **flat_failures}
         return out
+
+
+#: the check id of a record error that is the policy's own (KIP-940/729)
+CHECKS_P = record_checks.P.id
+
+
+def _record_error_label(check_id: str) -> tuple[str, str, str | None]:
+    """A broker record error's failure label, kind and step from the check that found it
+    (``R4/type`` is step ``R4``); an unnamed check (an outcome built by hand) is ``broker``."""
+    if not check_id:
+        return "broker", "broker", None
+    step = CHECKS[check_id].step
+    return f"broker:{step}", "broker", step
+
+
+def _record_error_code(check_id: str) -> int:
+    """The error code a record error carries (its check's: R4 32, the others 87)."""
+    return CHECKS[check_id].code if check_id else 87
 
 
 def _assemble(sample: Sample, policy: Policy, results: dict[str, RuleResult], rows: np.ndarray,

@@ -19,10 +19,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kqlab.kafka.errors import error_for_code
-from kqlab.records import BATCH_VERDICTS_SCHEMA
+from kqlab.records import BATCH_VERDICTS_SCHEMA, PARAMS_TYPE
 
+#: one failure of a record: the rule id (a policy rule's ``id``, or ``broker:<step>`` for a
+#: broker check), its Kafka error code (0: not enforced), the human message, and its
+#: identity as data: ``kind`` (the rule kind, or ``broker``), ``step`` (the spec step of a
+#: broker check, e.g. ``R4`` or ``C3``; null for policy rules) and ``params`` (what the check
+#: saw: the fields of its message template).  Views group by the data, never by the text.
 FAILURE_TYPE = pa.list_(pa.struct([("rule", pa.string()), ("code", pa.int16()),
-                                   ("message", pa.string())]))
+                                   ("message", pa.string()), ("kind", pa.string()),
+                                   ("step", pa.string()), ("params", PARAMS_TYPE)]))
 
 RECORD_VERDICTS_SCHEMA = pa.schema([
     ("topic", pa.string()),
@@ -221,7 +227,8 @@ def _pivot(records: pa.Table, keys: list[str]) -> pa.Table:
 
 def failures_array(n: int, record_idx: np.ndarray, rules: Sequence[str] | pa.Array,
                    codes: np.ndarray, messages: Sequence[str] | pa.Array) -> pa.Array:
-    """The ``failures`` list column from flat (record, rule, code, message) rows."""
+    """The ``failures`` list column from flat (record, rule, code, message) rows (kind, step
+    and params unknown: null)."""
     rules = rules if isinstance(rules, pa.Array) else pa.array(list(rules), pa.string())
     labels = pc.unique(rules)
     coded = pc.index_in(rules, value_set=labels).to_numpy(zero_copy_only=False)
@@ -241,13 +248,18 @@ POOL = pa.system_memory_pool()
 
 
 def failures_from_codes(n: int, record_idx: np.ndarray, rule_codes: np.ndarray,
-                        labels: Sequence[str], codes: np.ndarray, messages: pa.Array
+                        labels: Sequence[str], codes: np.ndarray, messages: pa.Array,
+                        kinds: Sequence[str | None] | None = None,
+                        steps: Sequence[str | None] | None = None,
+                        params: pa.Array | None = None
                         ) -> tuple[pa.Array, dict[str, Any]]:
     """The ``failures`` list column from flat rows whose rule is a code into ``labels``
     (distinct names), without one Python string per failure; and the flattened column as
     the views read it (``kqlab.viz.Aggregates``: ``_failures``, ``reason_labels``,
     ``_rule_codes``), so a replay hands them over instead of having them derived again.
 
+    ``kinds``/``steps`` give each label's kind and spec step (None: unknown), ``params`` each
+    row's parameters (a ``map<string, string>`` array aligned with the rows, or None).
     Rows keep their given order within a record (a stable sort by record)."""
     order = np.argsort(record_idx, kind="stable")
     counts = np.bincount(record_idx, minlength=n) if len(record_idx) else np.zeros(n, np.int64)
@@ -259,8 +271,15 @@ def failures_from_codes(n: int, record_idx: np.ndarray, rule_codes: np.ndarray,
                        memory_pool=POOL)
     code_arr = pa.array(codes[order], pa.int16())
     msg_arr = pc.take(messages, take, memory_pool=POOL)
-    struct = pa.StructArray.from_arrays([rule_arr, code_arr, msg_arr],
-                                        fields=list(FAILURE_TYPE.value_type))
+    label_codes = pa.array(sorted_codes)
+    kind_arr = pc.take(pa.array(list(kinds) if kinds is not None else [None] * len(labels),
+                                pa.string()), label_codes, memory_pool=POOL)
+    step_arr = pc.take(pa.array(list(steps) if steps is not None else [None] * len(labels),
+                                pa.string()), label_codes, memory_pool=POOL)
+    param_arr = pc.take(params, take, memory_pool=POOL) if params is not None else \
+        pa.nulls(len(order), PARAMS_TYPE)
+    struct = pa.StructArray.from_arrays([rule_arr, code_arr, msg_arr, kind_arr, step_arr,
+                                         param_arr], fields=list(FAILURE_TYPE.value_type))
     column = pa.ListArray.from_arrays(pa.array(offsets), struct, type=FAILURE_TYPE)
     flat: dict[str, Any] = {}
     if len(order):

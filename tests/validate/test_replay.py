@@ -64,7 +64,8 @@ def test_failing_record_rejects_its_batch_with_kip467_record_errors(three_batche
         "accepted"] * 3 + ["collateral", "rejected", "collateral"] + ["accepted"] * 3
     bad = v.batches.slice(1, 1).to_pylist()[0]
     assert (bad["error_code"], bad["error_name"], bad["check"]) == (87, "INVALID_RECORD", "P")
-    assert bad["record_errors"] == [{"batch_index": 1, "message": "trace-id header is required"}]
+    assert bad["record_errors"] == [{"batch_index": 1, "message": "trace-id header is required",
+                                     "check": "P", "rule": "trace", "params": None}]
     assert bad["error_message"] == (
         "One or more records have been rejected due to 1 record errors in total, and only "
         "showing the first three errors at most: [RecordError(batchIndex=1, "
@@ -72,7 +73,8 @@ def test_failing_record_rejects_its_batch_with_kip467_record_errors(three_batche
     assert bad["producer_action"] == "failed" and bad["profile"] == "kip-940"
     failures = v.records.column("failures").to_pylist()
     assert failures[4] == [{"rule": "trace", "code": 87,
-                            "message": "trace-id header is required"}]
+                            "message": "trace-id header is required",
+                            "kind": "header_required", "step": None, "params": None}]
     assert failures[3] == [] and failures[0] == []
     assert v.by_outcome() == {"accepted": 6, "rejected": 1, "collateral": 2}
     assert v.rules.to_pylist()[0]["rejected_batches"] == 1
@@ -129,7 +131,8 @@ def test_observe_rules_count_but_never_reject(three_batches):
     assert v.rules.to_pylist()[0]["failed_records"] == 1
     assert v.rules.to_pylist()[0]["rejected_records"] == 0
     assert v.records.column("failures").to_pylist()[4] == [
-        {"rule": "trace", "code": 0, "message": "header 'trace-id' is missing"}]
+        {"rule": "trace", "code": 0, "message": "header 'trace-id' is missing",
+         "kind": "header_required", "step": None, "params": None}]
 
 
 def test_policy_rejection_leaves_producer_state_alone(tmp_path):

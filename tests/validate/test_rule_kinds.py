@@ -189,8 +189,11 @@ def test_presence_and_size_kinds(tmp_path):
     ]
     # the first failing reject rule is the record error the broker reports (KIP-467)
     errors = [b["record_errors"] for b in v.batches.to_pylist()]
-    assert errors[1] == [{"batch_index": 0, "message": "record has no key"}]
-    assert errors[3] == [{"batch_index": 0, "message": "headers take 13 bytes, more than 8"}]
+    policy_error = {"check": "P", "params": None}
+    assert errors[1] == [{"batch_index": 0, "message": "record has no key",
+                          "rule": "key-present"} | policy_error]
+    assert errors[3] == [{"batch_index": 0, "message": "headers take 13 bytes, more than 8",
+                          "rule": "headers-size"} | policy_error]
     counts = {r: row["failed_records"] for r, row in _by_rule(v).items()}
     assert counts == {"key-present": 2, "value-present": 1, "key-size": 2, "value-size": 1,
                       "headers-size": 1, "record-size": 1}
@@ -457,7 +460,8 @@ def test_unknown_schema_id_is_a_decode_failure_of_its_own(tmp_path):
     assert _by_rule(v)["decode:value"]["failed_records"] == 1
     assert _by_rule(v)["decode:value"]["kind"] == "decodable"
     batch = v.batches.to_pylist()[2]
-    assert batch["record_errors"] == [{"batch_index": 0, "message": message}]
+    assert batch["record_errors"] == [{"batch_index": 0, "message": message, "check": "P",
+                                       "rule": "decode:value", "params": None}]
 
 
 JSON_FIELDS = """\
@@ -911,7 +915,8 @@ def test_profiles_on_a_mixed_policy(tmp_path):
     assert v940.batches.column("error_name").to_pylist() == [
         "INVALID_RECORD", "INVALID_RECORD", "NONE", "INVALID_RECORD"]
     assert v940.batches.to_pylist()[0]["record_errors"] == [
-        {"batch_index": 1, "message": "amount=-1 is outside [0, 1000]"}]
+        {"batch_index": 1, "message": "amount=-1 is outside [0, 1000]", "check": "P",
+         "rule": "amount", "params": None}]
     assert _failures(v940)[4] == [
         ("trace", 87, "header 'trace-id' is missing"),
         ("positive", 0, "expression is false: value.amount != 0")]

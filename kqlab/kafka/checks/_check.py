@@ -89,9 +89,12 @@ class Check:
                 parts.append(literal)
             if name:
                 parts.append(_as_strings(params[name]))
-        parts.append("")  # the separator binary_join_element_wise takes last
-        if len(parts) == 2:  # a template without fields
+        if not self.params:  # a template without fields
             return pa.repeat(pa.scalar(self.template, pa.string()), n)
+        if len(parts) == 1:  # the template is one field: the values themselves
+            only = parts[0]
+            return only.combine_chunks() if isinstance(only, pa.ChunkedArray) else only
+        parts.append("")  # the separator binary_join_element_wise takes last
         out = pc.binary_join_element_wise(*parts)
         return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out
 
