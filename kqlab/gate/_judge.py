@@ -31,8 +31,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from kqlab.kafka.configs import LONG_MAX, TopicConfig
+from kqlab.kafka.checks import record as record_checks
+from kqlab.kafka.checks.append import C2
+from kqlab.kafka.configs import TopicConfig
 from kqlab.policy.model import Policy
 from kqlab.validate.context import EvalContext
 from kqlab.validate.replayer import with_implicit_rules
@@ -40,11 +43,8 @@ from kqlab.validate.rules import evaluate_rule
 
 __all__ = ["Judge", "Judgement"]
 
-R3_RULE, R4_RULE = "broker:R3", "broker:R4"
-C2_RULE = "broker:C2"
-C2_MESSAGE = ("The record batch size in the append to {tp} is {size} bytes which exceeds the "
-              "maximum configured value of {max}.")
-R3_MESSAGE = "Compacted topic cannot accept message without key in topic partition {tp}"
+R3_RULE, R4_RULE = record_checks.R3.rule, record_checks.R4.rule
+C2_RULE = C2.rule
 
 
 @dataclass
@@ -75,12 +75,7 @@ class Judge:
             from kqlab.serde.schemas import SchemaResolver
 
             self.resolver = SchemaResolver.from_source(policy.value.schemas)
-        cfg = self.config
-        if cfg.profile.before_after_timestamps:
-            self._r4 = not cfg.log_append_time and not (
-                cfg.before_max_ms == LONG_MAX and cfg.after_max_ms == LONG_MAX)
-        else:
-            self._r4 = not cfg.log_append_time and cfg.difference_max_ms != LONG_MAX
+        self._r4 = record_checks.timestamp_checked(self.config)
 
     def __call__(self, records: pa.Table, now: int | None = None) -> Judgement:
         """The verdicts for ``records`` (``RECORDS_SCHEMA``; ``batch_index`` 0 everywhere:
@@ -118,44 +113,35 @@ class Judge:
         cfg = self.config
         ctx = EvalContext(records, now, None, value_format=self.policy.value,
                           key_format=self.policy.key, resolver=self.resolver)
+        def tp(idx: np.ndarray) -> pa.Array:
+            take = pa.array(idx)
+            return pc.binary_join_element_wise(
+                records.column("topic").take(take),
+                records.column("partition").take(take).cast(pa.string()), "-")
+
+        # the broker checks that judge a record alone, from kafka/checks (the broker's order)
         if n:
             size = single_batch_size(ctx)
             big = size > cfg.max_message_bytes
             if big.any():
                 idx = np.flatnonzero(big)
-                topics = records.column("topic").take(pa.array(idx)).to_pylist()
-                parts = records.column("partition").take(pa.array(idx)).to_pylist()
-                claim(big, C2_RULE, [C2_MESSAGE.format(tp=f"{t}-{p}", size=z,
-                                                       max=cfg.max_message_bytes)
-                                     for t, p, z in zip(topics, parts, size[idx].tolist(),
-                                                        strict=True)])
+                claim(big, C2_RULE, C2.render_array({
+                    "tp": tp(idx), "size": size[idx],
+                    "max_message_bytes": cfg.max_message_bytes}).to_pylist())
         if cfg.compacted and n:
             nokey = records.column("key").is_null().to_numpy(zero_copy_only=False)
             if nokey.any():
                 idx = np.flatnonzero(nokey)
-                topics = records.column("topic").take(pa.array(idx)).to_pylist()
-                parts = records.column("partition").take(pa.array(idx)).to_pylist()
-                claim(nokey, R3_RULE, [R3_MESSAGE.format(tp=f"{t}-{p}")
-                                       for t, p in zip(topics, parts, strict=True)])
+                claim(nokey, R3_RULE, record_checks.R3.render_array({"tp": tp(idx)}).to_pylist())
         if self._r4 and n:
             ts = records.column("timestamp").to_numpy()
             ts_type = records.column("timestamp_type").to_numpy()
-            with np.errstate(over="ignore"):
-                if cfg.profile.before_after_timestamps:
-                    diff = np.int64(now) - ts
-                    bad = (ts != -1) & ((diff > np.int64(cfg.before_max_ms))
-                                        | (-diff > np.int64(cfg.after_max_ms)))
-                    lo, hi = now - cfg.before_max_ms, now + cfg.after_max_ms
-                else:
-                    d = cfg.difference_max_ms
-                    bad = (ts != -1) & (np.abs(ts - np.int64(now)) > np.int64(d))
-                    lo, hi = now - d, now + d
+            bad = record_checks.timestamp_out_of_range(ts, now, cfg)
             bad &= ts_type != 1  # LogAppendTime records carry the broker's own clock
             if bad.any():
-                lo, hi = max(lo, -(2**63)), min(hi, 2**63 - 1)
-                claim(bad, R4_RULE, [f"Timestamp {t} of message with offset 0 is out of range. "
-                                     f"The timestamp should be within [{lo}, {hi}]"
-                                     for t in ts[bad].tolist()])
+                lo, hi = record_checks.timestamp_bounds(now, cfg)
+                claim(bad, R4_RULE, record_checks.R4.render_array({
+                    "timestamp": ts[bad], "offset": 0, "lower": lo, "upper": hi}).to_pylist())
         if n:
             for rule in self.policy.rules:
                 res = evaluate_rule(ctx, rule)
