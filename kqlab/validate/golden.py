@@ -26,10 +26,16 @@ import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kqlab.errors import KqlabError
 from kqlab.policy.model import RELATIVE_TIMESTAMP_UNITS, Example, Format, Policy, thaw
+from kqlab.policy.plain_data import PlainData
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from kqlab.serde.schemas import ParsedSchema, SchemaResolver
 
 __all__ = ["ExampleError", "ExampleResult", "ExamplesReport", "RuleExamplesResult",
            "check_examples", "encode_example", "examples_table"]
@@ -63,7 +69,7 @@ class ExampleResult:
         return f"{self.rule} {self.expect}[{self.index}]" + (f" ({self.name})" if self.name
                                                              else "")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, PlainData]:
         """Plain data for JSON reports."""
         return {"rule": self.rule, "expect": self.expect, "index": self.index,
                 "name": self.name, "ok": self.ok, "error": self.error, "outcome": self.outcome,
@@ -83,7 +89,7 @@ class RuleExamplesResult:
         """True when every example behaved as declared."""
         return all(e.ok for e in self.examples)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, PlainData]:
         """Plain data for JSON reports."""
         return {"rule": self.rule, "ok": self.ok,
                 "passed": sum(e.ok for e in self.examples),
@@ -122,7 +128,7 @@ class ExamplesReport:
                 return r
         raise KeyError(f"rule {rule_id!r} has no examples in policy {self.policy!r}")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, PlainData]:
         """The ``kqlab test --json`` document."""
         return {"policy": self.policy, "now": self.now, "ok": self.ok,
                 "rules_tested": len(self.rules), "examples": self.examples,
@@ -164,11 +170,12 @@ def _timestamp(example: Example, now: int) -> int:
 class _Encoder:
     """Encodes example keys/values with a policy's formats; one schema resolver per format."""
 
-    def __init__(self, policy: Policy, resolver: Any = None) -> None:
+    def __init__(self, policy: Policy, resolver: SchemaResolver | None = None) -> None:
         self.policy = policy
-        self._resolvers: dict[str, Any] = {"value": resolver} if resolver is not None else {}
+        self._resolvers: dict[str, SchemaResolver] = \
+            {"value": resolver} if resolver is not None else {}
 
-    def resolver(self, target: str, fmt: Format) -> Any:
+    def resolver(self, target: str, fmt: Format) -> SchemaResolver:
         if target not in self._resolvers:
             if fmt.schemas is None:
                 raise ExampleError(f"the policy's {target} format {fmt.format} has no schema "
@@ -178,7 +185,8 @@ class _Encoder:
             self._resolvers[target] = SchemaResolver.from_source(fmt.schemas)
         return self._resolvers[target]
 
-    def _schema_for(self, target: str, fmt: Format, schema_id: int | None) -> tuple[Any, int]:
+    def _schema_for(self, target: str, fmt: Format, schema_id: int | None
+                    ) -> tuple[ParsedSchema, int | None]:
         """(writer schema, id to frame with) for an Avro example."""
         from kqlab.serde.schemas import SchemaNotFound, SchemaSourceError
 
@@ -188,7 +196,7 @@ class _Encoder:
                 return res.schema(schema_id), schema_id
             if fmt.wire == "raw":
                 return res.unframed(), -1
-            latest = res.latest(fmt.schemas.subject)
+            latest = res.latest(fmt.schemas.subject if fmt.schemas is not None else None)
             # an unregistered schema_id frames a value written with the latest schema
             return latest, latest.schema_id if schema_id is None else schema_id
         except (SchemaNotFound, SchemaSourceError) as exc:
@@ -211,7 +219,8 @@ class _Encoder:
         except Exception as exc:  # the registry client's own errors
             raise ExampleError(f"subject {subject!r}: {exc}") from None
 
-    def encode(self, target: str, data: Any, schema_id: int | None = None) -> bytes | None:
+    def encode(self, target: str, data: PlainData, schema_id: int | None = None
+               ) -> bytes | None:
         """``data`` (decoded content) as the bytes the policy's ``target`` format reads."""
         if data is None:
             return None
@@ -244,10 +253,13 @@ class _Encoder:
             body = buf.getvalue()
             if fmt.wire != "confluent":
                 return body
+            if sid is None:
+                raise ExampleError(f"the {target} schema ({schema.origin}) has no schema id to "
+                                   "frame the example with — give the example a schema_id")
             return b"\x00" + int(sid).to_bytes(4, "big", signed=False) + body
         raise ExampleError(f"unknown {target} format {fmt.format!r}")
 
-    def row(self, example: Example, now: int) -> dict[str, Any]:
+    def row(self, example: Example, now: int) -> dict[str, object]:
         """The example's key, value, headers and timestamp as a records-table row."""
         value = example.raw_value.encode() if example.raw_value is not None else \
             self.encode("value", example.value, example.schema_id)
@@ -257,8 +269,8 @@ class _Encoder:
                 "timestamp": _timestamp(example, now)}
 
 
-def encode_example(policy: Policy, example: Example, *, now: int, resolver: Any = None
-                   ) -> dict[str, Any]:
+def encode_example(policy: Policy, example: Example, *, now: int,
+                   resolver: SchemaResolver | None = None) -> dict[str, object]:
     """One example as a records-table row (key, value, headers, timestamp), without offsets.
 
     Raises
@@ -287,8 +299,8 @@ def _iter_examples(policy: Policy) -> Iterator[tuple[str, str, int, Example]]:
                 yield rule.id, expect, i, ex
 
 
-def examples_table(policy: Policy, *, now: int, resolver: Any = None
-                   ) -> tuple[Any, list[tuple[str, str, int, Example]], dict[int, str]]:
+def examples_table(policy: Policy, *, now: int, resolver: SchemaResolver | None = None
+                   ) -> tuple[pa.Table, list[tuple[str, str, int, Example]], dict[int, str]]:
     """The records table of every encodable example (one partition, offsets 0..n-1).
 
     Returns ``(table, examples, errors)``: ``examples`` lists ``(rule, expect, index,
@@ -300,7 +312,7 @@ def examples_table(policy: Policy, *, now: int, resolver: Any = None
     from kqlab.records import RECORDS_SCHEMA
 
     encoder = _Encoder(policy, resolver)
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, object]] = []
     kept: list[tuple[str, str, int, Example]] = []
     errors: dict[int, str] = {}
     topic = policy.topics.names[0] if policy.topics.names else "examples"
@@ -318,8 +330,8 @@ def examples_table(policy: Policy, *, now: int, resolver: Any = None
 
 
 # --------------------------------------------------------------------------------- running
-def check_examples(policy: Policy, *, now: int | None = None, resolver: Any = None
-                   ) -> ExamplesReport:
+def check_examples(policy: Policy, *, now: int | None = None,
+                   resolver: SchemaResolver | None = None) -> ExamplesReport:
     """Run the golden examples of every rule of ``policy`` through the real validator.
 
     ``now`` is the broker clock (relative example timestamps are relative to it; default the
@@ -358,12 +370,14 @@ def check_examples(policy: Policy, *, now: int | None = None, resolver: Any = No
                                      "{pass: [...], fail: [...]} to its rules",))
     table, _, errors = examples_table(policy, now=now, resolver=resolver)
     outcomes: list[str] = []
-    failures: list[list[dict[str, Any]]] = []
+    failures: list[tuple[tuple[str, str], ...]] = []
     if table.num_rows:
         verdicts = replay(table, policy, now=now, framing="single", resolver=resolver)
         recs = verdicts.records.sort_by("offset")
-        outcomes = recs.column("outcome").to_pylist()
-        failures = recs.column("failures").to_pylist()
+        # both columns are non-null in the verdict contract (outcome; a list, maybe empty)
+        outcomes = [str(o) for o in recs.column("outcome").to_pylist()]
+        failures = [tuple((str(f["rule"]), str(f["message"])) for f in fs or ())
+                    for fs in recs.column("failures").to_pylist()]
     by_rule: dict[str, list[ExampleResult]] = {}
     row = 0
     for pos, (rule_id, expect, index, ex) in enumerate(every):
@@ -372,8 +386,7 @@ def check_examples(policy: Policy, *, now: int | None = None, resolver: Any = No
                                    ok=False, outcome=None, failures=(), error=True,
                                    message=f"cannot build the record: {errors[pos]}")
         else:
-            fs = tuple((f["rule"], f["message"]) for f in failures[row])
-            result = _judge(rule_id, expect, index, ex, outcomes[row], fs)
+            result = _judge(rule_id, expect, index, ex, outcomes[row], failures[row])
             row += 1
         by_rule.setdefault(rule_id, []).append(result)
     return ExamplesReport(policy=policy.name, now=now, rules=tuple(

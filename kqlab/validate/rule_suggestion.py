@@ -54,14 +54,16 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from kqlab.policy.model import Policy, Rule
+from kqlab.policy.plain_data import PlainData
 from kqlab.validate.context import EvalContext
 from kqlab.validate.rules import RuleEvaluationError, decodes, evaluate_rule
 from kqlab.validate.sample_stats import (
@@ -73,6 +75,10 @@ from kqlab.validate.sample_stats import (
     sample_records,
 )
 from kqlab.validate.suggestions import RecordRef, Suggestion, Suggestions, suggestion_id
+
+if TYPE_CHECKING:
+    from kqlab.serde.schemas import ParsedSchema, SchemaResolver
+    from kqlab.validate.sample_stats import SampleLike
 
 __all__ = ["suggest"]
 
@@ -123,8 +129,8 @@ class _Proposer:
         self.out: list[_Candidate] = []
         self.notes: list[str] = []
 
-    def add(self, kind: str, params: dict[str, Any], evidence: str, target: str | None = None,
-            source: str = "sample") -> None:
+    def add(self, kind: str, params: dict[str, PlainData], evidence: str,
+            target: str | None = None, source: str = "sample") -> None:
         rule = Rule(id=suggestion_id(kind, target), kind=kind, params=params)
         self.out.append(_Candidate(rule, source, evidence, target or ""))
 
@@ -170,7 +176,8 @@ class _Proposer:
             self.notes.append(f"{len(order)} header names: only the {MAX_HEADER_NAMES} most "
                               "frequent were measured")
         for name in sorted(top):
-            mask = pc.fill_null(pc.equal(h.keys, name), False).to_numpy(zero_copy_only=False)
+            mask = pc.equal(h.keys, pa.scalar(name)).fill_null(False).to_numpy(
+                zero_copy_only=False)
             carriers = len(np.unique(h.parent[mask]))
             if 1 - carriers / n <= self.max_rejection:
                 self.add("header_required", {"name": name},
@@ -202,7 +209,7 @@ class _Proposer:
             return
         self.add("magic_byte", {}, f"{int((framed & present).sum())} of {n} values start with "
                  "the Confluent magic byte")
-        ids = pc.fill_null(info.schema_id, -1).to_numpy(zero_copy_only=False) \
+        ids = info.schema_id.fill_null(-1).to_numpy(zero_copy_only=False) \
             if isinstance(info.schema_id, pa.Array) else np.asarray(info.schema_id)
         ids = ids[framed & present].astype(np.int64)
         seen, counts = np.unique(ids, return_counts=True)
@@ -233,16 +240,18 @@ class _Proposer:
         values = decoded.values
         if not pa.types.is_struct(values.type) or not ok.any():
             return
-        self._walk(values.filter(pa.array(ok)), "", 1)
+        records = values.filter(pa.array(ok))
+        if isinstance(records, pa.StructArray):  # it is: a struct type makes a StructArray
+            self._walk(records, "", 1)
 
-    def _walk(self, arr: pa.Array, prefix: str, depth: int) -> None:
+    def _walk(self, arr: pa.StructArray, prefix: str, depth: int) -> None:
         children = arr.flatten()  # parent nulls become child nulls
         for f, child in zip(arr.type, children, strict=True):
             path = f"{prefix}{f.name}"
             if "." in f.name or not f.name.strip():
                 continue  # not addressable by a dotted path
             self._leaf(child, path)
-            if pa.types.is_struct(f.type) and depth < MAX_DEPTH:
+            if isinstance(child, pa.StructArray) and depth < MAX_DEPTH:
                 self._walk(child, path + ".", depth + 1)
 
     def _leaf(self, arr: pa.Array, path: str) -> None:
@@ -272,7 +281,7 @@ class _Proposer:
         lo, hi = quantiles(values, (r, 1 - r))
         negative = float((values < 0).mean())
         growing = bool(_GROWING.search(path.rsplit(".", 1)[-1])) or (integral and lo > 1e9)
-        params: dict[str, Any] = {"field": path}
+        params: dict[str, PlainData] = {"field": path}
         if negative <= r:
             params["min"] = 0  # non-negative but for the few a rule should catch
         else:
@@ -290,6 +299,7 @@ class _Proposer:
             return
         from kqlab.serde.schemas import SchemaNotFound, SchemaSourceError
 
+        parsed: ParsedSchema | None
         try:
             if fmt.wire == "raw":
                 parsed = resolver.unframed()
@@ -309,19 +319,26 @@ class _Proposer:
         if isinstance(schema, dict) and schema.get("type") == "record":
             self._schema_record(schema, "", 1, what)
 
-    def _most_used_schema(self) -> Any:
+    def _most_used_schema(self) -> ParsedSchema | None:
+        resolver = self.ctx.resolver
+        if resolver is None:
+            return None
         info = self.ctx.wire("value")
         framed = np.asarray(info.framed, dtype=bool)
-        ids = pc.fill_null(info.schema_id, -1).to_numpy(zero_copy_only=False)[framed]
+        ids = info.schema_id.fill_null(-1).to_numpy(zero_copy_only=False)[framed]
         for sid in np.unique(ids)[np.argsort(-np.unique(ids, return_counts=True)[1],
                                              kind="stable")].tolist():
-            if self.ctx.resolver.is_registered(int(sid)):
-                return self.ctx.resolver.schema(int(sid))
+            if resolver.is_registered(int(sid)):
+                return resolver.schema(int(sid))
         return None
 
-    def _schema_record(self, schema: dict[str, Any], prefix: str, depth: int, what: str
+    def _schema_record(self, schema: Mapping[str, object], prefix: str, depth: int, what: str
                        ) -> None:
-        for f in schema.get("fields", ()):
+        """Rules an Avro record schema (its JSON) implies, field by field."""
+        fields = schema.get("fields", ())
+        for f in fields if isinstance(fields, list | tuple) else ():
+            if not isinstance(f, Mapping):
+                continue  # not a field declaration: nothing to derive
             name = f.get("name", "")
             path = f"{prefix}{name}"
             t = f.get("type")
@@ -334,15 +351,16 @@ class _Proposer:
             if len(branches) != 1 or nullable:
                 continue  # field_type fails an absent value: it cannot say "string or null"
             b = branches[0]
-            base = b.get("type") if isinstance(b, dict) else b
-            logical = b.get("logicalType") if isinstance(b, dict) else None
+            spec: Mapping[str, object] = b if isinstance(b, Mapping) else {}
+            base = spec.get("type") if isinstance(b, Mapping) else b
+            logical = spec.get("logicalType")
             if logical == "uuid":
                 self.add("field_regex", {"field": path, "pattern": _UUID},
                          f"{what}: {path} is a uuid", path, source)
                 self.add("field_type", {"field": path, "type": "string"},
                          f"{what}: {path} is a uuid string", path, source)
             elif logical == "decimal":
-                precision, scale = int(b.get("precision", 38)), int(b.get("scale", 0))
+                precision, scale = _whole(spec.get("precision", 38)), _whole(spec.get("scale", 0))
                 bound = 10 ** (precision - scale)
                 self.add("field_type", {"field": path, "type": "number"},
                          f"{what}: {path} is decimal({precision}, {scale})", path, source)
@@ -353,20 +371,29 @@ class _Proposer:
             elif logical is not None:
                 continue  # dates and times decode to Arrow temporal types: no JSON type
             elif base == "enum":
-                self.add("field_in", {"field": path, "values": list(b.get("symbols", ()))},
+                symbols = spec.get("symbols", ())
+                self.add("field_in", {"field": path, "values": [
+                    str(s) for s in (symbols if isinstance(symbols, list | tuple) else ())]},
                          f"{what}: {path} is an enum", path, source)
             elif base == "record":
                 self.add("field_type", {"field": path, "type": "object"},
                          f"{what}: {path} is a record", path, source)
                 if depth < MAX_DEPTH:
-                    self._schema_record(b, path + ".", depth + 1, what)
+                    self._schema_record(spec, path + ".", depth + 1, what)
             else:
                 jtype = {"string": "string", "int": "integer", "long": "integer",
                          "float": "number", "double": "number", "boolean": "boolean",
-                         "array": "array", "map": "object"}.get(base)
+                         "array": "array", "map": "object"}.get(str(base))
                 if jtype is not None:
                     self.add("field_type", {"field": path, "type": jtype},
                              f"{what}: {path} is {base}", path, source)
+
+
+def _whole(value: object) -> int:
+    """An Avro schema attribute (precision, scale) as a whole number."""
+    if not isinstance(value, int | float | str):
+        raise TypeError(f"expected a number in the Avro schema, got {value!r}")
+    return int(value)
 
 
 # ---------------------------------------------------------------------------- evaluation
@@ -384,8 +411,9 @@ def _merge(candidates: list[_Candidate]) -> list[_Candidate]:
     return sorted(by_id.values(), key=lambda c: (c.order, c.rule.id))
 
 
-def suggest(sample: Any, policy: Policy | None = None, *, now: int | None = None,
-            resolver: Any = None, max_rejection: float = 0.01, max_examples: int = 5,
+def suggest(sample: SampleLike, policy: Policy | None = None, *, now: int | None = None,
+            resolver: SchemaResolver | None = None, max_rejection: float = 0.01,
+            max_examples: int = 5,
             max_categories: int = 20, min_support: int = 2, schema: bool = True
             ) -> Suggestions:
     """Propose rules from ``sample`` decoded with ``policy``'s formats (see the module doc).
@@ -441,8 +469,9 @@ def suggest(sample: Any, policy: Policy | None = None, *, now: int | None = None
     now = int(time.time() * 1000) if now is None else int(now)
     ctx = EvalContext(records, now, None, value_format=policy.value, key_format=policy.key,
                       resolver=resolver)
-    settings = {"max_rejection": max_rejection, "max_examples": max_examples,
-                "max_categories": max_categories, "min_support": min_support}
+    settings: dict[str, PlainData] = {
+        "max_rejection": max_rejection, "max_examples": max_examples,
+        "max_categories": max_categories, "min_support": min_support}
     n = ctx.n
     if not n:
         return Suggestions((), 0, settings, ("the sample has no records",))

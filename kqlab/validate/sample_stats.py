@@ -11,13 +11,22 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["as_number", "pow2_ceil", "pow10_ceil", "quantiles", "recurring", "sample_records"]
+if TYPE_CHECKING:
+    from kqlab.sources.files import Snapshot
+    from kqlab.validate.sample import Sample
+
+__all__ = ["SampleLike", "as_number", "pow2_ceil", "pow10_ceil", "quantiles", "recurring",
+           "sample_records"]
+
+#: what a sample can be given as: a records table, a replay ``Sample``, a ``Snapshot`` (or its
+#: folder), or log segments (a segment file or a partition folder)
+SampleLike: TypeAlias = "pa.Table | Sample | Snapshot | str | Path"
 
 
 def _data_only(records: pa.Table, batches: pa.Table | None) -> pa.Table:
@@ -33,7 +42,7 @@ def _data_only(records: pa.Table, batches: pa.Table | None) -> pa.Table:
     return records.filter(pa.array(~control[rows]))
 
 
-def sample_records(sample: Any) -> pa.Table:
+def sample_records(sample: SampleLike) -> pa.Table:
     """The data records of a records table, ``Sample``, snapshot folder or log segments."""
     from kqlab.validate.sample import Sample
 
@@ -57,6 +66,7 @@ def sample_records(sample: Any) -> pa.Table:
 
 
 def pow2_ceil(x: float) -> int:
+    """The smallest power of two >= x (1 for x <= 1)."""
     return 1 if x <= 1 else 1 << math.ceil(math.log2(x))
 
 
@@ -66,18 +76,21 @@ def pow10_ceil(x: float) -> float:
 
 
 def as_number(x: float, integral: bool) -> int | float:
+    """``x`` as an int when the column is integral or ``x`` is whole (``10`` not ``10.0``)."""
     return int(x) if integral or float(x).is_integer() else float(x)
 
 
 def quantiles(values: np.ndarray, qs: tuple[float, ...]) -> list[float]:
-    # "inverted_cdf" takes observed values: deterministic, no interpolation artefacts
+    """The ``qs`` quantiles of ``values``, each an observed value ("inverted_cdf"):
+    deterministic, no interpolation artefacts."""
     return [float(v) for v in np.quantile(values, qs, method="inverted_cdf")]
 
 
-def recurring(arr: pa.Array, min_support: int) -> tuple[list[Any], int, int]:
-    """(values seen >= min_support times sorted, their distinct count, all distinct count)."""
+def recurring(arr: pa.Array, min_support: int) -> tuple[list[str], int, int]:
+    """Of a text column: (values seen >= min_support times sorted, their distinct count, all
+    distinct count)."""
     counts = pc.value_counts(arr.drop_null())
     values = counts.field("values").to_pylist()
     n = counts.field("counts").to_numpy(zero_copy_only=False)
-    keep = sorted(v for v, c in zip(values, n.tolist(), strict=True) if c >= min_support)
+    keep = sorted(str(v) for v, c in zip(values, n.tolist(), strict=True) if c >= min_support)
     return keep, len(keep), len(values)

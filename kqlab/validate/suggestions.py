@@ -14,9 +14,9 @@ import hashlib
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from kqlab.policy.model import Policy, Rule, thaw
+from kqlab.policy.plain_data import PlainData
 
 __all__ = ["RecordRef", "Suggestion", "Suggestions", "accept", "suggestion_id"]
 
@@ -55,7 +55,7 @@ class RecordRef:
     offset: int
     message: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, PlainData]:
         """Plain data for JSON output."""
         return {"topic": self.topic, "partition": self.partition, "offset": self.offset,
                 "message": self.message}
@@ -88,7 +88,7 @@ class Suggestion:
         """Share of the sample's records this rule would reject (0 for an empty sample)."""
         return self.rejected / self.records if self.records else 0.0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, PlainData]:
         """Plain data for ``kqlab suggest --json``."""
         return {"id": self.id, "rule": thaw(self.rule.to_dict()), "source": self.source,
                 "evidence": self.evidence, "records": self.records, "rejected": self.rejected,
@@ -102,7 +102,7 @@ class Suggestions:
 
     items: tuple[Suggestion, ...]
     records: int
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, PlainData] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
 
     def __iter__(self) -> Iterator[Suggestion]:
@@ -137,7 +137,7 @@ class Suggestions:
         """``policy`` with the chosen suggestions (all by default) appended; see :func:`accept`."""
         return accept(policy, self, ids)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, PlainData]:
         """The ``kqlab suggest --json`` document."""
         return {"records": self.records, "settings": dict(self.settings),
                 "suggestions": [s.to_dict() for s in self.items], "notes": list(self.notes)}
