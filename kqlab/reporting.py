@@ -16,12 +16,18 @@ from __future__ import annotations
 import datetime
 import html
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from kqlab.errors import KqlabError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import plotly.graph_objects as go
+
+    from kqlab.policy.model import Policy
+    from kqlab.validate.view import VerdictsView
+    from kqlab.viz._groups import SampleLike
 
 __all__ = ["ReportError", "report", "top_failures"]
 
@@ -65,77 +71,18 @@ def _table(rows: list[dict[str, Any]], columns: list[str] | None = None,
     return f"<table class='t'><tr>{head}</tr>{body}</table>{extra}"
 
 
-def top_failures(verdicts: Any, policy: Any = None, *, limit: int = 50,
+def top_failures(verdicts: VerdictsView, policy: Policy | None = None, *, limit: int = 50,
                  unmask: bool | None = None) -> pa.Table:
     """The most frequent failures: ``rule``, ``code``, ``message`` (masked per the policy's
     sensitive section), ``records`` and one example ``topic``/``partition``/``offset``;
-    grouped by Arrow, whatever the sample size."""
+    grouped by the verdicts' engine, whatever the sample size
+    (:data:`~kqlab.validate.view.TOP_FAILURES_SCHEMA`)."""
     from kqlab.viz._masking import masker
 
-    if hasattr(verdicts, "record_files"):  # SparkVerdicts: the same table, grouped by Spark
-        return _spark_top_failures(verdicts, masker(policy, unmask), limit)
-    col = verdicts.records.column("failures")
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    flat = pc.list_flatten(arr)
-    if not len(flat):
-        return _EMPTY_TOP
-    parents = pc.list_parent_indices(arr)
-    rules = flat.field("rule")
-    messages = masker(policy, unmask).messages(rules, flat.field("message"))
-    t = pa.table({"rule": rules, "code": flat.field("code"), "message": messages,
-                  "row": parents})
-    g = t.group_by(["rule", "code", "message"]).aggregate([("row", "count"), ("row", "min")])
-    g = g.sort_by([("row_count", "descending"), ("rule", "ascending"), ("code", "ascending"),
-                   ("message", "ascending")]).slice(0, limit)
-    first = g.column("row_min")
-    rec = verdicts.records
-    return pa.table({"rule": g.column("rule"), "code": g.column("code"),
-                     "message": g.column("message"), "records": g.column("row_count"),
-                     "topic": rec.column("topic").take(first),
-                     "partition": rec.column("partition").take(first),
-                     "offset": rec.column("offset").take(first)})
+    return verdicts.top_failures(limit, masker(policy, unmask).templates())
 
 
-_EMPTY_TOP = pa.table({"rule": pa.array([], pa.string()), "code": pa.array([], pa.int16()),
-                       "message": pa.array([], pa.string()),
-                       "records": pa.array([], pa.int64()), "topic": pa.array([], pa.string()),
-                       "partition": pa.array([], pa.int32()), "offset": pa.array([], pa.int64())})
-
-
-def _spark_top_failures(sv: Any, m: Any, limit: int) -> pa.Table:
-    """:func:`top_failures` of Spark verdicts: one Spark aggregation, ``limit`` rows collected.
-    Masking is per rule (a CASE on the rule id), as the local table masks before grouping;
-    the example is the first record in the local engine's order (unit, then position)."""
-    from pyspark.sql import functions as sf
-
-    from kqlab.viz._masking import masked_template
-
-    f = sv.raw_records.select("unit", "seq", "topic", "partition", "offset",
-                              sf.explode("failures").alias("f"))
-    message = sf.col("f.message")
-    if m.active:
-        for rule in sorted(m.sensitive_rules):
-            message = sf.when(sf.col("f.rule") == rule,
-                              sf.lit(masked_template(m.rules[rule]))).otherwise(message)
-    g = (f.select(sf.col("f.rule").alias("rule"), sf.col("f.code").alias("code"),
-                  message.alias("message"),
-                  sf.struct("unit", "seq", "topic", "partition", "offset").alias("at"))
-         .groupBy("rule", "code", "message")
-         .agg(sf.count(sf.lit(1)).alias("records"), sf.min("at").alias("at"))
-         .orderBy(sf.desc("records"), "rule", "code", "message").limit(int(limit)))
-    rows = g.collect()
-    if not rows:
-        return _EMPTY_TOP
-    return pa.table({"rule": pa.array([r["rule"] for r in rows], pa.string()),
-                     "code": pa.array([r["code"] for r in rows], pa.int16()),
-                     "message": pa.array([r["message"] for r in rows], pa.string()),
-                     "records": pa.array([r["records"] for r in rows], pa.int64()),
-                     "topic": pa.array([r["at"]["topic"] for r in rows], pa.string()),
-                     "partition": pa.array([r["at"]["partition"] for r in rows], pa.int32()),
-                     "offset": pa.array([r["at"]["offset"] for r in rows], pa.int64())})
-
-
-def _policy_text(policy: Any, unmask: bool | None) -> str:
+def _policy_text(policy: Policy, unmask: bool | None) -> str:
     """The policy as YAML, with its golden examples' sensitive data masked too."""
     import yaml
 
@@ -169,19 +116,20 @@ def _when(ms: int) -> str:
         "%Y-%m-%d %H:%M:%S UTC")
 
 
-def report(verdicts: Any, policy: Any = None, *, sample: Any = None,
-           path: str | Path | None = None, title: str | None = None,
-           source: str | None = None, unmask: bool | None = None, max_rows: int = 50,
-           plotlyjs: str = "inline", spark_offsets_limit: int = 1_000_000) -> str | Path:
+def report(verdicts: VerdictsView, policy: Policy | None = None, *,
+           sample: SampleLike | None = None, path: str | Path | None = None,
+           title: str | None = None, source: str | None = None, unmask: bool | None = None,
+           max_rows: int = 50, plotlyjs: str = "inline") -> str | Path:
     """A static HTML report of a replay; written to ``path`` (returned) or returned as text.
 
     Parameters
     ----------
     verdicts
-        The replay's :class:`~kqlab.validate.verdicts.Verdicts`, or a Spark replay's
-        :class:`~kqlab.spark.SparkVerdicts`: its summaries, top failures and figures are
-        Spark aggregations (only small results reach the driver), so the report stays small
-        and quick whatever the sample size.
+        The replay's verdicts, from either engine (a
+        :class:`~kqlab.validate.view.VerdictsView`): its summaries, top failures and figures
+        are the engine's own aggregations (Spark's reach the driver as small results), so
+        the report stays small and quick whatever the sample size, and is the same report
+        whichever engine replayed.
     policy
         The policy replayed: shown in the report, and its ``sensitive`` section masks data.
     sample
@@ -197,15 +145,12 @@ def report(verdicts: Any, policy: Any = None, *, sample: Any = None,
     plotlyjs
         ``"inline"`` embeds plotly.js (one file, opens anywhere offline); ``"file"`` writes
         ``plotly.min.js`` next to ``path`` once and references it (many small reports).
-    spark_offsets_limit
-        Spark verdicts with at most this many records also get the partition × offset view
-        (a record-level view, drawn from the collected verdicts); above, it is left out with
-        a note.
     """
     import plotly.io as pio
     from plotly.offline import get_plotlyjs
 
     from kqlab.viz import _figures as figs
+    from kqlab.viz._groups import sample_tables
     from kqlab.viz._masking import masker
 
     if plotlyjs not in ("inline", "file"):
@@ -213,32 +158,16 @@ def report(verdicts: Any, policy: Any = None, *, sample: Any = None,
     if plotlyjs == "file" and path is None:
         raise ReportError("plotlyjs='file' writes plotly.min.js next to the report: pass path=")
     summary = verdicts.summary()
-    notes: list[str] = []
-    if hasattr(verdicts, "record_files"):  # Spark: aggregated views; offsets if collectable
-        agg = None
-        figures: list[tuple[str, str, Any]] = [
-            ("reasons", "Why records were rejected", figs.rejections_by_reason(verdicts))]
-        if verdicts.n_records <= spark_offsets_limit:
-            local = verdicts.to_local(max_records=None)
-            figures.append(("offsets", "Where in each partition",
-                            figs.rejections_by_offset(figs.aggregates(local))))
-        else:
-            notes.append(f"the partition × offset view is left out: {verdicts.n_records:,} "
-                         f"records are more than spark_offsets_limit={spark_offsets_limit:,}")
-        figures += [("timeline", "When", figs.rejection_timeline(verdicts)),
-                    ("producers", "Which producers", figs.by_producer(verdicts))]
-    else:
-        agg = figs.aggregates(verdicts, sample)
-        figures = [
-            ("reasons", "Why records were rejected", figs.rejections_by_reason(agg)),
-            ("offsets", "Where in each partition", figs.rejections_by_offset(agg)),
-            ("timeline", "When", figs.rejection_timeline(agg)),
-            ("producers", "Which producers", figs.by_producer(agg)),
-        ]
-    if agg is not None and agg._records is not None:
-        figures.append(("schemas", "Which schema ids", figs.by_schema_id(agg, None)))
-        figures.append(("keys", "Which keys", figs.by_key_pattern(agg, None, policy=policy,
-                                                                  unmask=unmask)))
+    figures: list[tuple[str, str, go.Figure]] = [
+        ("reasons", "Why records were rejected", figs.rejections_by_reason(verdicts)),
+        ("offsets", "Where in each partition", figs.rejections_by_offset(verdicts)),
+        ("timeline", "When", figs.rejection_timeline(verdicts)),
+        ("producers", "Which producers", figs.by_producer(verdicts, sample)),
+    ]
+    if sample_tables(sample)[0] is not None:  # views of the records' content
+        figures.append(("schemas", "Which schema ids", figs.by_schema_id(verdicts, sample)))
+        figures.append(("keys", "Which keys", figs.by_key_pattern(
+            verdicts, sample, policy=policy, unmask=unmask)))
     config = {"displaylogo": False, "responsive": True}
     parts = [f"<h2>{_esc(heading)}</h2><div class='fig'>" + pio.to_html(
         fig, full_html=False, include_plotlyjs=False, div_id=f"kqlab-{name}", config=config)
@@ -301,7 +230,7 @@ def report(verdicts: Any, policy: Any = None, *, sample: Any = None,
         "<h2>Partitions</h2>",
         _table(partitions[:max_rows], note=part_note),
         "<h2>Notes and issues</h2>",
-        _table([{"note": x} for x in summary["notes"] + notes] +
+        _table([{"note": x} for x in summary["notes"]] +
                [{"note": f"issue: {i}"} for i in issues]),
         "<h2>Provenance</h2>",
         _table(provenance),

@@ -1,38 +1,60 @@
 """Verdicts of a Spark replay: DataFrames on Parquet, summaries by Spark aggregation.
 
-:class:`SparkVerdicts` answers the same questions as the local engine's
-:class:`~kqlab.validate.verdicts.Verdicts`, with the same shapes (``summary()`` is the same
-dict), but never collects record rows to the driver: every summary is a Spark aggregation,
-and :meth:`examples` is a bounded collect for the UI.  :meth:`to_local` collects everything
-into a local ``Verdicts`` (for parity checks and samples that fit in memory).
+:class:`SparkVerdicts` is a :class:`~kqlab.validate.view.VerdictsView` like the local
+engine's :class:`~kqlab.validate.verdicts.Verdicts`, with the same answers (``summary()`` is
+the same dict, the views' tables are equal), but it never collects record rows to the driver
+for them: every count and aggregate is a Spark aggregation (:mod:`kqlab.spark.aggregates`),
+and the explorer's pages, examples and record lookups are bounded collects.
+:meth:`to_local` collects everything into a local ``Verdicts`` (for parity checks).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow as pa
 
 from kqlab.errors import KqlabError
-from kqlab.validate.verdicts import OUTCOMES, RECORD_VERDICTS_SCHEMA, REPLAY_BATCHES_SCHEMA
+from kqlab.spark import aggregates as agg
+from kqlab.validate.verdicts import (
+    OUTCOMES,
+    RECORD_VERDICTS_SCHEMA,
+    REPLAY_BATCHES_SCHEMA,
+    Verdicts,
+)
+from kqlab.validate.view import (
+    OutcomeGroups,
+    RecordLookup,
+    RecordPage,
+    RecordQuery,
+    RecordReasons,
+    Spans,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import DataFrame, Row, SparkSession
+    from pyspark.sql.types import StructType
+
+    from kqlab.policy.model import Policy
 
 
 class TooLargeToCollect(KqlabError):
     """``to_local()`` was asked to collect more rows than its ``max_records`` allows."""
 
 
-def _spark_schema(schema: pa.Schema) -> Any:
+def _struct_type(schema: pa.Schema) -> StructType:
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return from_arrow_schema(schema)
 
 
-def _read(spark: Any, files: list[str], schema: pa.Schema) -> Any:
+def _read(spark: SparkSession, files: list[str], schema: pa.Schema) -> DataFrame:
     """The verdict files as one DataFrame (an empty one of that shape when there are none)."""
     if not files:
-        return spark.createDataFrame([], _spark_schema(schema))
-    return spark.read.schema(_spark_schema(schema)).parquet(*files)
+        return spark.createDataFrame([], _struct_type(schema))
+    return spark.read.schema(_struct_type(schema)).parquet(*files)
 
 
 def _read_local(files: list[str], out: str, schema: pa.Schema) -> pa.Table:
@@ -57,7 +79,9 @@ class SparkVerdicts:
     (``records/`` and ``batches/``, one file per unit, with ``unit`` and ``seq`` columns
     before the contract's so the log order can be restored)."""
 
-    spark: Any
+    #: which engine produced the verdicts: for display only (views never branch on it)
+    engine: ClassVar[str] = "spark"
+    spark: SparkSession
     path: str
     record_files: list[str]
     batch_files: list[str]
@@ -75,42 +99,43 @@ class SparkVerdicts:
     seconds: float = 0.0
     n_records: int = 0
     n_batches: int = 0
-    _counts: list[Any] | None = field(default=None, repr=False)
-    _bcounts: list[Any] | None = field(default=None, repr=False)
+    _counts: list[Row] | None = field(default=None, repr=False)
+    _bcounts: list[Row] | None = field(default=None, repr=False)
+    _matches: dict[RecordQuery, int] = field(default_factory=dict, repr=False)
 
     @property
-    def raw_records(self) -> Any:
+    def raw_records(self) -> DataFrame:
         """Record verdicts with ``unit`` and ``seq`` (a DataFrame)."""
         from kqlab.spark.executor import RECORD_FILE_SCHEMA
 
         return _read(self.spark, self.record_files, RECORD_FILE_SCHEMA)
 
     @property
-    def raw_batches(self) -> Any:
+    def raw_batches(self) -> DataFrame:
         """Batch verdicts with ``unit`` and ``seq`` (a DataFrame)."""
         from kqlab.spark.executor import BATCH_FILE_SCHEMA
 
         return _read(self.spark, self.batch_files, BATCH_FILE_SCHEMA)
 
     @property
-    def records(self) -> Any:
+    def records(self) -> DataFrame:
         """Record verdicts (a DataFrame with the columns of ``RECORD_VERDICTS_SCHEMA``)."""
         return self.raw_records.select(*RECORD_VERDICTS_SCHEMA.names)
 
     @property
-    def batches(self) -> Any:
+    def batches(self) -> DataFrame:
         """Batch verdicts (a DataFrame with the columns of ``REPLAY_BATCHES_SCHEMA``)."""
         return self.raw_batches.select(*REPLAY_BATCHES_SCHEMA.names)
 
     # -- summaries: Spark aggregations, small results --------------------------------------
-    def _record_counts(self) -> list[Any]:
+    def _record_counts(self) -> list[Row]:
         """Records per (topic, partition, outcome): one small aggregation, kept."""
         if self._counts is None:
             self._counts = self.records.groupBy("topic", "partition", "outcome").count() \
                 .collect()
         return self._counts
 
-    def _batch_counts(self) -> list[Any]:
+    def _batch_counts(self) -> list[Row]:
         """Batches per (error, producer, action, rejected?): one small aggregation, kept."""
         from pyspark.sql import functions as sf
 
@@ -154,7 +179,7 @@ class SparkVerdicts:
                          **{o: pa.array([table[k][o] for k in keys], pa.int64())
                             for o in outcomes}})
 
-    def _pivot(self, df: Any, keys: list[str], key_types: list[pa.DataType]) -> pa.Table:
+    def _pivot(self, df: DataFrame, keys: list[str], key_types: list[pa.DataType]) -> pa.Table:
         from pyspark.sql import functions as sf
 
         outcomes = list(OUTCOMES)
@@ -176,7 +201,7 @@ class SparkVerdicts:
 
     def by_producer(self) -> pa.Table:
         """Per producer id: batches, rejected batches, and records."""
-        acc: dict[Any, list[Any]] = {}
+        acc: dict[int | None, list[Any]] = {}
         for r in self._batch_counts():
             a = acc.setdefault(r["producer_id"], [0, None, None])
             a[0] += r["n_rc"]
@@ -201,6 +226,44 @@ class SparkVerdicts:
         """``(records, batches)`` (known from the tasks' reports: no Spark job)."""
         return self.n_records, self.n_batches
 
+    # -- the views: Spark aggregations (kqlab.spark.aggregates) -----------------------------
+    def by_reason(self) -> pa.Table:
+        """The reasons table (see :mod:`kqlab.validate.view`)."""
+        return agg.by_reason(self)
+
+    def spans(self, max_spans: int = 2000, max_points: int = 0) -> Spans:
+        """The partition × offset spans (see :class:`~kqlab.validate.view.Spans`)."""
+        return agg.spans(self, max_spans, max_points)
+
+    def timeline(self, bucket_ms: int | None = None, max_buckets: int = 300,
+                 max_reasons: int = 8) -> tuple[pa.Table, int]:
+        """Records per bucket and top reason, and the bucket size."""
+        return agg.timeline(self, bucket_ms, max_buckets, max_reasons)
+
+    def producer_outcomes(self, sample_batches: pa.Table | None = None) -> OutcomeGroups:
+        """Records per outcome per producer."""
+        return agg.producer_outcomes(self, sample_batches)
+
+    def record_reasons(self) -> RecordReasons:
+        """Per record: coordinates, outcome and reason (collected: four columns a record)."""
+        return agg.record_reasons(self)
+
+    def top_failures(self, limit: int = 50, masked: Mapping[str, str] | None = None
+                     ) -> pa.Table:
+        """The most frequent failures."""
+        return agg.top_failures(self, limit, masked)
+
+    def find(self, query: RecordQuery, start: int = 0, limit: int = 20) -> RecordPage:
+        """A page of the refused records matching ``query`` (the count is kept per query)."""
+        page = agg.find(self, query, start, limit, self._matches.get(query))
+        self._matches[query] = page.matches
+        return page
+
+    def lookup(self, partition: int, offset: int, topic: str | None = None
+               ) -> RecordLookup | None:
+        """The verdicts of one record and its batch."""
+        return agg.lookup(self, partition, offset, topic)
+
     def examples(self, rule: str | None = None, limit: int = 10) -> pa.Table:
         """Up to ``limit`` failing records per rule (or of ``rule``), for the UI: the record
         verdict columns plus ``example_rule``; a bounded collect whatever the sample size."""
@@ -211,6 +274,7 @@ class SparkVerdicts:
             "unit", "seq", *RECORD_VERDICTS_SCHEMA.names,
             sf.explode("failures").alias("f")).select(
             "unit", "seq", *RECORD_VERDICTS_SCHEMA.names, sf.col("f.rule").alias("example_rule"))
+        exploded = exploded.filter(sf.col("example_rule").isNotNull())
         if rule is not None:
             exploded = exploded.filter(sf.col("example_rule") == rule)
         w = Window.partitionBy("example_rule").orderBy("unit", "seq")
@@ -220,7 +284,8 @@ class SparkVerdicts:
         schema = pa.schema([*RECORD_VERDICTS_SCHEMA, ("example_rule", pa.string())])
         return pa.table([t.column(f.name).cast(f.type) for f in schema], schema=schema)
 
-    def vet(self, policy: Any, *, source: str | None = None, today: str | None = None) -> Any:
+    def vet(self, policy: Policy, *, source: str | None = None, today: str | None = None
+            ) -> Policy:
         """``policy`` with its provenance (as :meth:`Verdicts.vet`)."""
         from pyspark.sql import functions as sf
 
@@ -242,14 +307,12 @@ class SparkVerdicts:
         from kqlab.validate.verdicts import summary_of
 
         return {**summary_of(self, *self.count()),
-                "engine": "spark", "units": self.units, "errors": self.errors,
+                "engine": self.engine, "units": self.units, "errors": self.errors,
                 "out": self.path, "seconds": round(self.seconds, 3)}
 
-    def to_local(self, max_records: int | None = 5_000_000) -> Any:
+    def to_local(self, max_records: int | None = 5_000_000) -> Verdicts:
         """Collect into a local :class:`~kqlab.validate.verdicts.Verdicts` (records in
         partition order, then log order); refuses more than ``max_records`` records."""
-        from kqlab.validate.verdicts import Verdicts
-
         if max_records is not None and self.n_records > max_records:
             raise TooLargeToCollect(f"{self.n_records:,} record verdicts exceed max_records="
                                     f"{max_records:,}: use the DataFrames and summaries, or "

@@ -19,6 +19,7 @@ from kqlab.kafka.checks import record as record_checks
 from kqlab.kafka.configs import TopicConfig
 from kqlab.policy.model import Policy
 from kqlab.records import PARAMS_TYPE
+from kqlab.validate.aggregates import RecordCodes
 from kqlab.validate.rules import RuleResult
 from kqlab.validate.sample import Sample
 from kqlab.validate.verdicts import (
@@ -454,10 +455,9 @@ class Assembler:
         out = Verdicts(record_table, _batch_table(batches, verdicts, profile, sample.framing),
                        pa.Table.from_pylist(rule_rows, RULES_SCHEMA), profile, sample.framing,
                        now, policy.name, policy.content_hash(), list(sample.issues), notes)
-        # per-record codes the views would derive from these tables again (kqlab.viz reads
-        # them, calling the callable ones; equal to what it computes, tests check)
-        out._codes = {"table": record_table, "outcome": outcome_idx,
-                      "batch_id": self.batch_id, **flat_failures}
+        # per-record codes the views would derive from these tables again (equal to what
+        # they compute, tests check; the batch ids are computed when first needed)
+        out.codes = RecordCodes(record_table, outcome_idx, self.batch_id, **flat_failures)
         return out
 
 

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from kqlab.kafka.errors import error_for_code
 from kqlab.records import BATCH_VERDICTS_SCHEMA, PARAMS_TYPE
+from kqlab.validate.aggregates import LocalView, RecordCodes
 
 #: one failure of a record: the rule id (a policy rule's ``id``, or ``broker:<step>`` for a
 #: broker check), its Kafka error code (0: not enforced), the human message, and its
@@ -73,8 +74,12 @@ def producer_action(error_code: int, record_count: int | None, duplicate: bool =
 
 
 @dataclass
-class Verdicts:
-    """The outcome of a replay: record and batch verdicts, rule results, and how it was run."""
+class Verdicts(LocalView):
+    """The outcome of a replay: record and batch verdicts, rule results, and how it was run.
+
+    Its views (reasons, spans, timeline, ...: :class:`~kqlab.validate.view.VerdictsView`)
+    come from :class:`~kqlab.validate.aggregates.LocalView`; ``codes`` are the per-record
+    codes the replay computed while building the tables (None: derived when needed)."""
 
     records: pa.Table
     batches: pa.Table
@@ -86,16 +91,17 @@ class Verdicts:
     policy_hash: str | None = None
     issues: list[Any] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    codes: RecordCodes | None = field(default=None, repr=False, compare=False)
 
     # -- summaries (Arrow group-bys, no per-record Python) ------------------------------------
     def by_outcome(self) -> dict[str, int]:
         """Records per outcome (every outcome listed, zeros included; ``undetermined`` only
         when some batch could not be judged from the tables alone)."""
         counts = dict.fromkeys(OUTCOMES, 0)
-        codes = getattr(self, "_codes", None)
-        if isinstance(codes, dict) and codes.get("table") is self.records:
+        codes = self.codes
+        if codes is not None and codes.table is self.records:
             # the replay's own outcome codes (0-3: OUTCOMES, then undetermined)
-            per = np.bincount(codes["outcome"], minlength=4)
+            per = np.bincount(codes.outcome, minlength=4)
             counts = {o: int(c) for o, c in zip(OUTCOMES, per[:3], strict=True)}
             if per[3]:
                 counts["undetermined"] = int(per[3])
@@ -255,8 +261,9 @@ def failures_from_codes(n: int, record_idx: np.ndarray, rule_codes: np.ndarray,
                         ) -> tuple[pa.Array, dict[str, Any]]:
     """The ``failures`` list column from flat rows whose rule is a code into ``labels``
     (distinct names), without one Python string per failure; and the flattened column as
-    the views read it (``kqlab.viz.Aggregates``: ``_failures``, ``reason_labels``,
-    ``_rule_codes``), so a replay hands them over instead of having them derived again.
+    the views read it (the ``failures``, ``reason_labels`` and ``rule_codes`` of
+    :class:`~kqlab.validate.aggregates.RecordCodes`), so a replay hands them over instead of
+    having them derived again.
 
     ``kinds``/``steps`` give each label's kind and spec step (None: unknown), ``params`` each
     row's parameters (a ``map<string, string>`` array aligned with the rows, or None).
@@ -291,10 +298,10 @@ def failures_from_codes(n: int, record_idx: np.ndarray, rule_codes: np.ndarray,
         appearance = present[np.argsort(at, kind="stable")]
         lut = np.zeros(len(labels), dtype=np.int64)
         lut[appearance] = np.arange(len(appearance))
-        flat = {"_failures": (record_idx[order].astype(np.int64), rule_arr,
+        flat = {"failures": (record_idx[order].astype(np.int64), rule_arr,
                               code_arr.to_numpy(zero_copy_only=False).astype(np.int64), msg_arr),
                 "reason_labels": [labels[i] for i in appearance.tolist()],
-                "_rule_codes": lut[sorted_codes]}
+                "rule_codes": lut[sorted_codes]}
     return column, flat
 
 

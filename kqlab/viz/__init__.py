@@ -2,7 +2,9 @@
 and masking of the policy's sensitive data.
 
 Every figure is a pure function of the verdicts (plus the sample where a view reads record
-content) returning a plain ``plotly.graph_objects.Figure``; widgets wrap them.  Names load on
+content) returning a plain ``plotly.graph_objects.Figure``; widgets wrap them.  The verdicts
+are any :class:`~kqlab.validate.view.VerdictsView` — the local engine's or Spark's, which
+aggregate natively; the views never ask which.  Names load on
 first use, so ``from kqlab.viz import unmask`` (or an exporter using the masking helpers)
 does not import plotly.
 
@@ -27,9 +29,8 @@ _EXPORTS = {
     "unmask": "kqlab.viz._masking",
     "unmasked": "kqlab.viz._masking",
     "is_unmasked": "kqlab.viz._masking",
-    "Aggregates": "kqlab.viz._aggregate",
-    "ViewError": "kqlab.viz._aggregate",
-    "aggregates": "kqlab.viz._figures",
+    "ViewError": "kqlab.validate.view",
+    "sample_tables": "kqlab.viz._groups",
     "rejections_by_reason": "kqlab.viz._figures",
     "rejections_by_offset": "kqlab.viz._figures",
     "rejection_timeline": "kqlab.viz._figures",
@@ -44,11 +45,9 @@ _EXPORTS = {
 
 __all__ = [
     "MASK",
-    "Aggregates",
     "Masker",
     "RecordDetail",
     "ViewError",
-    "aggregates",
     "by_key_pattern",
     "by_producer",
     "by_schema_id",
@@ -60,6 +59,7 @@ __all__ = [
     "rejection_timeline",
     "rejections_by_offset",
     "rejections_by_reason",
+    "sample_tables",
     "unmask",
     "unmasked",
 ]
@@ -79,10 +79,9 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
-    from kqlab.viz._aggregate import Aggregates, ViewError
+    from kqlab.validate.view import ViewError
     from kqlab.viz._detail import RecordDetail, record_detail
     from kqlab.viz._figures import (
-        aggregates,
         by_key_pattern,
         by_producer,
         by_schema_id,
@@ -90,5 +89,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
         rejections_by_offset,
         rejections_by_reason,
     )
+    from kqlab.viz._groups import sample_tables
     from kqlab.viz._impact import impact_table, policy_impact
     from kqlab.viz._masking import MASK, Masker, is_unmasked, masker, unmask, unmasked

@@ -9,14 +9,20 @@ from __future__ import annotations
 
 import html
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kqlab.viz._aggregate import ViewError
-from kqlab.viz._masking import MASK, masker
+from kqlab.validate.view import ViewError
+from kqlab.viz._groups import SampleLike, sample_tables
+from kqlab.viz._masking import MASK, Masker, masker
+
+if TYPE_CHECKING:  # pragma: no cover
+    from kqlab.policy.model import Policy
+    from kqlab.serde.schemas import SchemaResolver
+    from kqlab.validate.view import VerdictsView
 
 __all__ = ["RecordDetail", "hexdump", "record_detail"]
 
@@ -120,9 +126,10 @@ def _where(table: pa.Table, topic: str | None, partition: int, offset: int) -> p
     return cond
 
 
-def record_detail(verdicts: Any, sample: Any, *, partition: int, offset: int,
-                  topic: str | None = None, policy: Any = None, resolver: Any = None,
-                  unmask: bool | None = None) -> RecordDetail:
+def record_detail(verdicts: VerdictsView, sample: SampleLike | None, *, partition: int,
+                  offset: int, topic: str | None = None, policy: Policy | None = None,
+                  resolver: SchemaResolver | None = None, unmask: bool | None = None
+                  ) -> RecordDetail:
     """The detail of the record at ``topic``/``partition``/``offset``.
 
     ``sample`` is what the verdicts were replayed from (a Sample, a Replayer or a records
@@ -131,16 +138,16 @@ def record_detail(verdicts: Any, sample: Any, *, partition: int, offset: int,
     is masked unless ``unmask=True`` or the session chose :func:`kqlab.viz.unmask`.
     """
     from kqlab.kafka.errors import error_for_code
-    from kqlab.viz._figures import _sample_tables
 
-    records, batches = _sample_tables(sample)
+    records, batches = sample_tables(sample)
     if records is None:
         raise ViewError("a record detail reads the record's bytes: pass sample= (the Sample, "
                         "records table or Replayer the verdicts came from)")
-    verdict = _one(verdicts.records, _where(verdicts.records, topic, partition, offset))
-    if verdict is None:
+    found = verdicts.lookup(partition, offset, topic)
+    if found is None:
         where = f"{topic}-{partition}" if topic else f"partition {partition}"
         raise ViewError(f"no record at offset {offset} of {where} in these verdicts")
+    verdict, batch_verdict = found.record, found.batch
     topic = verdict["topic"]
     rec_mask = _where(records, topic, partition, offset)
     record_rows = records.filter(rec_mask)
@@ -179,8 +186,6 @@ def record_detail(verdicts: Any, sample: Any, *, partition: int, offset: int,
     failures = [{"rule": f["rule"], "code": f["code"], "error_name": name_of(f["code"] or 0),
                  "message": m.message(f["rule"], f["message"])}
                 for f in verdict["failures"] or []]
-    batch_verdict = _one(verdicts.batches, _where_batch(verdicts.batches, topic, partition,
-                                                        verdict["batch_offset"]))
     batch: dict[str, Any] = {"batch_offset": verdict["batch_offset"],
                              "batch_index": verdict["batch_index"]}
     if batches is not None:
@@ -189,7 +194,7 @@ def record_detail(verdicts: Any, sample: Any, *, partition: int, offset: int,
             batch.update({k: sb.get(k) for k in (
                 "record_count", "size_bytes", "compression", "magic", "producer_id",
                 "producer_epoch", "base_sequence", "is_transactional", "framing")})
-    secrets = _batch_secrets(verdicts.records, m, topic, partition, verdict["batch_offset"])
+    secrets = _batch_secrets(found.batch_failures, m)
     saw: dict[str, Any] = {"error_code": 0, "error_name": "NONE", "error_message": None,
                            "record_errors": []}
     if batch_verdict is not None:
@@ -217,19 +222,14 @@ def _where_batch(table: pa.Table, topic: str, partition: int, batch_offset: int)
                    pc.equal(table.column("batch_offset"), batch_offset))
 
 
-def _batch_secrets(records: pa.Table, m: Any, topic: str, partition: int,
-                   batch_offset: int) -> list[str]:
-    """The raw messages of sensitive rules failing any record of the batch: the broker's
-    ``record_errors`` and ``error_message`` repeat them, so they are scrubbed there too."""
+def _batch_secrets(failures: list[dict[str, Any]], m: Masker) -> list[str]:
+    """The raw messages of sensitive rules failing any record of the batch (``failures``, read
+    by field name): the broker's ``record_errors`` and ``error_message`` repeat them, so they
+    are scrubbed there too."""
     hidden = m.sensitive_rules
     if not hidden:
         return []
-    rows = records.filter(_where_batch(records, topic, partition, batch_offset))
-    flat = pc.list_flatten(rows.column("failures").combine_chunks())
-    if not len(flat):
-        return []
-    keep = pc.is_in(flat.field("rule"), value_set=pa.array(sorted(hidden), pa.string()))
-    secrets = pc.unique(flat.field("message").filter(keep)).to_pylist()
+    secrets = {f.get("message") for f in failures if f.get("rule") in hidden}
     return sorted((s for s in secrets if s), key=len, reverse=True)
 
 
@@ -241,7 +241,8 @@ def _scrub(message: str | None, secrets: list[str]) -> str | None:
     return message
 
 
-def _decode(record: pa.Table, policy: Any, resolver: Any) -> tuple[Any, Any, str | None]:
+def _decode(record: pa.Table, policy: Policy | None, resolver: SchemaResolver | None
+            ) -> tuple[Any, Any, str | None]:
     """The record's key and value decoded with the policy's formats (raw text without one)."""
     from kqlab.serde.decode import decode
 

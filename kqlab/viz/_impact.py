@@ -7,15 +7,19 @@ under the new policy; a newly accepted one to the reason that rejected it under 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import plotly.graph_objects as go
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kqlab.viz._aggregate import Aggregates, ViewError
-from kqlab.viz._figures import _STYLE, COLORS, _figure, _title, aggregates
+from kqlab.validate.view import RecordReasons, ViewError
+from kqlab.viz._figures import _STYLE, COLORS, _figure, _title
+
+if TYPE_CHECKING:  # pragma: no cover
+    from kqlab.policy.model import Policy
+    from kqlab.validate.view import VerdictsView
 
 __all__ = ["impact_table", "policy_impact"]
 
@@ -37,22 +41,25 @@ def _row_map(before: pa.Table, after: pa.Table) -> np.ndarray:
     return joined.column("_b").to_numpy()
 
 
-def impact_table(before: Any, after: Any) -> pa.Table:
+def impact_table(before: VerdictsView, after: VerdictsView) -> pa.Table:
     """Per reason: ``newly_rejected`` and ``newly_accepted`` records, and how many records the
-    rule failed before and after (observe rules included), largest change first."""
-    a, b = aggregates(before), aggregates(after)
-    rows = _row_map(before.records, after.records)
+    rule failed before and after (observe rules included), largest change first.
+
+    Reads both replays' per-record reasons (:meth:`VerdictsView.record_reasons`): an impact
+    compares records one by one."""
+    a, b = before.record_reasons(), after.record_reasons()
+    rows = _row_map(a.keys, b.keys)
     ok_before = a.outcome[rows] == 0
     ok_after = b.outcome == 0
-    labels = sorted(set(a.reason_labels) | set(b.reason_labels) |
+    labels = sorted(set(a.labels) | set(b.labels) |
                     set(before.rules.column("rule").to_pylist()) |
                     set(after.rules.column("rule").to_pylist()))
     at = {name: i for i, name in enumerate(labels)}
     k = len(labels) + 1  # the last slot: no known reason
 
-    def remap(agg: Aggregates, reasons: np.ndarray) -> np.ndarray:
-        lut = np.array([at[x] for x in agg.reason_labels] + [k - 1], dtype=np.int64)
-        return lut[np.where(reasons >= 0, reasons, len(agg.reason_labels))]
+    def remap(rr: RecordReasons, reasons: np.ndarray) -> np.ndarray:
+        lut = np.array([at[x] for x in rr.labels] + [k - 1], dtype=np.int64)
+        return lut[np.where(reasons >= 0, reasons, len(rr.labels))]
 
     new_rej = ok_before & ~ok_after
     new_acc = ~ok_before & ok_after
@@ -80,8 +87,8 @@ def impact_table(before: Any, after: Any) -> pa.Table:
                                                   ("reason", "ascending")]).drop_columns("_n")
 
 
-def policy_impact(before: Any, after: Any, *, policies: tuple[Any, Any] | None = None
-                  ) -> go.Figure:
+def policy_impact(before: VerdictsView, after: VerdictsView, *,
+                  policies: tuple[Policy, Policy] | None = None) -> go.Figure:
     """Diverging bars per rule: records the new policy rejects that the old accepted (right)
     and records it accepts that the old rejected (left).  With ``policies=(old, new)`` the
     subtitle summarises the rule changes (:func:`kqlab.policy.diff`)."""

@@ -120,6 +120,12 @@ class Masker:
             return message
         return masked_template(self.rules[rule_id])
 
+    def templates(self) -> dict[str, str]:
+        """Rule id -> the message shown instead of its failures' own, for every rule whose
+        messages may quote sensitive data (empty when inactive): what an engine replaces
+        before grouping failure messages (:meth:`VerdictsView.top_failures`)."""
+        return {r: masked_template(self.rules[r]) for r in sorted(self.sensitive_rules)}
+
     def messages(self, rules: pa.Array, messages: pa.Array) -> pa.Array:
         """The ``message`` column of flattened failures, masked per rule (vectorised)."""
         hidden = sorted(self.sensitive_rules)

@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
+
+if TYPE_CHECKING:  # pragma: no cover
+    import plotly.graph_objects as go
+
+    from kqlab.validate.view import VerdictsView
 
 #: the documented CSS classes of the key controls (``<id>`` is :func:`slug` of a rule id)
 CSS = {
@@ -165,28 +170,25 @@ def error_html(message: str | None) -> str:
     return f'<span style="color:#c0392b">⚠ {html.escape(message)}</span>'
 
 
-def _reasons(verdicts: Any, ctx: dict[str, Any]) -> Any:
+def _reasons(verdicts: VerdictsView, ctx: dict[str, Any]) -> go.Figure:
     from kqlab.viz import rejections_by_reason
 
-    return rejections_by_reason(ctx.get("agg") or verdicts)
+    return rejections_by_reason(verdicts)
 
 
-def _offsets(verdicts: Any, ctx: dict[str, Any]) -> Any:
-    from kqlab.viz import aggregates, rejections_by_offset
+def _offsets(verdicts: VerdictsView, ctx: dict[str, Any]) -> go.Figure:
+    from kqlab.viz import rejections_by_offset
 
-    if is_spark(verdicts):  # a record-level view: drawn from the collected verdicts, if any
-        local = ctx.get("local")
-        return None if local is None else rejections_by_offset(aggregates(local))
-    return rejections_by_offset(ctx.get("agg") or verdicts)
+    return rejections_by_offset(verdicts)
 
 
-def _timeline(verdicts: Any, ctx: dict[str, Any]) -> Any:
+def _timeline(verdicts: VerdictsView, ctx: dict[str, Any]) -> go.Figure:
     from kqlab.viz import rejection_timeline
 
-    return rejection_timeline(ctx.get("agg") or verdicts)
+    return rejection_timeline(verdicts)
 
 
-def _impact(verdicts: Any, ctx: dict[str, Any]) -> Any:
+def _impact(verdicts: VerdictsView, ctx: dict[str, Any]) -> go.Figure | None:
     from kqlab.viz import policy_impact
 
     before = ctx.get("before")
@@ -195,34 +197,21 @@ def _impact(verdicts: Any, ctx: dict[str, Any]) -> Any:
     return policy_impact(before, verdicts, policies=ctx.get("policies"))
 
 
-#: figure name -> builder(verdicts, context); context holds ``agg`` (shared Aggregates),
-#: ``before`` (the previous verdicts) and ``policies`` ((old, new)); None: not applicable
-FIGURES: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
+#: figure name -> builder(verdicts, context); context holds ``before`` (the previous
+#: verdicts) and ``policies`` ((old, new)); None: not applicable
+FIGURES: dict[str, Callable[[VerdictsView, dict[str, Any]], go.Figure | None]] = {
     "reasons": _reasons, "offsets": _offsets, "timeline": _timeline, "impact": _impact,
 }
 
 
-def is_spark(verdicts: Any) -> bool:
-    """Whether ``verdicts`` are a :class:`~kqlab.spark.SparkVerdicts` (files on the cluster's
-    storage, summarised by Spark) rather than local Arrow tables."""
-    return hasattr(verdicts, "record_files")
-
-
-def build_figures(names: tuple[str, ...], verdicts: Any, ctx: dict[str, Any]) -> dict[str, Any]:
-    """The named figures of ``verdicts`` (plain ``go.Figure`` objects), sharing one
-    :class:`~kqlab.viz.Aggregates` so the per-record work is done once per refresh.
-
-    Spark verdicts get the Spark-aggregated views; the record-level ones (offsets) are drawn
-    from ``ctx["local"]`` (the collected verdicts) and left out when there is none."""
+def build_figures(names: tuple[str, ...], verdicts: VerdictsView, ctx: dict[str, Any]
+                  ) -> dict[str, go.Figure]:
+    """The named figures of ``verdicts`` (plain ``go.Figure`` objects), whichever engine
+    produced them: the verdicts keep their per-record work between figures (the local
+    engine) or aggregate each figure's table themselves (Spark)."""
     unknown = [n for n in names if n not in FIGURES]
     if unknown:
         raise ValueError(f"unknown figure(s) {', '.join(unknown)}; known: {', '.join(FIGURES)}")
-    if is_spark(verdicts):  # reasons and timeline are Spark aggregations; no Aggregates
-        ctx = {**ctx, "agg": None}
-    elif any(n in ("reasons", "offsets", "timeline") for n in names) and "agg" not in ctx:
-        from kqlab.viz import aggregates
-
-        ctx = {**ctx, "agg": aggregates(verdicts, ctx.get("sample"))}
     out = {}
     for name in names:
         fig = FIGURES[name](verdicts, ctx)

@@ -521,7 +521,7 @@ class PolicyEditor:
 
     def _render_rules(self) -> None:
         counts = self.counts
-        n = self.verdicts.records.num_rows or 1
+        n = self.verdicts.count()[0] or 1
         layout = tuple((r.id, r.kind, r.mode, r.severity) for r in self.policy.rules)
         if layout == self._rules_shown and set(self.rows) == {r.id for r in self.policy.rules}:
             # the same rows: only the counts change (rebuilding ~8 widgets a rule would cost

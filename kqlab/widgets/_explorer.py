@@ -1,23 +1,31 @@
 """``RejectionExplorer``: the records a replay would refuse, filtered and paged, down to one
 record's detail (:func:`kqlab.viz.record_detail`).
 
-Filtering is Arrow over the verdict table (no per-record Python), and only the shown page is
-turned into rows, so the explorer stays quick on million-record samples.  Failure messages and
-keys are masked per the policy's ``sensitive`` section, like every other view.
+The verdicts (either engine's :class:`~kqlab.validate.view.VerdictsView`) filter and page
+themselves (:meth:`~kqlab.validate.view.VerdictsView.find`: an Arrow mask locally, a Spark
+filter on Spark), and only the shown page is turned into rows, so the explorer stays quick
+on million-record samples and never collects a Spark replay.  Failure messages and keys are
+masked per the policy's ``sensitive`` section, like every other view.
 """
 
 from __future__ import annotations
 
 import datetime
 import html
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kqlab.validate.view import RecordQuery
 from kqlab.widgets._common import css, error_html, show
+
+if TYPE_CHECKING:  # pragma: no cover
+    from kqlab.policy.model import Policy
+    from kqlab.validate.view import VerdictsView
+    from kqlab.viz._detail import RecordDetail
+    from kqlab.viz._groups import SampleLike
 
 ALL = "(all)"
 COLLATERAL = "(collateral)"
@@ -32,17 +40,17 @@ class RejectionExplorer:
     :class:`~kqlab.viz.RecordDetail`.
     """
 
-    def __init__(self, verdicts: Any = None, sample: Any = None, policy: Any = None, *,
-                 page_size: int = 20):
+    def __init__(self, verdicts: VerdictsView | None = None, sample: SampleLike | None = None,
+                 policy: Policy | None = None, *, page_size: int = 20):
         self.page_size = page_size
-        self.verdicts: Any = None
-        self.sample: Any = None
-        self.policy: Any = None
+        self.verdicts: VerdictsView | None = None
+        self.sample: SampleLike | None = None
+        self.policy: Policy | None = None
         self.page = 0
         self.rows: list[dict[str, Any]] = []
-        self.detail: Any = None
+        self.detail: RecordDetail | None = None
         self.matches = 0
-        self._selected = np.zeros(0, dtype=np.int64)
+        self._query = RecordQuery()
         self.reason = css(w.Dropdown(options=[ALL], description="reason"), "filter_reason")
         self.partition = css(w.Dropdown(options=[ALL], description="partition"),
                              "filter_partition")
@@ -75,20 +83,14 @@ class RejectionExplorer:
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)
 
-    def set_verdicts(self, verdicts: Any, sample: Any = None, policy: Any = None) -> None:
+    def set_verdicts(self, verdicts: VerdictsView, sample: SampleLike | None = None,
+                     policy: Policy | None = None) -> None:
         """Explore other verdicts (after a replay or an edit); the filters are kept when they
         still apply."""
-        if hasattr(verdicts, "to_local"):  # Spark verdicts: the explorer reads record rows
-            verdicts = verdicts.to_local()
         self.verdicts, self.sample, self.policy = verdicts, sample, policy
-        rec = verdicts.records
-        failures = rec.column("failures").combine_chunks()
-        self._flat_rules = pc.list_flatten(failures).field("rule")
-        self._parents = pc.list_parent_indices(failures)
-        reasons = sorted(set(pc.unique(self._flat_rules).to_pylist()))
-        parts = sorted({(r["topic"], r["partition"]) for r in
-                        rec.select(["topic", "partition"]).group_by(
-                            ["topic", "partition"]).aggregate([]).to_pylist()})
+        reasons = sorted(set(verdicts.by_reason().column("reason").to_pylist()))
+        parts = sorted(zip(*verdicts.by_partition().select(["topic", "partition"])
+                           .to_pydict().values(), strict=True))
         with self.reason.hold_trait_notifications(), self.partition.hold_trait_notifications():
             keep_r, keep_p = self.reason.value, self.partition.value
             self.reason.options = [ALL, COLLATERAL, *reasons]
@@ -137,15 +139,19 @@ class RejectionExplorer:
             self._render()
         return self.rows
 
-    def show_record(self, partition: int, offset: int, topic: str | None = None) -> Any:
+    def show_record(self, partition: int, offset: int, topic: str | None = None
+                    ) -> RecordDetail:
         """The detail of one record (a row's button): decoded key/value/headers, raw bytes,
         its batch, every failure, what the producer saw — sensitive data masked."""
         from kqlab.viz import record_detail
 
-        self.detail = record_detail(self.verdicts, self.sample, partition=partition,
-                                    offset=offset, topic=topic, policy=self.policy)
-        show(self.detail_out, self.detail)
-        return self.detail
+        if self.verdicts is None:
+            raise ValueError("the explorer has no verdicts yet (set_verdicts)")
+        detail = record_detail(self.verdicts, self.sample, partition=partition,
+                               offset=offset, topic=topic, policy=self.policy)
+        self.detail = detail
+        show(self.detail_out, detail)
+        return detail
 
     # -- internals ----------------------------------------------------------------------------
     def _quiet(self) -> Any:
@@ -167,42 +173,29 @@ class RejectionExplorer:
         self._apply()
 
     def _apply(self) -> None:
-        rec = self.verdicts.records
-        n = rec.num_rows
-        outcome = rec.column("outcome")
-        mask = pc.not_equal(outcome, "accepted").combine_chunks()
         f = self._filters
         reason = f.get("reason", ALL)
-        if reason == COLLATERAL:
-            mask = pc.and_(mask, pc.equal(outcome, "collateral").combine_chunks())
-        elif reason not in (None, ALL):
-            rows = pc.filter(self._parents, pc.equal(self._flat_rules, reason))
-            hit = np.zeros(n, dtype=bool)
-            hit[rows.to_numpy(zero_copy_only=False)] = True
-            mask = pc.and_(mask, pa.array(hit))
+        topic, partition = None, None
         part = f.get("partition", ALL)
         if part not in (None, ALL):
             topic, p = part.rsplit("-", 1)
-            mask = pc.and_(mask, pc.and_(pc.equal(rec.column("topic"), topic),
-                                         pc.equal(rec.column("partition"), int(p))
-                                         ).combine_chunks())
-        for column, (lo, hi) in (("offset", f.get("offsets", (None, None))),
-                                 ("timestamp", f.get("time", (None, None)))):
-            if lo is not None:
-                mask = pc.and_(mask, pc.greater_equal(rec.column(column), lo).combine_chunks())
-            if hi is not None:
-                mask = pc.and_(mask, pc.less_equal(rec.column(column), hi).combine_chunks())
-        self._selected = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
-        self.matches = len(self._selected)
+            partition = int(p)
+        self._query = RecordQuery(
+            reason=None if reason in (None, ALL, COLLATERAL) else reason,
+            collateral=reason == COLLATERAL, topic=topic, partition=partition,
+            offsets=f.get("offsets", (None, None)), time=f.get("time", (None, None)))
         self.page = 0
         self._render()
 
     def _render(self) -> None:
         from kqlab.viz import MASK, masker
 
+        if self.verdicts is None:
+            return
         m = masker(self.policy)
-        idx = self._selected[self.page * self.page_size:(self.page + 1) * self.page_size]
-        page = self.verdicts.records.take(pa.array(idx, pa.int64())).to_pylist()
+        found = self.verdicts.find(self._query, self.page * self.page_size, self.page_size)
+        self.matches = found.matches
+        page = found.rows.to_pylist()
         keys = self._keys(page)
         self.rows = []
         children = []
@@ -235,11 +228,11 @@ class RejectionExplorer:
 
     def _keys(self, page: list[dict[str, Any]]) -> dict[tuple[str, int, int], str | None]:
         """The page's keys read from the sample (a few rows; None without a sample)."""
-        from kqlab.viz._figures import _sample_tables
+        from kqlab.viz import sample_tables
 
         if not page or self.sample is None:
             return {}
-        records, _ = _sample_tables(self.sample)
+        records, _ = sample_tables(self.sample)
         if records is None:
             return {}
         offsets = pa.array(sorted({r["offset"] for r in page}), pa.int64())

@@ -60,7 +60,7 @@ class ReplayPanel:
         self.state = "idle"  # idle | running | done | cancelled | failed
         self._cancel = threading.Event()
         self._thread: threading.Thread | None = None
-        self._spark_progress: Any = None
+        self._job_progress: Any = None
         self._listeners = [on_result] if on_result else []
         options = [*self.sources, CUSTOM]
         self.source = css(w.Dropdown(options=options, value=options[0], description="source"),
@@ -129,8 +129,8 @@ class ReplayPanel:
     def cancel(self) -> None:
         """Stop the running replay (the *Cancel* button)."""
         self._cancel.set()
-        if self._spark_progress is not None:
-            self._spark_progress.cancel()
+        if self._job_progress is not None:
+            self._job_progress.cancel()
         self.status.value = "cancelling…"
 
     def wait(self, timeout: float | None = None) -> Any:
@@ -180,7 +180,7 @@ class ReplayPanel:
             raise
         finally:
             self.run_button.disabled, self.cancel_button.disabled = False, True
-            self._spark_progress = None
+            self._job_progress = None
         self.seconds = time.perf_counter() - t0
         self.verdicts = verdicts
         self.state = "done"
@@ -220,7 +220,7 @@ class ReplayPanel:
             bar.value = min(done, bar.max)
             self.status.value = html.escape(progress.label.value)
 
-        self._spark_progress = progress
+        self._job_progress = progress
         self._step(0, "starting Spark…")
         verdicts = replay_spark(source, self.policy, master=self.master, now=now,
                                 progress=_Progress(progress, report))

@@ -3,21 +3,29 @@ explorer wired together, plus the figures of the current replay.
 
 The pieces stay independent (each usable alone); the workbench only forwards results: a run
 of the panel loads its sample into the editor (one :class:`~kqlab.validate.Replayer`, so later
-edits are incremental), and every accepted edit refreshes the explorer and the figures.
+edits are incremental), and every accepted edit refreshes the explorer and the figures.  The
+explorer and the figures take the verdicts of any engine (a
+:class:`~kqlab.validate.view.VerdictsView`); a replay without a local sample to edit against
+(the Spark engine's) is shown as it is until the next edit or local replay.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 
-from kqlab.widgets._common import FigureView, build_figures, css, error_html
+from kqlab.widgets._common import FigureView, build_figures, css
 from kqlab.widgets._editor import PolicyEditor
 from kqlab.widgets._explorer import RejectionExplorer
 from kqlab.widgets._replay import ReplayPanel
+
+if TYPE_CHECKING:  # pragma: no cover
+    from kqlab.policy.model import Policy
+    from kqlab.validate.view import VerdictsView
+    from kqlab.viz._groups import SampleLike
 
 
 class Workbench:
@@ -39,14 +47,13 @@ class Workbench:
     ``workbench.explorer.set_filter()`` / ``show_record()``, :meth:`report`.
     """
 
-    def __init__(self, source: Any, policy: Any, *, now: int | None = None,
+    def __init__(self, source: Any, policy: Policy, *, now: int | None = None,
                  sources: Mapping[str, Any] | None = None,
                  figures: tuple[str, ...] = ("reasons", "offsets", "timeline")):
         self.figure_names = tuple(figures)
         self.figures: dict[str, Any] = {}
-        #: most record verdicts a Spark replay collects to the driver for the explorer
-        self.explore_limit = 1_000_000
-        self._spark: Any = None
+        #: the verdicts of the last replay that left no sample to edit (None: the editor's)
+        self._shown: VerdictsView | None = None
         named = {"sample": source, **(sources or {})}
         self.panel = ReplayPanel(policy, named, now=now)
         self.panel.on_result(self._on_replay)
@@ -65,19 +72,19 @@ class Workbench:
         return self.widget._repr_mimebundle_(**kwargs)
 
     @property
-    def policy(self) -> Any:
+    def policy(self) -> Policy:
         """The current policy (the editor's)."""
         return self.editor.policy if self.editor is not None else self.panel.policy
 
     @property
-    def verdicts(self) -> Any:
+    def verdicts(self) -> VerdictsView:
         """The current verdicts (after the last replay or edit): a Spark replay's
-        :class:`~kqlab.spark.SparkVerdicts` until the next edit or local replay."""
-        if self._spark is not None:
-            return self._spark
+        until the next edit or local replay."""
+        if self._shown is not None:
+            return self._shown
         return self.editor.verdicts if self.editor is not None else self.panel.verdicts
 
-    def replay(self, source: Any = None, *, engine: str | None = None) -> Any:
+    def replay(self, source: Any = None, *, engine: str | None = None) -> VerdictsView:
         """Replay ``source`` (default: the panel's choice) with the current policy."""
         return self.panel.run(source, engine=engine, policy=self.policy)
 
@@ -85,16 +92,17 @@ class Workbench:
         """A static HTML report of the current replay (:func:`kqlab.report`)."""
         from kqlab.reporting import report
 
-        sample = self.editor.replayer if self.editor is not None and self._spark is None \
+        sample = self.editor.replayer if self.editor is not None and self._shown is None \
             else None
-        return report(self.verdicts, self.policy, sample=sample, path=path, **options)
+        out = report(self.verdicts, self.policy, sample=sample, path=path, **options)
+        return Path(out)
 
     # -- wiring ---------------------------------------------------------------------------------
     def _on_replay(self, panel: ReplayPanel) -> None:
-        if panel.replayer is None:  # Spark: no local sample to edit against; show the result
-            self._show_spark(panel.verdicts)
+        if panel.replayer is None:  # no local sample to edit against: show the result as is
+            self._show_result(panel.verdicts)
             return
-        self._spark = None
+        self._shown = None
         if self.editor is None:
             self.editor = PolicyEditor(panel.replayer, panel.policy, figures=("impact",))
             self.editor.on_change(lambda ed: self._show(ed.verdicts, ed.replayer))
@@ -105,29 +113,17 @@ class Workbench:
             self.editor._refresh()
         self._show(self.editor.verdicts, panel.replayer)
 
-    def _show(self, verdicts: Any, sample: Any) -> None:
-        self._spark = None  # a local replay or an edit supersedes the last Spark result
+    def _show(self, verdicts: VerdictsView, sample: SampleLike | None) -> None:
+        self._shown = None  # a local replay or an edit supersedes a result shown as is
         self.explorer.set_verdicts(verdicts, sample, self.policy)
         self.figures = build_figures(self.figure_names, verdicts, {"sample": sample})
         self._figure_view.show(self.figures)
 
-    def _show_spark(self, verdicts: Any) -> None:
-        """A Spark result: the reasons and timeline from Spark aggregations; the explorer and
-        the offsets figure from the record verdicts collected to the driver, when there are at
-        most :attr:`explore_limit` of them (else the explorer says how to look instead)."""
-        from kqlab.spark.verdicts import TooLargeToCollect
-
-        try:
-            local = verdicts.to_local(max_records=self.explore_limit)
-        except TooLargeToCollect:
-            local = None
-        if local is not None:
-            self.explorer.set_verdicts(local, None, self.policy)
-        else:
-            self.explorer.error.value = error_html(
-                f"{verdicts.n_records:,} record verdicts are more than explore_limit="
-                f"{self.explore_limit:,} to browse here: use verdicts.examples(rule) or the "
-                "verdicts' DataFrames, or raise Workbench.explore_limit")
-        self.figures = build_figures(self.figure_names, verdicts, {"local": local})
+    def _show_result(self, verdicts: VerdictsView) -> None:
+        """Verdicts without a sample to edit against: the explorer browses them and the
+        figures draw them through their own aggregations (a Spark replay is never collected);
+        record details need the sample, which the explorer then says."""
+        self.explorer.set_verdicts(verdicts, None, self.policy)
+        self.figures = build_figures(self.figure_names, verdicts, {})
         self._figure_view.show(self.figures)
-        self._spark = verdicts
+        self._shown = verdicts

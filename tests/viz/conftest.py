@@ -135,7 +135,7 @@ def million_verdicts(n: int = 1_000_000, partitions: int = 6, batch: int = 50,
     first = np.flatnonzero(batch_index == 0)
     nb = len(first)
     rejected_b = bad_batch[first]
-    batches = pa.table({
+    columns = {
         "topic": pa.array(["orders"] * nb), "partition": pa.array(part[first]),
         "batch_offset": pa.array(batch_offset[first]),
         "error_code": pa.array(np.where(rejected_b, 87, 0).astype(np.int16)),
@@ -149,7 +149,10 @@ def million_verdicts(n: int = 1_000_000, partitions: int = 6, batch: int = 50,
         "producer_id": pa.array((part[first] % 3 + 2001).astype(np.int64)),
         "profile": pa.array(["kip-940"] * nb), "framing": pa.array(["exact"] * nb),
         "producer_action": pa.array(np.where(rejected_b, "failed", "appended")),
-    }, schema=REPLAY_BATCHES_SCHEMA)
+    }
+    # columns the contract gains later (structured parameters...) stay null here
+    batches = pa.table({f.name: columns.get(f.name, pa.nulls(nb, f.type))
+                        for f in REPLAY_BATCHES_SCHEMA}, schema=REPLAY_BATCHES_SCHEMA)
     rules = pa.table({"rule": rule_names[:2], "kind": ["header_required", "field_range"],
                       "mode": ["reject"] * 2, "severity": ["error"] * 2,
                       "exportable": [True] * 2, "failed_records": [0, 0],

@@ -17,7 +17,7 @@ def _points(fig) -> int:
 
 def test_reasons_agree_with_the_verdicts(orders):
     _, v, _ = orders
-    table = viz.aggregates(v).by_reason().to_pydict()
+    table = v.by_reason().to_pydict()
     by_reason = dict(zip(table["reason"], zip(table["culprit"], table["collateral"],
                                               table["not_enforced"], strict=True), strict=True))
     # a reject rule's culprits are the records it got rejected (the replay's own count)
@@ -37,8 +37,7 @@ def test_reasons_agree_with_the_verdicts(orders):
 
 def test_offset_spans_cover_every_rejected_record(orders):
     _, v, _ = orders
-    agg = viz.aggregates(v)
-    spans = agg.spans()
+    spans = v.spans()
     assert spans.partitions == ["orders-0", "orders-1", "orders-2"] and not spans.merged
     bad = v.records.filter(pc.not_equal(v.records.column("outcome"), "accepted"))
     label = [f"{t}-{p}" for t, p in zip(bad.column("topic").to_pylist(),
@@ -56,9 +55,8 @@ def test_offset_spans_cover_every_rejected_record(orders):
 
 def test_offset_spans_merge_beyond_the_bound(orders):
     _, v, _ = orders
-    agg = viz.aggregates(v)
-    full = agg.spans()
-    merged = agg.spans(max_spans=5)
+    full = v.spans()
+    merged = v.spans(max_spans=5)
     assert merged.merged and len(merged) <= 5 + len(merged.partitions)
     assert merged.rejected.sum() == full.rejected.sum()
     assert "merged" in viz.rejections_by_offset(v, max_spans=5).layout.title.text
@@ -66,7 +64,7 @@ def test_offset_spans_merge_beyond_the_bound(orders):
 
 def test_timeline_accounts_for_every_record(orders):
     _, v, _ = orders
-    table, bucket = viz.aggregates(v).timeline()
+    table, bucket = v.timeline()
     cols = table.to_pydict()
     assert sum(cols["total"]) == v.records.num_rows
     reasons = [k for k in cols if k not in ("bucket", "total", "collateral")]
@@ -79,8 +77,8 @@ def test_timeline_accounts_for_every_record(orders):
 
 def test_bad_deploy_producer_stands_out(orders):
     r, v, _ = orders
-    table = viz.aggregates(v, r).by_group(*viz.aggregates(v, r).producers()[:2]).to_pydict()
-    rejected = dict(zip(table["group"], table["rejected"], strict=True))
+    groups = v.producer_outcomes(r.sample.batches)
+    rejected = dict(zip(groups.labels, groups.counts[:, 1].tolist(), strict=True))
     # checkout-b (pid 2002) runs the bad deploy; exact framing gives the epoch
     assert max(rejected, key=rejected.get) == "pid 2002 · epoch 0"
     fig = viz.by_producer(v, r)
@@ -89,8 +87,10 @@ def test_bad_deploy_producer_stands_out(orders):
 
 def test_unknown_schema_ids_are_rejected(orders):
     r, v, _ = orders
-    agg = viz.aggregates(v, r)
-    t = agg.by_group(*agg.schema_ids()).to_pydict()
+    from kqlab.viz._groups import content_counts, group_table, schema_id_groups
+
+    codes, labels = schema_id_groups(r.sample.records)
+    t = group_table(content_counts(v, r.sample.records, codes, labels), labels, 20).to_pydict()
     unknown = [i for i, g in enumerate(t["group"]) if g in ("schema id 4242", "schema id 4243")]
     assert unknown and all(t["accepted"][i] == 0 for i in unknown)
     assert viz.by_schema_id(v, r).data[0].y == tuple(t["group"])
@@ -143,14 +143,13 @@ def after_policy(policy):
 def test_figures_of_a_million_records_stay_bounded(million):
     v, sample = million
     assert v.records.num_rows > 999_000
-    agg = viz.aggregates(v, sample)
     figures = {
-        "reasons": viz.rejections_by_reason(agg),
-        "offsets": viz.rejections_by_offset(agg),
-        "timeline": viz.rejection_timeline(agg),
-        "producers": viz.by_producer(agg),
-        "schemas": viz.by_schema_id(agg, None),
-        "keys": viz.by_key_pattern(agg, None),
+        "reasons": viz.rejections_by_reason(v),
+        "offsets": viz.rejections_by_offset(v),
+        "timeline": viz.rejection_timeline(v),
+        "producers": viz.by_producer(v, sample),
+        "schemas": viz.by_schema_id(v, sample),
+        "keys": viz.by_key_pattern(v, sample),
     }
     for name, fig in figures.items():
         assert len(fig.data) <= 12, name
@@ -166,4 +165,4 @@ def test_figures_of_a_million_records_stay_bounded(million):
     assert len(band.x) == 3 * 6
     assert len(figures["timeline"].data[0].x) <= 300
     # the aggregate still counts every record
-    assert sum(agg.by_reason().column("collateral").to_pylist()) == v.by_outcome()["collateral"]
+    assert sum(v.by_reason().column("collateral").to_pylist()) == v.by_outcome()["collateral"]

@@ -14,7 +14,7 @@ import pytest
 from kqlab.policy import dump_policy
 from kqlab.policy.model import BrokerSettings
 from kqlab.validate import Replayer, replay
-from kqlab.viz import aggregates, policy_impact, rejections_by_offset, rejections_by_reason
+from kqlab.viz import policy_impact, rejections_by_offset, rejections_by_reason
 from kqlab.widgets import PolicyEditor
 from kqlab.widgets._common import FigureView, update_figure_widget
 from tests.validate.test_incremental import KEY, NOW, SIZE, TRACE, assert_same, policy, write_log
@@ -146,10 +146,10 @@ def test_update_figure_widget_equals_a_new_widget(change, tmp_path):
     r = Replayer(log, now=NOW)
     v1 = r.run(policy(TRACE, SIZE))
     v2 = r.run(policy(TRACE, replace(SIZE, params={"max": 30}), KEY))
-    first = rejections_by_reason(aggregates(v1))
-    second = {"traces": rejections_by_reason(aggregates(v2)),
+    first = rejections_by_reason(v1)
+    second = {"traces": rejections_by_reason(v2),
               "layout": policy_impact(v1, v2),
-              "template": rejections_by_reason(aggregates(v2)).update_layout(
+              "template": rejections_by_reason(v2).update_layout(
                   template="plotly_dark", showlegend=False)}[change]
     widget = go.FigureWidget(first)
     update_figure_widget(widget, second)
