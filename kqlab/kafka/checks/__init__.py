@@ -26,11 +26,14 @@ __all__ = ["CHECKS", "Check", "Registry", "checks_table"]
 
 
 def checks_table() -> str:
-    """The Markdown table of every check (step, code, message template, Kafka source)."""
-    rows = ["| step | spec | code | error | returned as | message template | mirrors "
-            "| fires when |", "|---|---|---|---|---|---|---|---|"]
+    """The Markdown table of every check: id, spec step, code, where its text goes, its
+    message template, the Kafka class/method it mirrors, when it fires, and the test that
+    proves it (each check's witness in ``tests/kafka/test_check_catalog.py``)."""
+    rows = ["| check | spec | code | error | text returned as | message template | mirrors "
+            "| fires when | proven by |", "|---|---|---|---|---|---|---|---|---|"]
     for c in CHECKS:
         tmpl = c.template.replace("|", "\\|")
-        rows.append(f"| {c.step} | §{c.section} | {c.code} | {c.error.name} | {c.returned} | "
-                    f"`{tmpl}` | {c.mirrors} | {c.condition} |")
+        rows.append(f"| `{c.id}` | {c.step} (§{c.section}) | {c.code} | {c.error.name} | "
+                    f"{c.returned} | `{tmpl}` | {c.mirrors} | {c.condition} | "
+                    f"`test_check_catalog.py::test_witness[{c.id}]` |")
     return "\n".join(rows) + "\n"

@@ -1,7 +1,8 @@
-"""Spec §3.D.4: the per-record checks LogValidator collects (R0-R4, at most one error per
+"""Spec §3.D.4: the per-record checks LogValidator collects (R1-R4, at most one error per
 record, the first that fails), and where a record policy joins them (``P``: after R3/R4, only
 for records without an earlier error; KIP-940/729 semantics, or KIP-686's batch-level
-POLICY_VIOLATION).
+POLICY_VIOLATION).  R0 is never reached: ``DeepRecordsIterator`` throws on a compressed inner
+record before LogValidator can look at it (a structural error, D3, here).
 
 The timestamp rule (R4) lives here once, as numpy over any number of records, so the byte-level
 validator (one batch), the table checks (a whole sample) and the gate (a poll batch) judge a
@@ -17,11 +18,6 @@ from kqlab.kafka.checks._check import CHECKS, Check
 from kqlab.kafka.configs import LONG_MAX, TopicConfig
 from kqlab.kafka.varint import to_int64
 
-R0 = CHECKS.add(Check(
-    "R0", "3.D.4", kerr.INVALID_RECORD,
-    "Compressed outer record should not have an inner record with a compression attribute "
-    "set: {record}", "a legacy inner record carries compression attributes",
-    "LogValidator.validateRecordCompression", "record_error"))
 R1 = CHECKS.add(Check(
     "R1", "3.D.4", kerr.INVALID_RECORD,
     "Record {record}'s magic does not match outer magic {magic} in topic partition {tp}",
