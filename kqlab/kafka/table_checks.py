@@ -52,7 +52,7 @@ from kqlab.kafka.checks import record as rchecks
 from kqlab.kafka.checks._check import Check, ParamsPart, params_column
 from kqlab.kafka.checks.append import C2, C3, C4
 from kqlab.kafka.checks.header import D2_B, D2_C, D2_D, D2_E, D2_F, D2_G, D2_H, Z0
-from kqlab.kafka.checks.producer import EndTxnMarker, MalformedMarker, parse_end_txn_markers
+from kqlab.kafka.checks.producer import F1, EndTxnMarker, MalformedMarker, parse_end_txn_markers
 from kqlab.kafka.checks.request import (
     A1,
     A1_AUTH,
@@ -760,7 +760,8 @@ class _Verdicts:
             if not control:
                 dup = find_duplicate(pid, epoch, base_seq, last_seq)
                 if dup is not None:
-                    check[i], detail[i] = "F1", "duplicate of a batch already appended"
+                    check[i], detail[i] = F1.step, F1.render()
+                    cas.params.append((np.array([i]), {}))
                     continue
             marker = markers.get(i) if control else None
             try:
@@ -769,6 +770,7 @@ class _Verdicts:
                             marker=marker)
             except ProducerCheckError as exc:
                 code[i], check[i], detail[i] = exc.code, exc.check, exc.message
+                cas.params.append((np.array([i]), exc.params))
                 if resync:
                     pm.resync(pid)
                 continue

@@ -56,7 +56,7 @@ from kqlab.kafka.checks.header import (
     D2_H,
     Z0,
 )
-from kqlab.kafka.checks.producer import marker_of_batch
+from kqlab.kafka.checks.producer import F1, marker_of_batch
 from kqlab.kafka.checks.size import E1, E2
 from kqlab.kafka.checksums import crc32
 from kqlab.kafka.compression import Codec, DecompressionError, decompress
@@ -467,15 +467,16 @@ class PartitionValidator:
                 if dup is not None:
                     return BatchOutcome(base_offset=dup.first_offset,
                                         log_append_time=dup.max_timestamp, path=path_label,
-                                        duplicate=True, record_count=n_total, check="F1",
-                                        detail="duplicate of a batch already appended")
+                                        duplicate=True, record_count=n_total,
+                                        check=F1.step, detail=F1.render(), params={})
             try:
                 self.producers.check(pid=pid, epoch=epoch, first_seq=base_seq,
                                      first_offset=base, transactional=transactional,
                                      control=control, from_client=not self._control_origin(first),
                                      marker=marker)
             except ProducerCheckError as exc:
-                raise _Reject(exc.definition.error, exc.check, exc.message) from None
+                raise _Reject(exc.definition.error, exc.check, exc.message,
+                              params=_params(exc.params)) from None
             max_ts = header[8]
             self.producers.append(pid=pid, epoch=epoch, transactional=transactional,
                                   control=control, marker=marker,
