@@ -35,7 +35,7 @@ def add_parser(sub: SubParsers) -> None:
     tst.set_defaults(run=cmd_test)
 
     sug = sub.add_parser("suggest", help="propose rules from a sample, with rejection rates",
-                         description="Profile a sample (segment file, partition folder or "
+                         description="Measure a sample (segment file, partition folder or "
                          "snapshot) decoded with the policy's formats and propose rules, each "
                          "with the share of the sample it would reject and examples of the "
                          "records it would reject.")

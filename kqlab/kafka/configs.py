@@ -34,7 +34,7 @@ BROKER_SYNONYMS = {
 }
 #: broker-only settings the validator reads
 BROKER_ONLY = {
-    "inter.broker.protocol.version": None,  # default: the profile's version
+    "inter.broker.protocol.version": None,  # default: the release's version
     "transaction.partition.verification.enable": True,
     "producer.id.expiration.ms": 86400000,
 }
@@ -71,7 +71,7 @@ class BrokerRelease:
 
     @classmethod
     def parse(cls, value: str | BrokerRelease | None) -> BrokerRelease:
-        """Accept ``"3.9"``, ``"4.1"``, ``"4"`` or an existing profile (``None`` = 4.0)."""
+        """Accept ``"3.9"``, ``"4.1"``, ``"4"`` or an existing release (``None`` = 4.0)."""
         if value is None:
             return cls()
         if isinstance(value, BrokerRelease):
