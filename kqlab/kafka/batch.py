@@ -34,6 +34,13 @@ import pyarrow as pa
 
 from kqlab.kafka import legacy
 from kqlab.kafka.compression import Codec, DecompressionError, decompress
+from kqlab.kafka.log_issues import (
+    STOP_CORRUPT_LENGTH,
+    STOP_LIMIT,
+    STOP_SHORT,
+    STOP_TRUNCATED,
+    stop_issue,
+)
 from kqlab.kafka.records_parser import (
     ParsedRecords,
     crc32c,
@@ -404,16 +411,8 @@ class TableBuilder:
         (``max_batches`` reached, more batches follow).  ``base_position`` is ``buf[0]``'s
         position in its file.  With ``final=False`` an incomplete tail is left for the caller
         to extend and resubmit; with ``final=True`` it becomes a
-        :class:`~kqlab.kafka.log.LogIssue`.
+        :class:`~kqlab.kafka.log_issues.LogIssue`.
         """
-        from kqlab.kafka.log import (
-            STOP_CORRUPT_LENGTH,
-            STOP_LIMIT,
-            STOP_SHORT,
-            STOP_TRUNCATED,
-            stop_issue,
-        )
-
         (positions, sizes, magic, base_offset, ple, crc, attributes, last_delta, base_ts,
          max_ts, pid, epoch, base_seq, count, crc_valid, stop, stop_kind,
          stop_length) = scan_batches(buf, start, len(buf))
@@ -567,7 +566,7 @@ class Decoded:
 
     records: pa.Table
     batches: pa.Table
-    issues: list  # list[kqlab.kafka.log.LogIssue]
+    issues: list  # list[kqlab.kafka.log_issues.LogIssue]
 
 
 def decode_batches(batches: Iterable[bytes], *, topic: str = "", partition: int = -1
