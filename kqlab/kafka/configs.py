@@ -146,7 +146,7 @@ class TopicConfig:
     (True, 1048588)
     """
 
-    profile: BrokerRelease
+    release: BrokerRelease
     max_message_bytes: int
     segment_bytes: int
     compacted: bool
@@ -162,9 +162,10 @@ class TopicConfig:
 
     @classmethod
     def from_dict(cls, configs: dict[str, Any] | None = None,
-                  profile: str | BrokerRelease | None = None) -> TopicConfig:
-        """Resolve ``configs`` (topic names, broker synonyms or broker-only names)."""
-        prof = BrokerRelease.parse(profile)
+                  release: str | BrokerRelease | None = None) -> TopicConfig:
+        """Resolve ``configs`` (topic names, broker synonyms or broker-only names) for the
+        broker ``release`` (``"3.9"``, ``"4.0"`` ...; None: 4.0)."""
+        prof = BrokerRelease.parse(release)
         values = prof.defaults()
         broker_only = dict(BROKER_ONLY)
         configs = dict(configs or {})
@@ -225,7 +226,7 @@ class TopicConfig:
             mfv = _version_tuple(str(values.get("message.format.version", "3.0-IV1")))
             to_magic = 0 if mfv < (0, 10) else 1 if mfv < (0, 11) else 2
         return cls(
-            profile=prof,
+            release=prof,
             max_message_bytes=_as_long("max.message.bytes", values["max.message.bytes"]),
             segment_bytes=_as_long("segment.bytes", values["segment.bytes"]),
             compacted=compacted,

@@ -423,7 +423,7 @@ class _Verdicts:
         else:
             target = np.full(self.n, int(Codec.parse(cfg.compression_type)))
         to_magic = cfg.to_magic
-        if cfg.inter_broker_protocol < (2, 1) and cfg.profile.version < (4, 0):
+        if cfg.inter_broker_protocol < (2, 1) and cfg.release.version < (4, 0):
             cas.by(v2 & (target == Codec.ZSTD), Z0)
         path_z = (codec != 0) | (target != 0)
         in_place_z = (codec == target) & (to_magic == 2)
@@ -476,7 +476,7 @@ class _Verdicts:
     def _record_checks(self, v2: np.ndarray) -> None:
         cas, cfg, tp = self.cas, self.cfg, self.tp
         stage_r = v2 & ~cas.decided
-        if cfg.profile.before_after_timestamps:
+        if cfg.release.before_after_timestamps:
             r4 = not cfg.log_append_time and not (cfg.before_max_ms == LONG_MAX
                                                   and cfg.after_max_ms == LONG_MAX)
         else:

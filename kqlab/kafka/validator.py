@@ -246,9 +246,9 @@ class PartitionValidator:
         self.tp = f"{topic}-{partition}"
         self.config = config if isinstance(config, TopicConfig) else TopicConfig.from_dict(
             config, broker_version)
-        profile = self.config.profile
-        if produce_version <= 2 and not profile.legacy_produce:
-            raise ValueError(f"Kafka {profile.label} refuses produce v{produce_version}; use "
+        release = self.config.release
+        if produce_version <= 2 and not release.legacy_produce:
+            raise ValueError(f"Kafka {release.label} refuses produce v{produce_version}; use "
                              "produce_version >= 3 or broker_version 3.9")
         self.now = now
         self.source = source
@@ -259,7 +259,7 @@ class PartitionValidator:
         self.origin = origin
         self.next_offset = first_offset
         self.resync = source == "log" if resync is None else resync
-        self.producers = ProducerStateManager(self.tp, broker_version=profile.version,
+        self.producers = ProducerStateManager(self.tp, broker_version=release.version,
                                               epoch_bump_clients=produce_version >= 12)
         self._policy: PolicyErrors | None = None
 
@@ -412,7 +412,7 @@ class PartitionValidator:
             path = "Z"
             # Z0 (gone in 4.0, where LogValidator no longer takes an IBP)
             if target == Codec.ZSTD and cfg.inter_broker_protocol < (2, 1) and \
-                    cfg.profile.version < (4, 0):
+                    cfg.release.version < (4, 0):
                 raise _Reject.of(Z0)
             in_place = source_codec == target
             if first.magic != to_magic or to_magic == 0:

@@ -57,14 +57,14 @@ def timestamp_checked(config: TopicConfig) -> bool:
     """Whether R4 can reject anything on this topic: a CreateTime topic with a finite bound."""
     if config.log_append_time:
         return False
-    if config.profile.before_after_timestamps:
+    if config.release.before_after_timestamps:
         return not (config.before_max_ms == LONG_MAX and config.after_max_ms == LONG_MAX)
     return config.difference_max_ms != LONG_MAX
 
 
 def timestamp_bounds(now: int, config: TopicConfig) -> tuple[int, int]:
     """The ``[lower, upper]`` R4 prints, with Java's 64-bit wrap."""
-    if config.profile.before_after_timestamps:
+    if config.release.before_after_timestamps:
         below, above = config.before_max_ms, config.after_max_ms
     else:
         below = above = config.difference_max_ms
@@ -78,7 +78,7 @@ def timestamp_out_of_range(ts: np.ndarray, now: int, config: TopicConfig) -> np.
     n = len(ts)
     if not n or config.log_append_time:
         return np.zeros(n, dtype=bool)
-    ba = config.profile.before_after_timestamps
+    ba = config.release.before_after_timestamps
     below, above = ((config.before_max_ms, config.after_max_ms) if ba
                     else (config.difference_max_ms, config.difference_max_ms))
     lo, hi = now - below, now + above
@@ -106,7 +106,7 @@ def timestamp_type_flagged(ts: np.ndarray, out_of_range: np.ndarray, lat_batch: 
     n = len(ts)
     if not lat_batch:
         return np.zeros(n, dtype=bool)
-    if not config.profile.before_after_timestamps:
+    if not config.release.before_after_timestamps:
         return ~out_of_range
     if config.log_append_time:
         return np.ones(n, dtype=bool)
