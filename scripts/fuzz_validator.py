@@ -66,6 +66,7 @@ import tempfile
 import threading
 import time
 import traceback
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -90,8 +91,13 @@ from kqlab.kafka.configs import TopicConfig
 from kqlab.kafka.errors import error_for_code
 from kqlab.kafka.log import LogIssue, read_log, scan_buffer
 from kqlab.kafka.records_parser import IMPLEMENTATION, crc32c, parse_records, scan_batches
-from kqlab.kafka.table_checks import UNDETERMINED, broker_verdicts
-from kqlab.kafka.validator import PartitionValidator, validate_batches
+from kqlab.kafka.table_checks import (
+    UNDETERMINED,
+    RecordPolicy,
+    _policy_by_batch,  # the split of a policy per batch, as the tests of table_checks use it
+    broker_verdicts,
+)
+from kqlab.kafka.validator import PartitionValidator, outcomes_table, validate_batches
 from kqlab.kafka.varint import (
     VarintError,
     decode_varint,
@@ -174,6 +180,12 @@ LOG_SETUPS: list[tuple[str, dict[str, Any]]] = [
         "message.timestamp.difference.max.ms": "1000"}}),
     ("producer-stream-4.0", {"broker_version": "4.0", "source": "producer", "config": {
         "cleanup.policy": "compact"}}),
+    # a record policy's failures injected where the broker would run it (both engines)
+    ("log-4.0-policy-kip940", {"broker_version": "4.0", "policy": "kip-940", "config": {}}),
+    ("log-3.9-policy-kip729-compact", {"broker_version": "3.9", "policy": "kip-729",
+                                       "config": {"cleanup.policy": "compact"}}),
+    ("log-4.0-policy-kip686-bounds", {"broker_version": "4.0", "policy": "kip-686", "config": {
+        "message.timestamp.before.max.ms": "3600000"}}),
 ]
 #: log setups per group (rotating through the list, so every setup sees every kind of input
 #: over a run while a case costs a few of them, not all)
@@ -990,7 +1002,7 @@ def check_outcome_invariants(out: Any) -> str | None:
     if out.error_code != 0 and not out.check:
         return "rejection without a check"
     if not numbers_fit_long(out.error_message, out.detail, *(m for _, m in out.record_errors)):
-        return "a number beyond the 64-bit range in a message"
+        return f"a number beyond the 64-bit range in a message ({out.check})"
     return None
 
 
@@ -1062,7 +1074,7 @@ def _verdict_invariants(rows: list[dict[str, Any]], plain: bool) -> str | None:
             return f"error_name {r['error_name']} for code {r['error_code']}"
         if not numbers_fit_long(r["error_message"], r["detail"],
                                 *(e["message"] for e in r["record_errors"] or ())):
-            return "a number beyond the 64-bit range in a message"
+            return f"a number beyond the 64-bit range in a message ({r['check']})"
     return None
 
 
@@ -1103,14 +1115,22 @@ def run_log(pieces: list[bytes], setups: Sequence[tuple[str, dict[str, Any]]],
     for name, kwargs in setups:
         kw = _setup_kwargs(kwargs)
         config = kw.pop("config", None)
-        bv = kw.pop("broker_version", None)
-        want_t = validate_batches(pieces, topic=TOPIC, partition=PARTITION, config=config,
-                                  broker_version=bv, now=NOW, **kw)
-        got_t = broker_verdicts(decoded.records, decoded.batches, config, broker_version=bv,
-                                now=NOW, raw=pieces, **kw)
+        profile = kw.pop("policy", None)
+        policy = None if profile is None else random_policy(profile, pieces,
+                                                            decoded.records.num_rows)
+        if policy is None:
+            want_t = validate_batches(pieces, topic=TOPIC, partition=PARTITION, config=config,
+                                      now=NOW, **kw)
+        else:  # validate_batches takes no policy: the same loop, each batch with its share
+            v = PartitionValidator(TOPIC, PARTITION, config, now=NOW, **kw)
+            shares = _policy_by_batch(decoded.records, decoded.batches, policy)
+            want_t = outcomes_table([v.validate(p, policy=shares[i])
+                                     for i, p in enumerate(pieces)], TOPIC, PARTITION)
+        got_t = broker_verdicts(decoded.records, decoded.batches, config, now=NOW, raw=pieces,
+                                policy=policy, **kw)
         plain_ok = kw.get("source", "log") == "log" and kw.get("produce_version", 9) >= 3
-        plain_t = broker_verdicts(decoded.records, decoded.batches, config, broker_version=bv,
-                                  now=NOW, **kw) if plain_ok else None
+        plain_t = broker_verdicts(decoded.records, decoded.batches, config, now=NOW,
+                                  policy=policy, **kw) if plain_ok else None
         want = want_t.to_pylist()
         st["log-rows"] += len(want)
         for w in want:
@@ -1155,6 +1175,16 @@ def run_log(pieces: list[bytes], setups: Sequence[tuple[str, dict[str, Any]]],
                         f"|{cols}", f"broker_verdicts without raw differs in {cols}",
                         details={"row": i, "expected": w, "got": g})))
     return res
+
+
+def random_policy(profile: str, pieces: list[bytes], n_records: int) -> RecordPolicy:
+    """A record policy failing about one record in five, deterministic in the input (so a
+    replay sees the same failures); messages with quotes and non-ASCII, as users write."""
+    rng = random.Random(zlib.crc32(b"".join(pieces[:2])) + n_records)
+    texts = ["amount must be positive", "status isn't one of NEW, PAID", "trace-id fehlt — bitte",
+             "field 'a.b' = 3 > 2"]
+    return RecordPolicy(profile, [rng.choice(texts) if rng.random() < 0.2 else None
+                                  for _ in range(n_records)])
 
 
 def _same_parsed(a: Any, b: Any) -> str | None:
@@ -1708,28 +1738,34 @@ def save_findings(findings: list[Finding], save_dir: str | Path | None, seed: in
 
 # -- replay ------------------------------------------------------------------------------------
 
+def _guarded(stage: str, fn: Callable[[], list[Finding]], seconds: float) -> list[Finding]:
+    """``fn()``'s findings, or the crash / hang it ran into."""
+    try:
+        with deadline(seconds):
+            return fn()
+    except CaseTimeout:
+        return [Finding("hang", stage, f"{stage}|timeout", f"over {seconds} s")]
+    except Exception as exc:
+        sig, text = _crash_signature(stage, exc)
+        return [Finding("crash", stage, sig, text)]
+
+
 def replay_input(data: bytes | None, pieces: list[bytes] | None = None) -> list[Finding]:
     """Every stage, every setup, on one input (and/or a given log stream); the findings."""
     col = Collector()
     if data is not None:
         c = Case(-1, data, ["replay"])
         process_group([c], col, 0, producer_setups=PRODUCER_SETUPS, log_setups=LOG_SETUPS)
-        col.stats["cases"] += 1
-        for f in run_kernels([data], c.pieces) + run_read_log(data):
+        for f in _guarded("kernel", lambda: run_kernels([data], c.pieces), CASE_SECONDS) + \
+                _guarded("read_log", lambda: run_read_log(data), CASE_SECONDS):
             col.add(f)
     if pieces is not None:
-        c = Case(-1, b"".join(pieces), ["replay-stream"], list(pieces))
-        try:
-            with deadline(CASE_SECONDS * 3):
-                res = run_log(list(pieces), LOG_SETUPS)
-        except CaseTimeout:
-            col.add(Finding("hang", "log", "log|timeout", "stream replay overran"))
-        except Exception as exc:
-            sig, text = _crash_signature("log", exc)
-            col.add(Finding("crash", "log", sig, text))
-        else:
-            for f in res.findings + [g for _, g in res.row_findings]:
-                col.add(f)
+        def stream() -> list[Finding]:
+            res = run_log(list(pieces), LOG_SETUPS)
+            return res.findings + [g for _, g in res.row_findings]
+
+        for f in _guarded("log", stream, CASE_SECONDS * 3):
+            col.add(f)
     return col.kept
 
 
