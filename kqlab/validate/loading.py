@@ -32,7 +32,7 @@ def load_sample(source: Any, *, framing: str = "exact", linger_ms: int = 5,
         logs = [_read_segments(f) for f in folders]
         sample = Sample(pa.concat_tables([s.records for s in logs]),
                         pa.concat_tables([s.batches for s in logs]),
-                        [b for s in logs for b in s.raw], "exact", "log",
+                        [b for s in logs for b in s.raw or ()], "exact", "log",
                         [i for s in logs for i in s.issues])
         if framing != "exact":
             # a consumer never sees transaction markers: rebuild from the data records only

@@ -173,7 +173,7 @@ def params_column(n: int, parts: list[ParamsPart]) -> pa.MapArray:
                 cols.append(pa.repeat(pa.scalar(str(v), pa.string()), m))
         # row-major: row 0's k values, then row 1's ...
         stacked = pa.concat_arrays([c.combine_chunks() if isinstance(c, pa.ChunkedArray)
-                                    else c for c in cols])  # type: ignore[union-attr]
+                                    else c for c in cols])
         pos = (np.arange(k)[None, :] * m + np.arange(m)[:, None]).ravel()
         items.append(stacked.take(pa.array(pos)))
         order_keys.append(np.repeat(rows.astype(np.int64), k) * 1024 + np.tile(np.arange(k), m))
