@@ -34,9 +34,17 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kqlab.export.base import NOT_EXPRESSIBLE, PROPOSED, Export, provenance
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from kqlab.policy.model import Policy
+    from kqlab.serde.schemas import SchemaResolver
+    from kqlab.validate.replayer import Replayer
+    from kqlab.validate.rules import RuleResult
 
 __all__ = ["FidelityReport", "RoundTrip", "fidelity_report", "roundtrip_confluent",
            "roundtrip_tansu"]
@@ -99,13 +107,23 @@ class RoundTrip:
 
 # ----------------------------------------------------------------------------------- helpers
 
-def _replayed(policy: Any, sample: Any, now: int | None) -> tuple[Any, Any, dict[str, Any]]:
-    """``(records table, effective policy, rule results)`` of the local replay."""
-    from kqlab.validate.replayer import Replayer, with_implicit_rules
+def _replayer(sample: object, now: int | None) -> Replayer:
+    """``sample`` as a :class:`~kqlab.validate.replayer.Replayer`: one given is used as is
+    (with its cached decodes and rule results); anything else :func:`kqlab.replay` takes is
+    loaded into a new one."""
+    from kqlab.validate.replayer import Replayer
 
-    r = sample if hasattr(sample, "evaluate") else Replayer(sample, now=now)
+    return sample if isinstance(sample, Replayer) else Replayer(sample, now=now)
+
+
+def _replayed(policy: Policy, sample: object, now: int | None
+              ) -> tuple[Replayer, pa.Table, Policy, dict[str, RuleResult]]:
+    """``(replayer, records table, effective policy, rule results)`` of the local replay."""
+    from kqlab.validate.replayer import with_implicit_rules
+
+    r = _replayer(sample, now)
     effective = with_implicit_rules(policy)
-    return r.sample.records, effective, r.evaluate(effective)
+    return r, r.sample.records, effective, r.evaluate(effective)
 
 
 def _mask(results: dict[str, Any], rules: list[str], n: int) -> Any:
@@ -141,9 +159,12 @@ def roundtrip_confluent(policy: Any, sample: Any, *, now: int | None = None) -> 
     ``sample`` is anything :func:`kqlab.replay` takes (or a ``Replayer``).  Avro values go
     through ``AvroSerializer``, JSON values through ``JSONSerializer`` (the registered JSON
     Schema is validated by the serializer itself, after the rules: the ``json_schema`` rule it
-    came from is compared too).  Records whose value is null (never serialized) or does not
-    decode (the serializer cannot be given them: decode and schema-id rules hold by
-    construction) are excluded and counted.
+    came from is compared too).  Each value is decoded into the object a producer would hand
+    the serializer by kqlab's one decoder (:func:`kqlab.serde.datums.decode_datums`, the
+    replay's ``decode()`` with the replay's schema resolver), so the serializer is given
+    exactly the records the replay decoded.  Records whose value is null (never serialized)
+    or does not decode (the serializer cannot be given them: decode and schema-id rules hold
+    by construction) are excluded and counted, by reason.
 
     Besides the record sets, the proof compares *which* rule refused: the serializer stops at
     the first failing rule of the rule set, so ``by_rule`` (the serializer's) must equal
@@ -154,7 +175,7 @@ def roundtrip_confluent(policy: Any, sample: Any, *, now: int | None = None) -> 
     from kqlab.export.confluent import build, register_contract
 
     started = time.perf_counter()
-    records, effective, results = _replayed(policy, sample, now)
+    replayer, records, effective, results = _replayed(policy, sample, now)
     fmt = policy.value.format
     rt = RoundTrip(target="confluent", ran=True, records=records.num_rows)
     if fmt not in ("avro", "json"):
@@ -193,7 +214,7 @@ def roundtrip_confluent(policy: Any, sample: Any, *, now: int | None = None) -> 
 
         serializer: Any = AvroSerializer(client, None, conf=conf)
         rt.serializer = "AvroSerializer"
-        datums, why = _decode_avro(policy, records)
+        datums, why = _serializer_input(policy, records, replayer.resolver)
         schema_errors: tuple[type, ...] = ()
     else:
         from confluent_kafka.schema_registry.json_schema import JSONSerializer
@@ -201,7 +222,7 @@ def roundtrip_confluent(policy: Any, sample: Any, *, now: int | None = None) -> 
 
         serializer = JSONSerializer(None, client, conf=conf)
         rt.serializer = "JSONSerializer"
-        datums, why = _decode_json(policy, records)
+        datums, why = _serializer_input(policy, records, replayer.resolver)
         schema_errors = (ValidationError,)
     n = records.num_rows
     judged = np.array([w is None for w in why], dtype=bool)
@@ -214,8 +235,8 @@ def roundtrip_confluent(policy: Any, sample: Any, *, now: int | None = None) -> 
     doc_to_rule = {doc: "|".join(ns) for doc, ns in names.items()}
     schema_label = schema_rule if schema_rule in compared else "JSON Schema validation"
     refused = np.zeros(n, dtype=bool)
-    topics = records.column("topic").to_pylist()
-    headers = records.column("headers").to_pylist()
+    topics: list[Any] = records.column("topic").to_pylist()
+    headers: list[Any] = records.column("headers").to_pylist()
     for i, datum in enumerate(datums):
         if not judged[i]:
             continue
@@ -275,74 +296,44 @@ def roundtrip_confluent(policy: Any, sample: Any, *, now: int | None = None) -> 
     return rt
 
 
-def _decode_json(policy: Any, records: Any) -> tuple[list[Any], list[str | None]]:
-    """Each record's JSON value as the object a producer would hand the serializer (parsed
-    as kqlab parses it, ``orjson``), or None + why when there is none."""
-    import orjson
+#: why a record is not given to the serializer (the keys of ``RoundTrip.excluded``)
+_NULL_VALUE = "null value (never serialized)"
+_NO_FRAMING = "no Confluent framing (cannot be serialized)"
+_UNDECODABLE = {"json": "not valid JSON (cannot be serialized)",
+                "avro": "undecodable or unknown schema id (cannot be serialized)"}
+_NULL_DATUM = {"json": "JSON null (serializes to a tombstone, no rule runs)",
+               "avro": "Avro null datum (serializes to a tombstone, no rule runs)"}
 
-    framed = policy.value.wire == "confluent"
-    datums: list[Any] = []
+
+def _serializer_input(policy: Policy, records: pa.Table, resolver: SchemaResolver | None
+                      ) -> tuple[list[object], list[str | None]]:
+    """Each record's value as the object a producer would hand the serializer, and ``None``;
+    or ``None`` and why there is none.
+
+    The objects come from :func:`~kqlab.serde.datums.decode_datums` — the replay's own
+    decoding, with the replay's resolver (``None``: built from the policy's schema source, as
+    the replay builds it) — so a value reaches the serializer exactly when the replay's
+    ``decode:value`` verdict passed it, and the reasons follow the stage that failed.
+    """
+    from kqlab.serde.datums import decode_datums
+
+    fmt = policy.value
+    decoded = decode_datums(records.column("value"), fmt, resolver)
+    undecodable, null_datum = _UNDECODABLE[fmt.format], _NULL_DATUM[fmt.format]
     why: list[str | None] = []
-    for value in records.column("value").to_pylist():
-        if value is None:
-            datums.append(None)
-            why.append("null value (never serialized)")
-            continue
-        if framed:
-            if len(value) < 5 or value[0] != 0:
-                datums.append(None)
-                why.append("no Confluent framing (cannot be serialized)")
-                continue
-            value = value[5:]
-        try:
-            datum = orjson.loads(value)
-        except orjson.JSONDecodeError:
-            datums.append(None)
-            why.append("not valid JSON (cannot be serialized)")
-            continue
-        datums.append(datum)
-        # the serializer returns None for None: a producer would write a tombstone
-        why.append("JSON null (serializes to a tombstone, no rule runs)" if datum is None
-                   else None)
-    return datums, why
-
-
-def _decode_avro(policy: Any, records: Any) -> tuple[list[Any], list[str | None]]:
-    """Each record's value decoded with its writer schema (None + why when it cannot be)."""
-    import io
-
-    import fastavro
-
-    from kqlab.serde.schemas import SchemaResolver
-
-    resolver = SchemaResolver.from_source(policy.value.schemas)
-    framed = policy.value.wire == "confluent"
-    datums: list[Any] = []
-    why: list[str | None] = []
-    for value in records.column("value").to_pylist():
-        if value is None:
-            datums.append(None)
-            why.append("null value (never serialized)")
-            continue
-        try:
-            if framed:
-                if len(value) < 5 or value[0] != 0:
-                    raise ValueError("no Confluent framing")
-                schema = resolver.schema(int.from_bytes(value[1:5], "big"))
-                body = value[5:]
-            else:
-                schema, body = resolver.unframed(), value
-            buf = io.BytesIO(body)
-            datum = fastavro.schemaless_reader(buf, schema.parsed, None)
-            if buf.tell() != len(body):
-                raise ValueError("trailing bytes")
-        except Exception:
-            datums.append(None)
-            why.append("undecodable or unknown schema id (cannot be serialized)")
-            continue
-        datums.append(datum)
-        why.append(None)
-    return datums, why
+    for datum, stage, null in zip(decoded.values, decoded.stages, decoded.null.tolist(),
+                                  strict=True):
+        if null:
+            why.append(_NULL_VALUE)
+        elif stage == "framing":
+            why.append(_NO_FRAMING)
+        elif stage is not None:
+            why.append(undecodable)
+        elif datum is None:  # the serializer returns None for None: a producer's tombstone
+            why.append(null_datum)
+        else:
+            why.append(None)
+    return decoded.values, why
 
 
 # ------------------------------------------------------------------------------ (b) Tansu
@@ -355,7 +346,7 @@ def roundtrip_tansu(policy: Any, sample: Any, *, now: int | None = None,
     from kqlab.export.tansu import build
 
     started = time.perf_counter()
-    records, effective, results = _replayed(policy, sample, now)
+    _, records, effective, results = _replayed(policy, sample, now)
     rt = RoundTrip(target="tansu", ran=True, records=records.num_rows)
     if policy.value.wire == "confluent" or policy.value.format not in ("json",):
         rt.ran = False
@@ -378,7 +369,7 @@ def roundtrip_tansu(policy: Any, sample: Any, *, now: int | None = None,
     from kqlab.embedded import Broker
 
     n = records.num_rows
-    rows = {c: records.column(c).to_pylist() for c in
+    rows: dict[str, list[Any]] = {c: records.column(c).to_pylist() for c in
             ("topic", "partition", "key", "value", "headers", "timestamp")}
     errors: list[Any] = [None] * n
     with tempfile.TemporaryDirectory(prefix="kqlab-tansu-roundtrip-") as tmp:
@@ -573,9 +564,7 @@ def fidelity_report(policy: Any, *, sample: Any = None, now: int | None = None,
     report = FidelityReport(policy.name, provenance(policy, today=today), exports,
                             skipped=skipped)
     if sample is not None:
-        from kqlab.validate.replayer import Replayer
-
-        replayer = sample if hasattr(sample, "evaluate") else Replayer(sample, now=now)
+        replayer = _replayer(sample, now)
         if "confluent" in roundtrips:
             report.roundtrips.append(roundtrip_confluent(policy, replayer))
         if "tansu" in roundtrips:

@@ -3,12 +3,15 @@
 ``decode(values, fmt, resolver)`` turns a records table's ``key`` or ``value`` column into a
 :class:`DecodedColumn` (values + one error message per undecodable record); writer schemas
 come from a :class:`SchemaResolver` (Schema Registry or ``.avsc`` folder); a
-:class:`DecodeCache` decodes each sample once.
+:class:`DecodeCache` decodes each sample once.  ``decode_datums(values, fmt, resolver)`` is the
+same decoding read per record as the Python datum a producer would serialize (or the reason
+there is none), for the export round trips.
 """
 
 from kqlab.serde.avro_arrow import ArrowMapping, arrow_type, avro_to_arrow
 from kqlab.serde.cache import DecodeCache, array_fingerprint
-from kqlab.serde.decode import DecodeConfigError, DecodedColumn, decode
+from kqlab.serde.datums import Datums, decode_datums
+from kqlab.serde.decode import DecodeConfigError, DecodedColumn, DecodeStage, decode
 from kqlab.serde.schemas import (
     ParsedSchema,
     SchemaNotFound,
@@ -21,8 +24,10 @@ from kqlab.serde.wire import WireInfo, message_indexes, message_indexes_length, 
 
 __all__ = [
     "ArrowMapping",
+    "Datums",
     "DecodeCache",
     "DecodeConfigError",
+    "DecodeStage",
     "DecodedColumn",
     "ParsedSchema",
     "SchemaNotFound",
@@ -34,6 +39,7 @@ __all__ = [
     "avro_to_arrow",
     "clear_registry_clients",
     "decode",
+    "decode_datums",
     "message_indexes",
     "message_indexes_length",
     "parse_wire",

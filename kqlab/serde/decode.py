@@ -19,20 +19,29 @@ Per format:
   A JSON ``null`` document decodes to a null value without an error.
 - ``avro`` — fastavro ``schemaless_reader`` per value on the pre-parsed writer schema, reading
   all values from one in-memory copy of the column's data buffer (no per-value slicing); the
-  result becomes a struct column with one ``pa.array`` call.  Several writer schemas in one
+  result becomes a struct column with one ``pa.array`` call.  Each value is read on its own
+  (no batching of several values into one container block): only then is a value's verdict a
+  function of its own bytes — a value with a trailing byte next to one missing that byte
+  would otherwise read as two good records.  Several writer schemas in one
   column are unified field-wise (``pa.unify_schemas``, permissive); if they conflict,
   ``values`` falls back to JSON text.  A datum that does not end exactly at the end of its
   value (trailing bytes, or one that needs bytes past it) is an error.
 
 With ``wire: confluent`` a value without the header (magic byte 0 + 4-byte id) is an error,
 and ``schema_ids`` holds the id of every framed value.
+
+:func:`decode_pass` is the one implementation behind :func:`decode`: it also keeps each
+record's Python datum (what orjson or fastavro returned) and the stage at which each failing
+record failed, so :func:`kqlab.serde.datums.decode_datums` hands a producer's serializer the
+same values, and the same failures, the replay judges.
 """
 
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import orjson
@@ -45,13 +54,21 @@ from kqlab.serde.avro_arrow import to_json_text
 from kqlab.serde.schemas import ParsedSchema, SchemaNotFound, SchemaResolver
 from kqlab.serde.wire import HEADER_SIZE, WireInfo, as_binary, parse_wire
 
-__all__ = ["FORMATS", "WIRES", "DecodeConfigError", "DecodedColumn", "decode"]
+__all__ = ["FORMATS", "WIRES", "DecodeConfigError", "DecodePass", "DecodeStage",
+           "DecodedColumn", "decode", "decode_pass"]
 
 FORMATS = ("none", "bytes", "string", "json", "avro")
 WIRES = ("raw", "confluent")
 
 _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError,
                  OverflowError, TypeError, ValueError)
+
+
+#: Where a record failed to decode: its Confluent header (``framing``), the lookup of its
+#: writer schema id (``schema``), or its payload (``payload``: bad JSON, bad UTF-8, Avro that
+#: does not read, a value that does not fit the Arrow type).  Consumers branch on it instead of
+#: parsing the error text.
+DecodeStage = Literal["framing", "schema", "payload"]
 
 
 class DecodeConfigError(KqlabError, ValueError):
@@ -71,7 +88,7 @@ class DecodedColumn:
     errors: pa.StringArray
     schema_ids: pa.Int32Array | None = None
     fallback: str | None = None
-    _python: list | None = field(default=None, repr=False)
+    _python: list[object] | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return len(self.values)
@@ -86,7 +103,7 @@ class DecodedColumn:
         """True where the record decoded (or was null)."""
         return self.errors.is_null()
 
-    def python_values(self) -> list:
+    def python_values(self) -> list[object]:
         """One Python object per record (computed once)."""
         if self._python is None:
             self._python = self.values.to_pylist()
@@ -98,7 +115,25 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _framing_errors(info: WireInfo, errors: list) -> None:
+@dataclass(frozen=True, slots=True, eq=False)
+class DecodePass:
+    """Everything one decoding of a column learns (see :func:`decode_pass`).
+
+    ``column`` is what :func:`decode` returns.  ``stages`` names, per failing record, the
+    stage that failed (``None`` for records that decoded or were null).  ``datums`` holds the
+    Python object the format's reader returned for each record (orjson's for JSON, fastavro's
+    for Avro: ``Decimal``, ``bytes``, ``datetime``, ``UUID``, enum symbols as ``str``); it is
+    ``None`` for the formats whose Arrow value already is that object (``none``, ``bytes``,
+    ``string``), so decoding for the replay never pays for a list it does not need.
+    """
+
+    column: DecodedColumn
+    stages: list[DecodeStage | None]
+    datums: list[object] | None
+
+
+def _framing_errors(info: WireInfo, errors: list[str | None],
+                    stages: list[DecodeStage | None]) -> None:
     """Messages for non-null values without the Confluent header."""
     bad = np.flatnonzero(info.valid & ~info.framed.to_numpy(zero_copy_only=False))
     if not len(bad):
@@ -106,6 +141,7 @@ def _framing_errors(info: WireInfo, errors: list) -> None:
     lengths = (info.ends - info.starts)[bad].tolist()
     magic = info.magic.to_numpy()[bad].tolist()
     for i, n, m in zip(bad.tolist(), lengths, magic, strict=True):
+        stages[i] = "framing"
         if n == 0:
             errors[i] = "empty value: not in the Confluent wire format"
         elif m != 0:
@@ -125,14 +161,15 @@ def _payloads(values: pa.Array, info: WireInfo | None) -> pa.Array:
     return pc.if_else(info.framed, sliced, pa.scalar(None, sliced.type))
 
 
-def _mask_errors(arr: pa.Array, errors: list) -> pa.Array:
+def _mask_errors(arr: pa.Array, errors: list[str | None]) -> pa.Array:
     err = np.array([e is not None for e in errors], dtype=bool)
     if not err.any():
         return arr
     return pc.if_else(pa.array(~err), arr, pa.scalar(None, arr.type))
 
 
-def _build(objs: list, arrow_type: pa.DataType | None, errors: list) -> pa.Array:
+def _build(objs: list[object], arrow_type: pa.DataType | None,
+           errors: list[str | None]) -> pa.Array:
     """``pa.array(objs, type)``; on failure find the rows that do not fit and null them."""
     try:
         return pa.array(objs, type=arrow_type)
@@ -151,7 +188,8 @@ def _build(objs: list, arrow_type: pa.DataType | None, errors: list) -> pa.Array
 
 
 # -- formats ---------------------------------------------------------------------------------
-def _decode_string(values, info, errors) -> DecodedColumn:
+def _decode_string(values: pa.Array, info: WireInfo | None,
+                   errors: list[str | None]) -> DecodedColumn:
     payload = _mask_errors(_payloads(values, info), errors)
     target = pa.large_string() if pa.types.is_large_binary(payload.type) else pa.string()
     try:
@@ -170,18 +208,21 @@ def _decode_string(values, info, errors) -> DecodedColumn:
                          None if info is None else info.schema_id)
 
 
-def _decode_json(values, info, errors, arrow_type) -> DecodedColumn:
+def _decode_json(values: pa.Array, info: WireInfo | None, errors: list[str | None],
+                 arrow_type: pa.DataType | None) -> tuple[DecodedColumn, list[object]]:
+    """The JSON column and each record's parsed object (``None`` where it failed)."""
     framing = info
     if framing is None:
-        info = parse_wire(values)  # only for the buffer positions
-        starts, rows = info.starts, info.valid
+        pos = parse_wire(values)  # only for the buffer positions
+        starts, rows = pos.starts, pos.valid
     else:
-        starts, rows = info.starts + HEADER_SIZE, info.framed.to_numpy(zero_copy_only=False)
-    mv = memoryview(info.data)
-    objs: list[Any] = [None] * len(values)
+        pos = framing
+        starts, rows = pos.starts + HEADER_SIZE, pos.framed.to_numpy(zero_copy_only=False)
+    mv = pos.data.data  # the data buffer as a memoryview: each value parsed in place
+    objs: list[object] = [None] * len(values)
     loads = orjson.loads
     idx = np.flatnonzero(rows)
-    for i, s, e in zip(idx.tolist(), starts[idx].tolist(), info.ends[idx].tolist(),
+    for i, s, e in zip(idx.tolist(), starts[idx].tolist(), pos.ends[idx].tolist(),
                        strict=True):
         try:
             objs[i] = loads(mv[s:e])
@@ -194,110 +235,19 @@ def _decode_json(values, info, errors, arrow_type) -> DecodedColumn:
         # Records disagree on types: keep each record's JSON text (valid UTF-8: it parsed).
         fallback = f"JSON values do not share one Arrow type ({ex}); values are JSON text"
         out = _mask_errors(_payloads(values, framing), errors).cast(pa.string())
+    if arrow_type is not None:  # a value that does not fit the given type has no object either
+        for i, e in enumerate(errors):
+            if e is not None:
+                objs[i] = None
     schema_ids = None if framing is None else framing.schema_id
-    return DecodedColumn(out, pa.array(errors, pa.string()), schema_ids, fallback, objs)
-
-
-#: groups smaller than this are decoded value by value (the block set-up would not pay)
-BLOCK_MIN = 64
-_SYNC = b"kqlab-block-sync"  # 16 bytes
-
-
-def _zigzag(n: int) -> bytes:
-    n = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while n & ~0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _minimal_datum(schema: Any, named: dict[str, Any]) -> Any:
-    """The smallest valid datum of an Avro schema (the block decoder's end sentinel)."""
-    if isinstance(schema, str):
-        prim = {"null": None, "boolean": False, "int": 0, "long": 0, "float": 0.0,
-                "double": 0.0, "bytes": b"", "string": ""}
-        if schema in prim:
-            return prim[schema]
-        return _minimal_datum(named[schema], named)
-    if isinstance(schema, list):
-        return _minimal_datum(schema[0], named)
-    t = schema["type"]
-    if isinstance(t, dict | list) or (t in ("null", "boolean", "int", "long", "float", "double",
-                                           "bytes", "string") and "logicalType" not in schema):
-        return _minimal_datum(t, named)
-    if "name" in schema:
-        named[schema["name"]] = schema
-        if "namespace" in schema:
-            named[f"{schema['namespace']}.{schema['name']}"] = schema
-    if t == "record":
-        return {f["name"]: _minimal_datum(f["type"], named) for f in schema["fields"]}
-    if t == "enum":
-        return schema["symbols"][0]
-    if t == "fixed":
-        return bytes(schema["size"])
-    if t == "array":
-        return []
-    if t == "map":
-        return {}
-    return _minimal_datum(t, named)  # a logical type over a primitive: its raw form
-
-
-def _read_block(data: memoryview, ps: ParsedSchema, rows: np.ndarray, starts: np.ndarray,
-                ends: np.ndarray) -> list | None:
-    """Decode ``rows`` in one call of fastavro's container-block reader, or None.
-
-    fastavro's block loop runs in C and beats one ``schemaless_reader`` call per value by
-    ~1.3x.  The values' payloads become one block, followed by a sentinel datum: a trailing
-    byte, a short value or any misalignment makes the read fail or the sentinel differ, and the
-    caller falls back to the exact value-by-value path (which names the bad value).
-    """
-    import fastavro
-
-    try:
-        schema_json = ps.schema if isinstance(ps.schema, str) else orjson.dumps(ps.schema)
-        schema_obj = orjson.loads(schema_json)
-        sentinel = _minimal_datum(schema_obj, {})
-        buf = io.BytesIO()
-        fastavro.schemaless_writer(buf, ps.parsed, sentinel)
-        tail = buf.getvalue()
-        expect = schemaless_reader(io.BytesIO(tail), ps.parsed)
-    except Exception:
-        return None
-    # gather every payload in one numpy pass: mark each [start, end) range, keep marked bytes
-    s_, e_ = starts[rows].astype(np.int64), ends[rows].astype(np.int64)
-    if (e_ < s_).any():
-        return None
-    size = len(data) + 1
-    marks = np.bincount(s_, minlength=size) - np.bincount(e_, minlength=size)
-    inside = np.cumsum(marks[:-1]) > 0
-    payload = np.frombuffer(data, dtype=np.uint8)[inside].tobytes()
-    count = len(rows)
-    raw_schema = schema_json if isinstance(schema_json, bytes) else schema_json.encode()
-    meta = (_zigzag(2) + _zigzag(11) + b"avro.schema" + _zigzag(len(raw_schema)) + raw_schema
-            + _zigzag(10) + b"avro.codec" + _zigzag(4) + b"null" + _zigzag(0))
-    block = b"".join([b"Obj\x01", meta, _SYNC, _zigzag(count + 1),
-                      _zigzag(len(payload) + len(tail)), payload, tail, _SYNC])
-    try:
-        recs = list(fastavro.reader(io.BytesIO(block)))
-    except Exception:
-        return None
-    if len(recs) != count + 1 or recs[-1] != expect:
-        return None
-    recs.pop()
-    return recs
+    return (DecodedColumn(out, pa.array(errors, pa.string()), schema_ids, fallback, objs),
+            objs)
 
 
 def _read_group(reader_data: io.BytesIO, ps: ParsedSchema, label: str, rows: np.ndarray,
-                starts: np.ndarray, ends: np.ndarray, out: list, errors: list) -> int:
+                starts: np.ndarray, ends: np.ndarray, out: list[object],
+                errors: list[str | None]) -> int:
     """Decode the values at ``rows`` with one writer schema; returns how many decoded."""
-    if len(rows) >= BLOCK_MIN:
-        recs = _read_block(reader_data.getbuffer(), ps, rows, starts, ends)
-        if recs is not None:
-            for i, rec in zip(rows.tolist(), recs, strict=True):
-                out[i] = rec
-            return len(recs)
     seek, tell = reader_data.seek, reader_data.tell
     parsed = ps.parsed
     done = 0
@@ -347,7 +297,8 @@ def _unify(types: list[pa.DataType]) -> pa.DataType | None:
         return types[0]
     if all(pa.types.is_struct(t) for t in types):
         try:
-            schema = pa.unify_schemas([pa.schema(list(t)) for t in types],
+            schema = pa.unify_schemas([pa.schema([t.field(i) for i in range(t.num_fields)])
+                                       for t in types],
                                       promote_options="permissive")
         except _ARROW_ERRORS:
             return None
@@ -355,13 +306,17 @@ def _unify(types: list[pa.DataType]) -> pa.DataType | None:
     return None
 
 
-def _decode_avro(values, info, errors, resolver) -> DecodedColumn:
+def _decode_avro(values: pa.Array, info: WireInfo | None, errors: list[str | None],
+                 stages: list[DecodeStage | None],
+                 resolver: SchemaResolver) -> tuple[DecodedColumn, list[object]]:
+    """The Avro column and each record's fastavro datum (``None`` where it failed)."""
     n = len(values)
-    out: list[Any] = [None] * n
+    out: list[object] = [None] * n
     if info is None:
         ps = resolver.unframed()
         pos = parse_wire(values)
-        groups = [(ps, f"schema {ps.origin}", np.flatnonzero(pos.valid))]
+        groups: list[tuple[ParsedSchema, str, np.ndarray]] = [
+            (ps, f"schema {ps.origin}", np.flatnonzero(pos.valid))]
         starts, ends, data = pos.starts, pos.ends, pos.data
     else:
         starts, ends, data = info.starts + HEADER_SIZE, info.ends, info.data
@@ -380,11 +335,12 @@ def _decode_avro(values, info, errors, resolver) -> DecodedColumn:
                     msg = str(ex)
                     for i in chunk.tolist():
                         errors[i] = msg
+                        stages[i] = "schema"
                     continue
                 groups.append((ps, f"schema id {sid}", np.sort(chunk)))
-    buf = io.BytesIO(data)  # one copy of the data buffer; each value read in place
-    types = []  # Arrow types of the schemas that decoded at least one value
-    convert = []
+    buf = io.BytesIO(data.tobytes())  # one copy of the data buffer; each value read in place
+    types: list[pa.DataType] = []  # Arrow types of the schemas that decoded at least one value
+    convert: list[tuple[Callable[[Any], Any], np.ndarray]] = []
     for ps, label, rows in groups:
         if _read_group(buf, ps, label, rows, starts, ends, out, errors):
             types.append(ps.arrow_type)
@@ -401,6 +357,7 @@ def _decode_avro(values, info, errors, resolver) -> DecodedColumn:
     if not types:  # nothing decoded: keep the column typed when a schema was found
         types = [groups[0][0].arrow_type] if groups else [pa.null()]
     target = _unify(types)
+    arr: pa.Array
     if target is None:
         fallback = ("writer schemas map to conflicting Arrow types "
                     f"({', '.join(sorted({str(t) for t in types}))}); values are JSON text")
@@ -416,7 +373,7 @@ def _decode_avro(values, info, errors, resolver) -> DecodedColumn:
                 if v is None and out[i] is not None:
                     out[i] = None
     schema_ids = None if info is None else info.schema_id
-    return DecodedColumn(arr, pa.array(errors, pa.string()), schema_ids, fallback, out)
+    return DecodedColumn(arr, pa.array(errors, pa.string()), schema_ids, fallback, out), out
 
 
 def decode(values: pa.Array | pa.ChunkedArray, fmt: Any,
@@ -443,6 +400,17 @@ def decode(values: pa.Array | pa.ChunkedArray, fmt: Any,
     >>> col.values.to_pylist(), col.errors.to_pylist()[1][:13]
     ([{'a': 1}, None, None], 'invalid JSON:')
     """
+    return decode_pass(values, fmt, resolver, arrow_type=arrow_type).column
+
+
+def decode_pass(values: pa.Array | pa.ChunkedArray, fmt: Any,
+                resolver: SchemaResolver | None = None, *,
+                arrow_type: pa.DataType | None = None) -> DecodePass:
+    """:func:`decode`, keeping each record's Python datum and each failure's stage.
+
+    Same parameters, same column, same errors (this *is* :func:`decode`'s implementation);
+    see :class:`DecodePass` for what else it returns.
+    """
     kind = getattr(fmt, "format", None)
     wire = getattr(fmt, "wire", "raw")
     if kind not in FORMATS:
@@ -451,8 +419,9 @@ def decode(values: pa.Array | pa.ChunkedArray, fmt: Any,
         raise DecodeConfigError(f"unknown wire format {wire!r}; expected raw or confluent")
     values = as_binary(values)
     n = len(values)
+    stages: list[DecodeStage | None] = [None] * n
     if kind == "none":
-        return DecodedColumn(values, pa.nulls(n, pa.string()))
+        return DecodePass(DecodedColumn(values, pa.nulls(n, pa.string())), stages, None)
     if kind == "avro" and resolver is None:
         if getattr(fmt, "schemas", None) is None:
             raise DecodeConfigError("Avro decoding needs writer schemas: give the format a "
@@ -462,13 +431,21 @@ def decode(values: pa.Array | pa.ChunkedArray, fmt: Any,
     info = None
     if wire == "confluent":
         info = parse_wire(values)
-        _framing_errors(info, errors)
+        _framing_errors(info, errors, stages)
+    datums: list[object] | None = None
     if kind == "bytes":
-        payload = _payloads(values, info)
-        return DecodedColumn(payload, pa.array(errors, pa.string()),
-                             None if info is None else info.schema_id)
-    if kind == "string":
-        return _decode_string(values, info, errors)
-    if kind == "json":
-        return _decode_json(values, info, errors, arrow_type)
-    return _decode_avro(values, info, errors, resolver)
+        column = DecodedColumn(_payloads(values, info), pa.array(errors, pa.string()),
+                               None if info is None else info.schema_id)
+    elif kind == "string":
+        column = _decode_string(values, info, errors)
+    elif kind == "json":
+        column, datums = _decode_json(values, info, errors, arrow_type)
+    else:
+        assert resolver is not None  # built above for Avro
+        column, datums = _decode_avro(values, info, errors, stages, resolver)
+    if column.error_count:  # every failure not placed earlier is its payload's
+        failed = np.flatnonzero(column.errors.is_valid().to_numpy(zero_copy_only=False))
+        for i in failed.tolist():
+            if stages[i] is None:
+                stages[i] = "payload"
+    return DecodePass(column, stages, datums)

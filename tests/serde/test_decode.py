@@ -303,3 +303,19 @@ def test_error_text_depends_on_the_value_alone(registry):
             assert col.errors.to_pylist()[0] == alone.errors.to_pylist()[0]
     assert decode(pa.array([short]), AVRO, SchemaResolver(registry=url)).errors.to_pylist()[
         0].endswith("bytes past the end of the value")
+
+
+def test_misaligned_neighbours_are_two_errors_in_groups_of_any_size(tmp_path):
+    """A value with a trailing byte followed by one missing that byte: each fails on its
+    own, however many values share the writer schema (reading many values as one container
+    block once accepted both, as two records that were neither value)."""
+    schema = {"type": "record", "name": "R", "fields": [{"name": "n", "type": "long"}]}
+    (tmp_path / "r.avsc").write_text(orjson.dumps(schema).decode())
+    fmt = Format(format="avro", wire="raw", schemas=SchemaSource(path=str(tmp_path)))
+    alone = [decode(pa.array([v]), fmt).errors.to_pylist()[0] for v in (b"\x02\x04", b"")]
+    assert alone[0].endswith("1 unread bytes after the datum")
+    assert alone[1].endswith("datum runs 1 bytes past the end of the value")
+    for good in (1, 63, 64, 500):
+        col = decode(pa.array([b"\x02\x04", b""] + [b"\x02"] * good), fmt)
+        assert col.errors.to_pylist() == alone + [None] * good, good
+        assert col.values.to_pylist() == [None, None] + [{"n": 1}] * good
