@@ -1328,8 +1328,10 @@ def process_group(cases: list[Case], col: Collector, group_no: int,
     """
     if log_setups is None:
         log_setups = group_log_setups(group_no)
+    beat = _BEAT[0]
     # -- per case: the producer-source validator and the scan --------------------------------
     for c in cases:
+        beat(c.index, c.index)
         if producer_setups is None:
             k = c.index % (len(PRODUCER_SETUPS) - 1)
             extra = [PRODUCER_SETUPS[1 + (k + j) % (len(PRODUCER_SETUPS) - 1)]
@@ -1359,6 +1361,7 @@ def process_group(cases: list[Case], col: Collector, group_no: int,
     owner = [c for c in cases for _ in c.pieces]
     if not pieces:
         return
+    beat(cases[0].index, cases[-1].index)
     t0 = time.perf_counter()
     try:
         with deadline(CASE_SECONDS * (1 if len(cases) == 1 else 3)):
@@ -1505,14 +1508,18 @@ def _localise_in(f: Finding, case: Case, pieces: list[bytes], owner: list[Case],
     return f
 
 
-def run_range(run_seed: int, start: int, stop: int, corpus: list[Seed],
-              heartbeat: Callable[[int], None] | None = None) -> Collector:
+#: the worker's heartbeat: ``beat(first, last)`` names the cases being worked on (the
+#: watchdog blames them if the process dies or stops beating); a no-op in process
+_BEAT: list[Callable[[int, int], None]] = [lambda first, last: None]
+
+
+def run_range(run_seed: int, start: int, stop: int, corpus: list[Seed]) -> Collector:
     """Generate and run cases ``start <= i < stop``."""
     col = Collector()
     group: list[Case] = []
+    beat = _BEAT[0]
     for i in range(start, stop):
-        if heartbeat is not None:
-            heartbeat(i)
+        beat(i, i)
         try:
             with deadline(CASE_SECONDS):
                 data, ops = make_case(run_seed, i, corpus)
@@ -1547,17 +1554,20 @@ def _worker(slot: int, run_seed: int, tasks: Any, results: Any, beat: Any) -> No
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     seeds = corpus()
 
-    def heartbeat(i: int) -> None:
-        beat[2 * slot] = i
-        beat[2 * slot + 1] = time.time()
+    def heartbeat(first: int, last: int) -> None:
+        beat[3 * slot] = first
+        beat[3 * slot + 1] = last
+        beat[3 * slot + 2] = time.time()
+
+    _BEAT[0] = heartbeat
 
     while True:
         task = tasks.get()
         if task is None:
             return
         start, stop = task
-        col = run_range(run_seed, start, stop, seeds, heartbeat)
-        beat[2 * slot + 1] = time.time()
+        col = run_range(run_seed, start, stop, seeds)
+        beat[3 * slot + 2] = time.time()
         results.put((slot, start, stop, col.export()))
 
 
@@ -1570,7 +1580,7 @@ class _Pool:
         self.jobs = jobs
         self.seed = run_seed
         self.results = self.ctx.Queue()
-        self.beat = self.ctx.Array("d", 2 * jobs, lock=False)
+        self.beat = self.ctx.Array("d", 3 * jobs, lock=False)
         self.procs: list[Any] = [None] * jobs
         self.queues: list[Any] = [None] * jobs
         self.busy: list[tuple[int, int] | None] = [None] * jobs
@@ -1583,7 +1593,7 @@ class _Pool:
                              daemon=True)
         p.start()
         self.procs[slot], self.queues[slot], self.busy[slot] = p, q, None
-        self.beat[2 * slot], self.beat[2 * slot + 1] = -1, time.time()
+        self.beat[3 * slot:3 * slot + 3] = [-1, -1, time.time()]
 
     def run(self, chunks: list[tuple[int, int]], col: Collector,
             progress: Callable[[], None]) -> None:
@@ -1593,7 +1603,7 @@ class _Pool:
                 if self.busy[s] is None and pending:
                     task = pending.pop()
                     self.busy[s] = task
-                    self.beat[2 * s + 1] = time.time()
+                    self.beat[3 * s + 2] = time.time()
                     self.queues[s].put(task)
             try:
                 slot, start, stop, part = self.results.get(timeout=0.5)
@@ -1608,23 +1618,34 @@ class _Pool:
                 if task is None:
                     continue
                 dead = not self.procs[s].is_alive()
-                stuck = now - self.beat[2 * s + 1] > WATCHDOG_SECONDS
+                stuck = now - self.beat[3 * s + 2] > WATCHDOG_SECONDS
                 if not (dead or stuck):
                     continue
-                case = int(self.beat[2 * s])
-                case = case if task[0] <= case < task[1] else task[0]
+                with contextlib.suppress(queue.Empty):  # it may have finished just before
+                    while True:
+                        slot, start, stop, part = self.results.get(timeout=0.2)
+                        if self.busy[slot] == (start, stop):
+                            self.busy[slot] = None
+                        col.merge(part)
+                if self.busy[s] is None:
+                    continue
+                first, last = int(self.beat[3 * s]), int(self.beat[3 * s + 1])
+                if not task[0] <= first <= last < task[1]:
+                    first = last = task[0]
                 kind = "crash" if dead else "hang"
                 msg = (f"worker died (exit code {self.procs[s].exitcode})" if dead else
                        f"no progress for {WATCHDOG_SECONDS:.0f} s (stuck outside Python?)")
-                data, ops = make_case(self.seed, case, corpus())
-                col.add(Finding(kind, "worker", f"worker|{kind}", msg, case=case, input=data,
-                                ops=ops))
-                col.stats["cases"] += case - task[0] + 1  # the rest of the chunk is redone
+                inputs = [make_case(self.seed, i, corpus())[0] for i in range(first, last + 1)]
+                col.add(Finding(kind, "worker", f"worker|{kind}", msg, case=first,
+                                input=inputs[0] if len(inputs) == 1 else None,
+                                details={"cases": [first, last],
+                                         "inputs": [x.hex() for x in inputs]}))
+                col.stats["cases"] += last - first + 1
                 if not dead:
                     self.procs[s].kill()
                 self.procs[s].join(5)
-                if case + 1 < task[1]:
-                    pending.append((case + 1, task[1]))
+                # the chunk's results died with the worker: redo all but the blamed cases
+                pending += [t for t in ((task[0], first), (last + 1, task[1])) if t[0] < t[1]]
                 self._start(s)
             progress()
 
@@ -1781,6 +1802,9 @@ def replay_file(path: str | Path) -> list[Finding]:
     doc = load_finding(path)
     data = bytes.fromhex(doc["input"]) if doc.get("input") is not None else None
     pieces = [bytes.fromhex(p) for p in doc["pieces"]] if doc.get("pieces") else None
+    inputs = (doc.get("details") or {}).get("inputs")
+    if data is None and pieces is None and inputs:  # a worker died in a group: each case
+        return [f for x in inputs for f in replay_input(bytes.fromhex(x))]
     return replay_input(data, pieces)
 
 
