@@ -148,15 +148,15 @@ class _Walker:
             return self._logical(schema, "fixed") or ArrowMapping(pa.binary(), None)
         if kind == "array":
             items = self.walk(schema["items"], ns)
-            conv = items.converter
-            return ArrowMapping(pa.list_(items.type), None if conv is None else
-                                (lambda v: None if v is None else [conv(x) for x in v]))
+            item_conv = items.converter
+            return ArrowMapping(pa.list_(items.type), None if item_conv is None else
+                                (lambda v: None if v is None else [item_conv(x) for x in v]))
         if kind == "map":
             values = self.walk(schema["values"], ns)
-            conv = values.converter
-            return ArrowMapping(pa.map_(pa.string(), values.type), None if conv is None else
+            value_conv = values.converter
+            return ArrowMapping(pa.map_(pa.string(), values.type), None if value_conv is None else
                                 (lambda v: None if v is None
-                                 else {k: conv(x) for k, x in v.items()}))
+                                 else {k: value_conv(x) for k, x in v.items()}))
         if isinstance(kind, str) and kind in _PRIMITIVES:
             return self._logical(schema, kind) or ArrowMapping(_PRIMITIVES[kind], None)
         if isinstance(kind, str):
@@ -187,6 +187,8 @@ class _Walker:
     @staticmethod
     def _logical(schema: dict[str, Any], base: str) -> ArrowMapping | None:
         lt = schema.get("logicalType")
+        if not isinstance(lt, str):
+            return None
         if lt == "decimal" and base in ("bytes", "fixed"):
             precision = int(schema.get("precision", 38))
             scale = int(schema.get("scale", 0))

@@ -146,11 +146,10 @@ class SchemaResolver:
         self._lock = threading.RLock()
         self._by_id: dict[int, ParsedSchema | SchemaNotFound] = {}
         self._subject_ids: dict[str, frozenset[int]] = {}
-        self._files: dict[str, Path] | None = None
+        #: folder mode: the .avsc files by stem (empty for a registry)
+        self._files: dict[str, Path] = {} if self.path is None else _scan_folder(self.path)
         self._unframed: ParsedSchema | None = None
-        if self.path is not None:
-            self._scan_folder()
-        elif client is not None and registry is None:
+        if self.path is None and client is not None and registry is None:
             self.registry = (client.config() or {}).get("url", "registry")
 
     @classmethod
@@ -232,18 +231,6 @@ class SchemaResolver:
         return self._parse(schema_id, schema.schema_str, named, origin=self.origin)
 
     # -- folder --------------------------------------------------------------------------
-    def _scan_folder(self) -> None:
-        p = self.path
-        if p.is_file() and p.suffix == ".avsc":
-            self._files = {p.stem: p}
-            return
-        if not p.is_dir():
-            raise SchemaSourceError(f"schema folder {p} does not exist (expected a folder of "
-                                    f"<schema id>.avsc files or one .avsc file)")
-        self._files = {f.stem: f for f in sorted(p.glob("*.avsc"))}
-        if not self._files:
-            raise SchemaSourceError(f"schema folder {p} holds no .avsc files")
-
     def _from_file(self, name: str, schema_id: int | None) -> ParsedSchema:
         f = self._files.get(name)
         if f is None:
@@ -347,6 +334,19 @@ class SchemaResolver:
             self._by_id.clear()
             self._subject_ids.clear()
             self._unframed = None
+
+
+def _scan_folder(p: Path) -> dict[str, Path]:
+    """The ``.avsc`` files of a schema folder (or the one file) by stem."""
+    if p.is_file() and p.suffix == ".avsc":
+        return {p.stem: p}
+    if not p.is_dir():
+        raise SchemaSourceError(f"schema folder {p} does not exist (expected a folder of "
+                                f"<schema id>.avsc files or one .avsc file)")
+    files = {f.stem: f for f in sorted(p.glob("*.avsc"))}
+    if not files:
+        raise SchemaSourceError(f"schema folder {p} holds no .avsc files")
+    return files
 
 
 def _rebuild(registry, path, subject, config) -> SchemaResolver:

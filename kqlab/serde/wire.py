@@ -82,11 +82,12 @@ class WireInfo:
                          "schema_id": self.schema_id, "payload_start": self.payload_start})
 
 
-def _buffers(values: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _buffers(values: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(valid mask, starts, ends) of every value, and the data buffer as uint8."""
     n = len(values)
     bufs = values.buffers()
     odt = np.int64 if pa.types.is_large_binary(values.type) else np.int32
+    offsets: np.ndarray
     if n == 0 or bufs[1] is None:
         offsets = np.zeros(n + 1, dtype=np.int64)
     else:
