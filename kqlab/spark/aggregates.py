@@ -409,11 +409,14 @@ def lookup(sv: SparkVerdicts, partition: int, offset: int, topic: str | None = N
 
 
 def _plain(value: Any) -> Any:
-    """A collected Spark value as Arrow's ``to_pylist`` gives it (Rows as dicts)."""
+    """A collected Spark value as Arrow's ``to_pylist`` gives it: structs (Rows) as dicts,
+    maps as lists of (key, value) pairs."""
     from pyspark.sql import Row
 
     if isinstance(value, Row):
         return {k: _plain(v) for k, v in value.asDict().items()}
+    if isinstance(value, dict):
+        return [(k, _plain(v)) for k, v in value.items()]
     if isinstance(value, list):
         return [_plain(v) for v in value]
     return value

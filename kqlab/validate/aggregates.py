@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -103,7 +103,7 @@ class LocalAggregates:
         if self.codes is not None:
             return self.codes.outcome
         idx = pc.index_in(self.table.column("outcome"), value_set=pa.array(OUTCOME_CODES))
-        return _np(pc.fill_null(idx, 3)).astype(np.int8)
+        return _np(idx.fill_null(3)).astype(np.int8)
 
     @cached_property
     def failures(self) -> FlatFailures:
@@ -111,12 +111,12 @@ class LocalAggregates:
         if self.codes is not None and self.codes.failures is not None:
             return self.codes.failures
         arr = _combined(self.table.column("failures"))
-        flat = pc.list_flatten(arr)
+        flat = cast(pa.StructArray, pc.list_flatten(arr))
         parents = _np(pc.list_parent_indices(arr)).astype(np.int64)
         if not len(flat):
             return parents, pa.array([], pa.string()), np.zeros(0, np.int64), \
                 pa.array([], pa.string())
-        return (parents, flat.field("rule"), _np(pc.fill_null(flat.field("code"), 0))
+        return (parents, flat.field("rule"), _np(flat.field("code").fill_null(0))
                 .astype(np.int64), flat.field("message"))
 
     @cached_property
@@ -134,8 +134,8 @@ class LocalAggregates:
             return self.codes.rule_codes
         _, rules, _, _ = self.failures
         labels = pa.array(self.reason_labels, pa.string())
-        return _np(pc.fill_null(pc.index_in(pc.fill_null(rules, "(unnamed)"),
-                                            value_set=labels), 0)).astype(np.int64)
+        idx = pc.index_in(rules.fill_null(pa.scalar("(unnamed)")), value_set=labels)
+        return _np(idx.fill_null(0)).astype(np.int64)
 
     @cached_property
     def batch_id(self) -> np.ndarray:
@@ -272,15 +272,14 @@ class LocalAggregates:
         b = self.batch_rows
         t = self.table
         first = b["first_row"]
-        label = _partition_labels(t.column("topic").take(pa.array(first)),
-                                  t.column("partition").take(pa.array(first)))
+        label = _partition_labels(t.column("topic").take(first), t.column("partition").take(first))
         partitions_arr = pc.unique(label)
         partitions_arr = partitions_arr.take(pc.array_sort_indices(partitions_arr))
         row = _np(pc.index_in(label, value_set=partitions_arr)).astype(np.int64)
-        partitions = partitions_arr.to_pylist()
+        partitions = [str(x) for x in partitions_arr.to_pylist()]
         points = None
         if 0 < len(culprit_rows) <= max_points:
-            points = (_np(t.column("offset").take(pa.array(culprit_rows))).astype(np.int64),
+            points = (_np(t.column("offset").take(culprit_rows)).astype(np.int64),
                       row[self.batch_id[culprit_rows]])
         # extent of each partition in the sample
         starts, ends = b["start"], b["end"]
@@ -336,15 +335,16 @@ class LocalAggregates:
         batches = self.batches
         exact = self.framing == "exact"
         pid_col = batches.column("producer_id")
-        epoch_col = pa.nulls(batches.num_rows, pa.int16())
+        epoch_col: pa.Array | pa.ChunkedArray = pa.nulls(batches.num_rows, pa.int16())
         sb = sample_batches
         if exact and sb is not None and "producer_epoch" in sb.column_names and \
                 sb.num_rows == batches.num_rows:
             epoch_col = sb.column("producer_epoch")
         label = producer_labels(pid_col, epoch_col)
         bid = self.batch_id
+        per_record: pa.Array | pa.ChunkedArray
         if len(bid) and int(bid[-1]) + 1 == batches.num_rows:
-            per_record = pc.take(label, pa.array(bid))  # records arrive batch by batch
+            per_record = label.take(bid)  # records arrive batch by batch
         else:  # not the replay's own order: match on the batch coordinates, first match wins
             keys = ["topic", "partition", "batch_offset"]
             t = self.table
@@ -352,10 +352,11 @@ class LocalAggregates:
             right = batches.select(keys).append_column("_label", label)
             joined = left.join(right, keys, join_type="left outer").sort_by("_row")
             _, first = np.unique(_np(joined.column("_row")), return_index=True)
-            per_record = joined.column("_label").take(pa.array(first))
-        enc = pc.dictionary_encode(_combined(pc.fill_null(per_record, "unknown batch")))
+            per_record = joined.column("_label").take(first)
+        enc = cast(pa.DictionaryArray, pc.dictionary_encode(
+            _combined(per_record.fill_null(pa.scalar("unknown batch")))))
         codes = _np(enc.indices).astype(np.int64)
-        labels = enc.dictionary.to_pylist()
+        labels = [str(x) for x in enc.dictionary.to_pylist()]
         k = len(labels)
         counts = np.bincount(codes * 4 + self.outcome, minlength=4 * k).reshape(k, 4) \
             if k else np.zeros((0, 4), np.int64)
@@ -374,12 +375,13 @@ class LocalAggregates:
         parents, rules, codes, messages = self.failures
         if not len(rules):
             return TOP_FAILURES_SCHEMA.empty_table()
+        shown: pa.Array | pa.ChunkedArray = messages
         if masked:
             hidden = sorted(masked)
             idx = pc.index_in(rules, value_set=pa.array(hidden, pa.string()))
             replaced = pc.take(pa.array([masked[r] for r in hidden], pa.string()), idx)
-            messages = pc.if_else(pc.is_null(idx), messages, replaced)
-        t = pa.table({"rule": rules, "code": pa.array(codes, pa.int16()), "message": messages,
+            shown = pc.if_else(pc.is_null(idx), messages, replaced)
+        t = pa.table({"rule": rules, "code": pa.array(codes, pa.int16()), "message": shown,
                       "row": pa.array(parents)})
         g = t.group_by(["rule", "code", "message"]).aggregate([("row", "count"), ("row", "min")])
         g = g.sort_by([("row_count", "descending"), ("rule", "ascending"), ("code", "ascending"),
@@ -400,12 +402,13 @@ class LocalAggregates:
         parents, rules, _, _ = self.failures
         valid = pc.is_valid(rules) if len(rules) else pa.array([], pa.bool_())
         if rule is not None:
-            valid = pc.and_(valid, pc.fill_null(pc.equal(rules, rule), False))
+            same = pc.equal(rules, pa.scalar(rule)).fill_null(False)
+            valid = pc.and_(valid, cast(pa.BooleanArray, same))
         keep = _np(valid).astype(bool)
         if not keep.any():
             return schema.empty_table()
-        enc = pc.dictionary_encode(rules.filter(pa.array(keep)))
-        names = enc.dictionary.to_pylist()
+        enc = cast(pa.DictionaryArray, pc.dictionary_encode(rules.filter(pa.array(keep))))
+        names = [str(x) for x in enc.dictionary.to_pylist()]
         rank = np.argsort(np.argsort(np.asarray(names, dtype=object)))
         code = rank[_np(enc.indices).astype(np.int64)]
         key = np.unique(code * max(self.n, 1) + parents[keep])  # distinct, by (rule, record)
@@ -414,7 +417,7 @@ class LocalAggregates:
         pos = np.arange(len(code)) - np.repeat(start, np.diff(np.r_[start, len(code)]))
         take = pos < limit
         by_rank = sorted(names)
-        out = self.table.select(RECORD_VERDICTS_SCHEMA.names).take(pa.array(rows[take]))
+        out = self.table.select(RECORD_VERDICTS_SCHEMA.names).take(rows[take])
         example = pa.array([by_rank[i] for i in code[take].tolist()], pa.string())
         return out.append_column("example_rule", example).cast(schema)
 
@@ -425,48 +428,55 @@ class LocalAggregates:
             self._query = (query, self._select(query))
         selected = self._query[1]
         idx = selected[start:start + limit]
-        return RecordPage(self.table.take(pa.array(idx, pa.int64())), len(selected))
+        return RecordPage(self.table.take(idx), len(selected))
 
     def _select(self, query: RecordQuery) -> np.ndarray:
-        rec = self.table
         outcome = self.outcome
         mask = (outcome == 2) if query.collateral else (outcome != 0)
         if query.reason is not None and not query.collateral:
             parents, rules, _, _ = self.failures
             hit = np.zeros(self.n, dtype=bool)
             if len(rules):
-                hit[parents[_np(pc.fill_null(pc.equal(rules, query.reason), False))
-                            .astype(bool)]] = True
+                same = pc.equal(rules, pa.scalar(query.reason)).fill_null(False)
+                hit[parents[_np(same).astype(bool)]] = True
             mask &= hit
-        conds = []
+        conds: list[pc.Expression] = []
         if query.topic is not None:
-            conds.append(pc.equal(rec.column("topic"), query.topic))
+            conds.append(pc.field("topic") == query.topic)
         if query.partition is not None:
-            conds.append(pc.equal(rec.column("partition"), query.partition))
+            conds.append(pc.field("partition") == query.partition)
         for column, (lo, hi) in (("offset", query.offsets), ("timestamp", query.time)):
             if lo is not None:
-                conds.append(pc.greater_equal(rec.column(column), lo))
+                conds.append(pc.field(column) >= lo)
             if hi is not None:
-                conds.append(pc.less_equal(rec.column(column), hi))
-        for cond in conds:
-            mask &= _np(pc.fill_null(_combined(cond), False)).astype(bool)
+                conds.append(pc.field(column) <= hi)
+        if conds:
+            where = conds[0]
+            for cond in conds[1:]:
+                where = where & cond
+            # only the rows the outcome and reason kept are compared (usually few)
+            rows = np.flatnonzero(mask)
+            kept = self.table.select(["topic", "partition", "offset", "timestamp"]).take(rows)
+            kept = kept.append_column("_row", pa.array(rows, pa.int64()))
+            return _np(kept.filter(where).column("_row")).astype(np.int64)
         return np.flatnonzero(mask)
 
     def lookup(self, partition: int, offset: int, topic: str | None = None
                ) -> RecordLookup | None:
         """One record's verdict, its batch's, and the failures of its batch (Arrow filters)."""
-        cond = pc.and_(pc.equal(self.table.column("partition"), partition),
-                       pc.equal(self.table.column("offset"), offset))
+        cond = (pc.field("partition") == partition) & (pc.field("offset") == offset)
         if topic is not None:
-            cond = pc.and_(cond, pc.equal(self.table.column("topic"), topic))
+            cond = cond & (pc.field("topic") == topic)
         record = _first(self.table, cond)
         if record is None:
             return None
-        where = (record["topic"], record["partition"], record["batch_offset"])
-        batch = _first(self.batches, _batch_mask(self.batches, *where))
-        siblings = self.table.filter(_batch_mask(self.table, *where))
+        where = (pc.field("topic") == record["topic"]) & \
+            (pc.field("partition") == record["partition"]) & \
+            (pc.field("batch_offset") == record["batch_offset"])
+        batch = _first(self.batches, where)
+        siblings = self.table.filter(where)
         flat = pc.list_flatten(_combined(siblings.column("failures")))
-        return RecordLookup(record, batch, flat.to_pylist())
+        return RecordLookup(record, batch, [f for f in flat.to_pylist() if f is not None])
 
 
 def producer_labels(pid: pa.Array | pa.ChunkedArray, epoch: pa.Array | pa.ChunkedArray
@@ -475,11 +485,13 @@ def producer_labels(pid: pa.Array | pa.ChunkedArray, epoch: pa.Array | pa.Chunke
     for -1 or null) — the producer groups' labels, the same in both engines."""
     pid_s = pc.cast(pid, pa.string())
     epoch_s = pc.cast(epoch, pa.string())
-    return pc.if_else(pc.fill_null(pc.less(pid, 0), True), pa.scalar("no producer id"),
-                      pc.if_else(pc.is_null(epoch_s),
-                                 pc.binary_join_element_wise("pid ", pid_s, ""),
-                                 pc.binary_join_element_wise("pid ", pid_s, " · epoch ",
-                                                             epoch_s, "")))
+    # (the stubs type joins of arrays only, or of scalars only; Arrow broadcasts a mix)
+    text = pc.binary_join_element_wise(  # type: ignore[call-overload]
+        pa.scalar("pid "), pid_s, pa.scalar(""))
+    with_epoch = pc.binary_join_element_wise(  # type: ignore[call-overload]
+        pa.scalar("pid "), pid_s, pa.scalar(" · epoch "), epoch_s, pa.scalar(""))
+    return pc.if_else(pc.less(pid, pa.scalar(0)).fill_null(True), pa.scalar("no producer id"),
+                      pc.if_else(pc.is_null(epoch_s), text, with_epoch))
 
 
 class LocalView:
@@ -553,20 +565,15 @@ class LocalView:
 
 def _partition_labels(topic: pa.Array | pa.ChunkedArray,
                       partition: pa.Array | pa.ChunkedArray) -> pa.Array:
-    return _combined(pc.binary_join_element_wise(pc.cast(topic, pa.string()), "-",
-                                                 pc.cast(partition, pa.string()), ""))
+    joined = pc.binary_join_element_wise(  # type: ignore[call-overload]
+        pc.cast(topic, pa.string()), pa.scalar("-"), pc.cast(partition, pa.string()),
+        pa.scalar(""))
+    return _combined(joined)
 
 
-def _first(table: pa.Table, mask: pa.Array | pa.ChunkedArray) -> dict[str, Any] | None:
-    rows = table.filter(mask)
+def _first(table: pa.Table, where: pc.Expression) -> dict[str, Any] | None:
+    rows = table.filter(where)
     return rows.slice(0, 1).to_pylist()[0] if rows.num_rows else None
-
-
-def _batch_mask(table: pa.Table, topic: str, partition: int, batch_offset: int
-                ) -> pa.Array | pa.ChunkedArray:
-    return pc.and_(pc.and_(pc.equal(table.column("topic"), topic),
-                           pc.equal(table.column("partition"), partition)),
-                   pc.equal(table.column("batch_offset"), batch_offset))
 
 
 def _first_of_runs(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

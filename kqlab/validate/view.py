@@ -59,13 +59,16 @@ __all__ = ["OUTCOME_CODES", "REASONS_SCHEMA", "TOP_FAILURES_SCHEMA", "OutcomeGro
 #: could not judge the batch)
 OUTCOME_CODES = ("accepted", "rejected", "collateral", "undetermined")
 
-REASONS_SCHEMA = pa.schema([("reason", pa.string()), ("culprit", pa.int64()),
-                            ("collateral", pa.int64()), ("not_enforced", pa.int64())])
+_REASONS: list[tuple[str, pa.DataType]] = [
+    ("reason", pa.string()), ("culprit", pa.int64()), ("collateral", pa.int64()),
+    ("not_enforced", pa.int64())]
+REASONS_SCHEMA = pa.schema(_REASONS)
 
-TOP_FAILURES_SCHEMA = pa.schema([("rule", pa.string()), ("code", pa.int16()),
-                                 ("message", pa.string()), ("records", pa.int64()),
-                                 ("topic", pa.string()), ("partition", pa.int32()),
-                                 ("offset", pa.int64())])
+_TOP_FAILURES: list[tuple[str, pa.DataType]] = [
+    ("rule", pa.string()), ("code", pa.int16()), ("message", pa.string()),
+    ("records", pa.int64()), ("topic", pa.string()), ("partition", pa.int32()),
+    ("offset", pa.int64())]
+TOP_FAILURES_SCHEMA = pa.schema(_TOP_FAILURES)
 
 _NICE_MS = (1_000, 5_000, 10_000, 30_000, 60_000, 300_000, 900_000, 1_800_000, 3_600_000,
             3 * 3_600_000, 6 * 3_600_000, 12 * 3_600_000, 86_400_000, 7 * 86_400_000)

@@ -1,7 +1,8 @@
 """The workbench's ReplayPanel and Workbench on the Spark engine (a real local SparkSession):
 the Spark verdicts equal the local engine's, the panel's bar follows the Spark tasks, the
-workbench shows the Spark result in its explorer and figures, and *Cancel* stops a running
-Spark job through its job group."""
+workbench shows the Spark result in its explorer and figures (through the verdicts
+interface, nothing collected), and *Cancel* stops a running Spark job through its job
+group."""
 
 from __future__ import annotations
 
@@ -82,15 +83,37 @@ def test_workbench_shows_a_spark_replay(spark, clicks, tmp_path):
     assert wb.verdicts is wb.editor.verdicts
 
 
-def test_workbench_spark_replay_beyond_the_explore_limit(spark, clicks):
+def test_workbench_browses_a_spark_replay_without_collecting_it(spark, clicks, monkeypatch):
+    """The explorer pages a Spark replay with Spark filters and every figure is a Spark
+    aggregation, whatever the sample size: no record verdict reaches the driver (an explore
+    limit used to cut the workbench down to two aggregated figures above it)."""
+    from kqlab.spark.verdicts import SparkVerdicts
+    from kqlab.validate.view import RecordQuery
+    from kqlab.viz import ViewError
+
     folder, policy = clicks
     wb = Workbench(str(folder), policy, now=NOW)
+    local = wb.verdicts
     wb.panel.master = spark.sparkContext.master
-    wb.explore_limit = 10
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("the workbench collected record verdicts")
+
+    monkeypatch.setattr(SparkVerdicts, "to_local", refuse)
+    monkeypatch.setattr(SparkVerdicts, "record_reasons", refuse)
     result = wb.replay(engine="spark")
-    assert result.n_records > 10
-    assert "explore_limit=10" in wb.explorer.error.value  # says why and what to use instead
-    assert set(wb.figures) == {"reasons", "timeline"}  # the Spark-aggregated views only
+    assert wb.verdicts is result and set(wb.figures) == {"reasons", "offsets", "timeline"}
+    rule = local.by_reason().column("reason")[0].as_py()  # the reason refusing the most
+    size = wb.explorer.page_size
+    pages = [wb.explorer.set_filter(reason=rule), wb.explorer.next_page()]
+    want = [local.find(RecordQuery(reason=rule), start, size) for start in (0, size)]
+    assert wb.explorer.matches == want[0].matches > size
+    for got, page in zip(pages, want, strict=True):
+        assert [(r["partition"], r["offset"]) for r in got] == [
+            (r["partition"], r["offset"]) for r in page.rows.to_pylist()]
+    first = pages[0][0]
+    with pytest.raises(ViewError, match="pass sample="):  # a detail reads the record's bytes
+        wb.explorer.show_record(first["partition"], first["offset"], topic=first["topic"])
 
 
 def test_cancel_stops_a_running_spark_job(spark, clicks):

@@ -1,6 +1,6 @@
 """The static HTML report of a Spark replay: the same report as the local replay's (figures,
-top failures, summaries, masking), built from Spark aggregations; and `kqlab report --engine
-spark`."""
+top failures, summaries, masking), built from Spark aggregations without collecting record
+verdicts; and `kqlab report --engine spark`."""
 
 from __future__ import annotations
 
@@ -50,11 +50,20 @@ def test_top_failures_on_spark_with_masking(orders):
     assert amounts and all(not re.search(r"got -?\d", m) for m in amounts), amounts
 
 
-def test_offsets_view_left_out_above_the_limit(orders):
+def test_report_collects_no_record_verdicts(orders, monkeypatch):
+    """Every view of a Spark report is drawn from Spark aggregations, the partition × offset
+    view included (it used to be drawn from collected verdicts, and left out above a limit):
+    neither the verdicts nor their per-record reasons reach the driver."""
     _, policy, _, sv = orders
-    html = report(sv, policy, spark_offsets_limit=10)
-    assert "Where in each partition" not in html
-    assert "spark_offsets_limit=10" in html and "Why records were rejected" in html
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("the report collected record verdicts")
+
+    monkeypatch.setattr(type(sv), "to_local", refuse)
+    monkeypatch.setattr(type(sv), "record_reasons", refuse)
+    html = report(sv, policy)
+    assert "Where in each partition" in html and "Why records were rejected" in html
+    assert 'id="kqlab-offsets"' in html and "left out" not in html
 
 
 def test_cli_report_engine_spark(orders, tmp_path):
