@@ -101,7 +101,7 @@ class _PolicyInput:
     #: where each rule's messages start in ``messages``, and the rule results they came from
     bases: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     sources: tuple[RuleResult, ...] = ()
-    #: the rule id behind each entry of ``messages``
+    #: the rule id behind each entry of ``messages`` (dictionary-encoded: one id per rule)
     rules: pa.Array = field(default_factory=lambda: pa.array([], pa.string()))
 
     def origin(self, f: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -283,7 +283,8 @@ class Assembler:
                 rec = u[text]
                 same[text] = pc.fill_null(pc.and_(
                     pc.equal(old.at(rec), new.at(rec)),
-                    pc.equal(old.rules_at(rec), new.rules_at(rec))), False).to_numpy(
+                    pc.equal(old.rules_at(rec).cast(pa.string()),
+                             new.rules_at(rec).cast(pa.string()))), False).to_numpy(
                     zero_copy_only=False).astype(bool)
         return np.unique(self.rows[u[~same]])
 
@@ -325,12 +326,14 @@ class Assembler:
             arrows.append(arrow)
             bases.append(base)
             sources.append(results[rule.id])
-            names.append(pa.repeat(pa.scalar(rule.id, pa.string()), len(idx)))
+            names.append((rule.id, len(idx)))
             base += len(idx)
         empty = pa.array([], pa.string())
+        rule_of = pa.DictionaryArray.from_arrays(
+            pa.array(np.repeat(np.arange(len(names), dtype=np.int32), [k for _, k in names])),
+            pa.array([r for r, _ in names], pa.string()))
         pin = _PolicyInput(first, pa.concat_arrays(arrows, POOL) if arrows else empty,
-                           np.asarray(bases, dtype=np.int64), tuple(sources),
-                           pa.concat_arrays(names, POOL) if names else empty)
+                           np.asarray(bases, dtype=np.int64), tuple(sources), rule_of)
         has = first >= 0
         config = TopicConfig.from_dict(dict(policy.broker.configs), policy.broker.version)
         verdicts = self.broker(config, now, profile, pin)
