@@ -113,7 +113,7 @@ TOPIC, PARTITION = "t", 0
 #: one case may take this long before it counts as a hang
 CASE_SECONDS = 2.0
 #: cases per decode / broker_verdicts call (amortises their fixed cost)
-GROUP = 64
+GROUP = 128
 #: cases per task handed to a worker process
 CHUNK = 1024
 #: a worker silent for this long is stuck where SIGALRM cannot reach (C code) or dead
