@@ -1135,6 +1135,7 @@ def run_log(pieces: list[bytes], setups: Sequence[tuple[str, dict[str, Any]]],
         st["log-rows"] += len(want)
         for w in want:
             st[f"log-verdict|{w['error_code']} {w['error_name']}"] += 1
+            st[f"log-check|{w['check']}"] += 1
         bad = _verdict_invariants(want, False)
         if bad:
             res.findings.append(Finding("invalid", f"{name}|validate_batches",
@@ -1729,6 +1730,7 @@ def summary(col: Collector, seconds: float, seed: int, jobs: int, saved: list[st
         "checks": sub("check|"),
         "log_rows": st["log-rows"],
         "log_verdicts": sub("log-verdict|"),
+        "log_checks": sub("log-check|"),
         "undetermined": sub("undetermined|"),
         "slow_groups": st["slow-groups"],
         "groups_not_isolated": st["groups-not-isolated"],
