@@ -90,7 +90,7 @@ def _policy_text(policy: Policy, unmask: bool | None) -> str:
     from kqlab.viz._masking import MASK, masker
 
     m = masker(policy, unmask)
-    data = policy_to_dict(policy)
+    data: dict[str, Any] = policy_to_dict(policy)  # plain data, walked by the file's keys
     if m.active:
         for rule in data.get("rules", ()):
             for items in rule.get("examples", {}).values():

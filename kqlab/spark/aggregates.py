@@ -49,15 +49,10 @@ _OWN = ("CASE WHEN size(filter(failures, f -> coalesce(f.code, 0) != 0)) > 0 THE
         f"coalesce(filter(failures, f -> coalesce(f.code, 0) != 0)[0].rule, '{UNNAMED}') END")
 
 
-def _sf() -> Any:
-    from pyspark.sql import functions as sf
-
-    return sf
-
-
 def _label() -> Column:
     """``topic-partition``, as the views label a partition."""
-    sf = _sf()
+    from pyspark.sql import functions as sf
+
     return sf.concat(sf.col("topic"), sf.lit("-"), sf.col("partition").cast("string"))
 
 
@@ -66,8 +61,8 @@ def reasoned(sv: SparkVerdicts) -> DataFrame:
     number within the unit) and ``reason`` (null for accepted records and rejections without
     an enforced failure)."""
     from pyspark.sql import Window
+    from pyspark.sql import functions as sf
 
-    sf = _sf()
     w = Window.partitionBy("unit").orderBy("seq")
     key = sf.struct("topic", "partition", "batch_offset")
     df = sv.raw_records.select(
@@ -89,7 +84,8 @@ def reasoned(sv: SparkVerdicts) -> DataFrame:
 def reason_labels(sv: SparkVerdicts) -> list[str]:
     """Every rule or check among the failures, in order of first appearance (log order, then
     place in the record's failures): the local engine's label order."""
-    sf = _sf()
+    from pyspark.sql import functions as sf
+
     rows = (sv.raw_records.select("unit", "seq", sf.posexplode("failures").alias("i", "f"))
             .groupBy(sf.coalesce(sf.col("f.rule"), sf.lit(UNNAMED)).alias("rule"))
             .agg(sf.min(sf.struct("unit", "seq", "i")).alias("at")).collect())
@@ -99,7 +95,8 @@ def reason_labels(sv: SparkVerdicts) -> list[str]:
 def by_reason(sv: SparkVerdicts) -> pa.Table:
     """The reasons table: culprits per enforced rule (distinct records), failures not
     enforced, collateral records per batch reason; ordered as the local engine orders it."""
-    sf = _sf()
+    from pyspark.sql import functions as sf
+
     flat = sv.raw_records.select("unit", "seq", sf.explode("failures").alias("f")).select(
         "unit", "seq", sf.coalesce(sf.col("f.rule"), sf.lit(UNNAMED)).alias("rule"),
         sf.coalesce(sf.col("f.code"), sf.lit(0)).alias("code"))
@@ -125,8 +122,8 @@ def spans(sv: SparkVerdicts, max_spans: int = 2000, max_points: int = 0) -> Span
     """Runs of rejected batches per partition: batches and their runs found with window
     functions, one row per run collected (then coarsened like the local engine's)."""
     from pyspark.sql import Window
+    from pyspark.sql import functions as sf
 
-    sf = _sf()
     labels = reason_labels(sv)
     at = {name: i for i, name in enumerate(labels)}
     rs = reasoned(sv)
@@ -206,7 +203,8 @@ def _ints(t: pa.Table, name: str) -> np.ndarray:
 def timeline_bucket(sv: SparkVerdicts, max_buckets: int) -> int:
     """The local engine's bucket choice as Spark aggregations: a round bucket for the
     0.1–99.9 % timestamp range, the full range when that leaves too many buckets."""
-    sf = _sf()
+    from pyspark.sql import functions as sf
+
     ts = sv.records.select("timestamp")
     if sv.n_records <= EXACT_PERCENTILE_RECORDS:  # linear interpolation, as numpy's default
         q = sf.percentile("timestamp", sf.array(sf.lit(0.001), sf.lit(0.999)))
@@ -228,7 +226,8 @@ def timeline(sv: SparkVerdicts, bucket_ms: int | None = None, max_buckets: int =
              max_reasons: int = 8) -> tuple[pa.Table, int]:
     """Records per bucket, rejected ones per top reason (by their first enforced failure,
     ties by name; the rest as ``other``), collateral as one series; and the bucket size."""
-    sf = _sf()
+    from pyspark.sql import functions as sf
+
     if sv.n_records == 0:
         return pa.table({"bucket": pa.array([], pa.int64()),
                          "total": pa.array([], pa.int64())}), bucket_ms or 60_000
@@ -270,7 +269,8 @@ def producer_outcomes(sv: SparkVerdicts, sample_batches: pa.Table | None = None
     joined to its batch's verdict on (unit, topic, partition, batch offset), the first such
     batch winning; epochs from ``sample_batches`` (exact framing), matched on the batch
     coordinates."""
-    sf = _sf()
+    from pyspark.sql import functions as sf
+
     keys = ["unit", "topic", "partition", "batch_offset"]
     batches = (sv.raw_batches.groupBy(*keys)
                .agg(sf.min_by("producer_id", "seq").alias("producer_id"))
@@ -325,7 +325,8 @@ def top_failures(sv: SparkVerdicts, limit: int = 50, masked: Mapping[str, str] |
     """The most frequent (rule, code, message): one Spark aggregation, ``limit`` rows
     collected.  ``masked`` replaces a rule's messages before grouping (a CASE on the rule
     id); the example is the first record in log order."""
-    sf = _sf()
+    from pyspark.sql import functions as sf
+
     f = sv.raw_records.select("unit", "seq", "topic", "partition", "offset",
                               sf.explode("failures").alias("f"))
     message = sf.col("f.message")
@@ -350,7 +351,8 @@ def top_failures(sv: SparkVerdicts, limit: int = 50, masked: Mapping[str, str] |
 
 def query_filter(query: RecordQuery) -> Column:
     """``query`` as a Spark condition over the record verdicts."""
-    sf = _sf()
+    from pyspark.sql import functions as sf
+
     cond = (sf.col("outcome") == "collateral") if query.collateral else \
         (sf.col("outcome") != "accepted")
     if query.reason is not None and not query.collateral:
@@ -387,9 +389,10 @@ def lookup(sv: SparkVerdicts, partition: int, offset: int, topic: str | None = N
            ) -> RecordLookup | None:
     """One record's verdict (the first in log order at these coordinates), its batch's
     verdict and the failures of its batch: three filtered collects of a few rows."""
+    from pyspark.sql import functions as sf
+
     from kqlab.validate.verdicts import RECORD_VERDICTS_SCHEMA, REPLAY_BATCHES_SCHEMA
 
-    sf = _sf()
     cond = (sf.col("partition") == int(partition)) & (sf.col("offset") == int(offset))
     if topic is not None:
         cond = cond & (sf.col("topic") == topic)

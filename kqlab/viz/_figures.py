@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import plotly.graph_objects as go
+import pyarrow as pa
 
 from kqlab.viz._groups import (
     SampleLike,
@@ -206,7 +207,7 @@ def _duration(ms: int) -> str:
 
 
 # -- grouped by record properties ----------------------------------------------------------------
-def _outcome_bars(table: Any, title: str, note: str | None, axis: str) -> go.Figure:
+def _outcome_bars(table: pa.Table, title: str, note: str | None, axis: str) -> go.Figure:
     cols = table.to_pydict()
     groups = cols.pop("group")
     fig = _figure()

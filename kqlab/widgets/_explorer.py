@@ -51,6 +51,7 @@ class RejectionExplorer:
         self.detail: RecordDetail | None = None
         self.matches = 0
         self._query = RecordQuery()
+        self._muted = False  # set_filter sets several controls: their observers wait
         self.reason = css(w.Dropdown(options=[ALL], description="reason"), "filter_reason")
         self.partition = css(w.Dropdown(options=[ALL], description="partition"),
                              "filter_partition")
@@ -158,7 +159,7 @@ class RejectionExplorer:
         return _Quiet(self)
 
     def _from_controls(self) -> None:
-        if getattr(self, "_muted", False) or self.verdicts is None:
+        if self._muted or self.verdicts is None:
             return
         try:
             self._filters = {
