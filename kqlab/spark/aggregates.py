@@ -330,8 +330,9 @@ def top_failures(sv: SparkVerdicts, limit: int = 50, masked: Mapping[str, str] |
     f = sv.raw_records.select("unit", "seq", "topic", "partition", "offset",
                               sf.explode("failures").alias("f"))
     message = sf.col("f.message")
-    for rule in sorted(masked or {}):
-        message = sf.when(sf.col("f.rule") == rule, sf.lit(masked[rule])).otherwise(message)  # type: ignore[index]
+    replace = dict(masked or {})
+    for rule in sorted(replace):
+        message = sf.when(sf.col("f.rule") == rule, sf.lit(replace[rule])).otherwise(message)
     g = (f.select(sf.col("f.rule").alias("rule"), sf.col("f.code").alias("code"),
                   message.alias("message"),
                   sf.struct("unit", "seq", "topic", "partition", "offset").alias("at"))

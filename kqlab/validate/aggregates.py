@@ -485,11 +485,8 @@ def producer_labels(pid: pa.Array | pa.ChunkedArray, epoch: pa.Array | pa.Chunke
     for -1 or null) — the producer groups' labels, the same in both engines."""
     pid_s = pc.cast(pid, pa.string())
     epoch_s = pc.cast(epoch, pa.string())
-    # (the stubs type joins of arrays only, or of scalars only; Arrow broadcasts a mix)
-    text = pc.binary_join_element_wise(  # type: ignore[call-overload]
-        pa.scalar("pid "), pid_s, pa.scalar(""))
-    with_epoch = pc.binary_join_element_wise(  # type: ignore[call-overload]
-        pa.scalar("pid "), pid_s, pa.scalar(" · epoch "), epoch_s, pa.scalar(""))
+    text = _join("pid ", pid_s)
+    with_epoch = _join("pid ", pid_s, " · epoch ", epoch_s)
     return pc.if_else(pc.less(pid, pa.scalar(0)).fill_null(True), pa.scalar("no producer id"),
                       pc.if_else(pc.is_null(epoch_s), text, with_epoch))
 
@@ -565,10 +562,16 @@ class LocalView:
 
 def _partition_labels(topic: pa.Array | pa.ChunkedArray,
                       partition: pa.Array | pa.ChunkedArray) -> pa.Array:
-    joined = pc.binary_join_element_wise(  # type: ignore[call-overload]
-        pc.cast(topic, pa.string()), pa.scalar("-"), pc.cast(partition, pa.string()),
-        pa.scalar(""))
-    return _combined(joined)
+    return _join(pc.cast(topic, pa.string()), "-", pc.cast(partition, pa.string()))
+
+
+def _join(*parts: str | pa.Array | pa.ChunkedArray) -> pa.Array:
+    """String columns and constants concatenated element-wise (constants as columns: one
+    array type for Arrow's join, which the type stubs require; the columns are per batch,
+    so the constants cost little)."""
+    n = next(len(p) for p in parts if not isinstance(p, str))
+    cols = [pa.repeat(pa.scalar(p), n) if isinstance(p, str) else _combined(p) for p in parts]
+    return pc.binary_join_element_wise(*cols, pa.repeat(pa.scalar(""), n))
 
 
 def _first(table: pa.Table, where: pc.Expression) -> dict[str, Any] | None:
