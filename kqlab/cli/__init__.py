@@ -4,7 +4,8 @@
 (:mod:`~kqlab.cli.sample`), ``snapshot`` (:mod:`~kqlab.cli.snapshot`), ``demo``
 (:mod:`~kqlab.cli.demo`), ``test`` and ``suggest`` (:mod:`~kqlab.cli.policy`), ``report``
 (:mod:`~kqlab.cli.report`), ``export`` (:mod:`~kqlab.cli.export`), ``gate``
-(:mod:`~kqlab.cli.gate`).  Each module adds its parser (``add_parser``) and binds it to its
+(:mod:`~kqlab.cli.gate`), ``verify`` (:mod:`~kqlab.cli.verify`), ``import``
+(:mod:`~kqlab.cli.import_`).  Each module adds its parser (``add_parser``) and binds it to its
 command function (``set_defaults(run=...)``); :func:`main` only parses and dispatches.
 
 Every command takes ``--json`` and then prints exactly one JSON document on stdout, for scripts.
@@ -19,14 +20,27 @@ import argparse
 import sys
 
 from kqlab._version import __version__
-from kqlab.cli import demo, export, gate, inspect, policy, replay, report, sample, snapshot
+from kqlab.cli import (
+    demo,
+    export,
+    gate,
+    import_,
+    inspect,
+    policy,
+    replay,
+    report,
+    sample,
+    snapshot,
+    verify,
+)
 from kqlab.cli._common import EXIT_OK, EXIT_REQUEST
 from kqlab.errors import KqlabError
 
 __all__ = ["build_parser", "main"]
 
 #: the command modules, in the order ``kqlab --help`` lists them
-_COMMANDS = (inspect, replay, sample, snapshot, demo, policy, report, export, gate)
+_COMMANDS = (inspect, replay, sample, snapshot, demo, policy, report, export, gate, verify,
+             import_)
 
 
 def build_parser() -> argparse.ArgumentParser:

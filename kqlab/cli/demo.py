@@ -6,6 +6,8 @@
   sampled back.
 * ``--spark``: every demo topic on Spark and locally, every verdict compared (exit 1 when the
   engines disagree).
+* ``--verify``: the demo policy deployed as exported, checked by ``kqlab verify``, then drift
+  planted and found (:func:`kqlab.cli.verify.cmd_demo_verify`).
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ def add_parser(sub: SubParsers) -> None:
     demo.add_argument("--spark", action="store_true",
                       help="the demo topics replayed on Spark and locally: the parity check "
                       "(identical verdicts from both engines)")
+    demo.add_argument("--verify", action="store_true",
+                      help="the demo policy deployed as exported (in-memory registry, the "
+                      "embedded broker, a gate config), verified clean, then drift planted on "
+                      "every target and found by kqlab verify")
     demo.add_argument("--master", default=None,
                       help="Spark master for --spark (default local[*])")
     add_json_flag(demo)
@@ -60,6 +66,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return cmd_demo_topics(args)
     if args.spark:
         return cmd_demo_spark(args)
+    if args.verify:
+        from kqlab.cli.verify import cmd_demo_verify
+
+        return cmd_demo_verify(args)
 
     from kqlab.kafka.log import read_log
     from kqlab.policy import load_policy

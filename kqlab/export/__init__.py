@@ -11,7 +11,10 @@ imported only when used, so ``import kqlab.export`` stays light:
 ``kip``            KIP-940 / KIP-729 broker and topic properties (proposed API, not in Kafka)
 ``topic-policy``   KIP-108 topic-config requirements, checks and a create-topics dry run
 ``gate``           the config file a kqlab validating gate takes (minimal)
+``odcs``           an Open Data Contract Standard v3 contract (``kqlab import odcs`` reads it back)
 =================  ==========================================================================
+
+:func:`kqlab.export.verify.verify` reads what is deployed and diffs it against the policy.
 
 :func:`export` builds one target's :class:`~kqlab.export.base.Export` (files, per-rule
 fidelity, behaviour differences, provenance embedded, secrets refused);
@@ -71,7 +74,7 @@ class Target:
 
     name: str
     title: str
-    where: str  # client | proxy | broker | admin | gate
+    where: str  # client | proxy | broker | admin | gate | contract
     module: str
     proposed: bool = False
 
@@ -94,6 +97,8 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("topic-policy", "Topic-config policy (KIP-108 CreateTopicPolicy)", "admin",
            "kqlab.export.topic_policy"),
     Target("gate", "kqlab validating gate config", "gate", "kqlab.export.gate"),
+    Target("odcs", "Open Data Contract Standard v3 (schema + quality rules)", "contract",
+           "kqlab.export.odcs"),
 )}
 
 

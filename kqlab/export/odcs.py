@@ -1,0 +1,732 @@
+"""Open Data Contract Standard v3: a policy as an ODCS contract, and an ODCS contract as a policy.
+
+Data catalogs and contract tools (datacontract-cli, Soda, Atlan, ...) speak ODCS; kqlab
+policies speak Kafka.  :func:`build` writes a policy as one ODCS v3 document with the
+standard's own pydantic model (package ``open-data-contract-standard``), and
+:func:`import_odcs` reads one back, so that ``import_odcs(build(p)) == p`` — the policy
+equality of :class:`~kqlab.policy.model.Policy`, hence the same ``content_hash()``.
+
+The mapping, every rule being one ODCS quality rule named by its id:
+
+* the record's value fields become nested schema ``properties`` (paths from the field rules
+  and the sensitive fields; ``classification: sensitive`` marks the latter); unconditional
+  reject-mode field rules also become the standard's schema constraints — ``required`` from
+  ``field_not_null``, ``logicalType`` from ``field_type`` (or what ``field_range`` /
+  ``field_regex`` imply), ``logicalTypeOptions`` from ranges, lengths and patterns;
+* rules ODCS expresses are its ``library`` metrics on the field's property:
+  ``field_not_null`` → ``nullValues`` must be 0, ``field_in`` → ``invalidValues`` must be 0
+  with ``arguments.validValues``, ``field_regex`` → ``invalidValues`` with
+  ``arguments.pattern``;
+* every other kind is a ``custom`` quality rule with ``engine: kqlab``: its CEL text as the
+  ``implementation`` where it has one (``cel`` rules; field ranges, lengths and types through
+  :func:`kqlab.validate.fields.field_rule_to_cel`), else the rule's own parameters as a
+  mapping (headers, sizes, timestamps, wire format, schemas, plugins);
+* what the standard has no place for (message, ``when``, mode, golden examples, parameters
+  the standard fields do not carry, the rule's position) rides along in a ``kqlabRule``
+  custom property (vendor ``kqlab``), and the policy's own sections (topics, broker settings,
+  enforcement profile, key/value formats, masking, provenance) in ``kqlab*`` custom
+  properties of the contract.
+
+Importing a contract kqlab did not write works too: library metrics, ``engine: kqlab`` (or
+``cel``) custom rules and the schema constraints become rules with ids derived from the field
+and check; whatever has no kqlab meaning (row counts, duplicates, SQL, text) is listed in
+:attr:`OdcsImport.skipped` with the reason, never silently dropped.
+
+Credentials are never written: sensitive keys of a schema source's ``config`` and user info
+in a registry URL are left out (so a policy holding them imports back without them).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kqlab.errors import KqlabError
+from kqlab.export.base import (
+    APPROXIMATE,
+    EXACT,
+    NOT_EXPRESSIBLE,
+    Export,
+    RuleFidelity,
+    comment_block,
+    provenance,
+    provenance_lines,
+    public_url,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from open_data_contract_standard.model import OpenDataContractStandard
+
+__all__ = ["API_VERSION", "OdcsError", "OdcsImport", "build", "dump_contract", "import_odcs",
+           "to_odcs"]
+
+TITLE = "Open Data Contract Standard v3 (schema + quality rules)"
+#: the ODCS version written: v3.2.0 is the first with a custom property's `vendor`
+API_VERSION = "v3.2.0"
+VENDOR = "kqlab"
+ENGINE = "kqlab"
+#: the policy sections carried as contract-level custom properties, in policy-file order
+_SECTIONS = {"topics": "kqlabTopics", "broker": "kqlabBroker", "enforcement": "kqlabEnforcement",
+             "key": "kqlabKey", "value": "kqlabValue", "sensitive": "kqlabSensitive",
+             "provenance": "kqlabProvenance"}
+_STABLE_ID = re.compile(r"[A-Za-z0-9_-]+\Z")
+_RULE_ID_CHARS = re.compile(r"[^a-z0-9._-]+")
+#: the ODCS logical types that are JSON types kqlab's field_type checks
+_JSON_TYPES = ("string", "number", "integer", "boolean", "object", "array")
+_DIMENSIONS = {"presence": "completeness", "size": "conformity", "header": "conformity",
+               "timestamp": "timeliness", "wire": "conformity", "schema": "conformity",
+               "json": "conformity", "field": "conformity"}
+_SENSITIVE_CLASSES = ("sensitive", "restricted", "confidential", "pii", "secret")
+
+BEHAVIOUR = (
+    "a contract document, not an enforcement point: catalogs and contract tools read it, "
+    "kqlab imports it back (kqlab import odcs) to the identical policy",
+    "library metrics (nullValues, invalidValues) are checked by ODCS tools over a data set "
+    "(counts must be 0); kqlab judges each record, with the same outcome per record",
+    "custom rules (engine kqlab) carry their CEL text or kqlab parameters: other ODCS tools "
+    "show them but do not run them",
+    "the record's key, headers, timestamps and batch framing have no place in the ODCS "
+    "schema: rules on them are custom rules at the schema object's level",
+)
+
+
+class OdcsError(KqlabError, ValueError):
+    """An ODCS document cannot be read as a policy (the message says where and why)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OdcsImport:
+    """What :func:`import_odcs` made of a contract: the policy, and everything it left out."""
+
+    policy: Any
+    #: ``"<where>: <what> — <why>"`` per quality rule or constraint with no kqlab meaning
+    skipped: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape ``kqlab import odcs --json`` prints."""
+        return {"policy": self.policy.name, "content_hash": self.policy.content_hash(),
+                "rules": [r.id for r in self.policy.rules], "skipped": list(self.skipped),
+                "notes": list(self.notes)}
+
+
+# ------------------------------------------------------------------------ shared mapping
+
+@dataclass(slots=True)
+class _Prop:
+    """A node of the value-field tree while it is being built."""
+
+    name: str
+    children: dict[str, _Prop] = field(default_factory=dict)
+    constraints: dict[str, Any] = field(default_factory=dict)
+    quality: list[Any] = field(default_factory=list)
+    sensitive: bool = False
+
+
+def _field_kinds() -> tuple[str, ...]:
+    from kqlab.validate.fields import FIELD_KINDS
+
+    return tuple(FIELD_KINDS)
+
+
+def _standard(rule: Any) -> tuple[dict[str, Any], tuple[str, ...]] | None:
+    """The ODCS library metric of a rule the standard expresses, and the parameters those
+    fields carry; None for every other rule."""
+    if rule.kind == "field_not_null":
+        return {"type": "library", "metric": "nullValues", "mustBe": 0}, ("field",)
+    if rule.kind == "field_in":
+        from kqlab.policy.model import thaw
+
+        return {"type": "library", "metric": "invalidValues", "mustBe": 0,
+                "arguments": {"validValues": thaw(rule.params["values"])}}, ("field", "values")
+    if rule.kind == "field_regex":
+        return {"type": "library", "metric": "invalidValues", "mustBe": 0,
+                "arguments": {"pattern": rule.params["pattern"]}}, ("field", "pattern")
+    return None
+
+
+def _cel_text(rule: Any) -> str | None:
+    """The CEL a rule amounts to, when it has one (``cel`` rules and field rules)."""
+    if rule.kind == "cel":
+        return str(rule.params["expr"])
+    if rule.kind in _field_kinds():
+        from kqlab.validate.fields import FieldRuleError, field_rule_to_cel
+
+        try:
+            return field_rule_to_cel(rule)
+        except FieldRuleError:
+            return None
+    return None
+
+
+def _derived_constraints(rules: Any) -> dict[tuple[str, ...], dict[str, Any]]:
+    """The schema constraints the unconditional reject-mode field rules imply, per path.
+
+    Used both ways: the export writes them, the import recognises them as implied by the
+    rules it carries (so they do not become extra rules).  A field whose rules imply two
+    logical types gets none (the contract would contradict itself).
+    """
+    out: dict[tuple[str, ...], dict[str, Any]] = {}
+    types: dict[tuple[str, ...], set[str]] = {}
+    options: dict[tuple[str, ...], dict[str, Any]] = {}
+    for r in rules:
+        if r.kind not in _field_kinds() or r.mode != "reject" or r.when is not None:
+            continue
+        path = tuple(str(r.params["field"]).split("."))
+        c = out.setdefault(path, {})
+        opts = options.setdefault(path, {})
+        if r.kind == "field_not_null":
+            c["required"] = True
+        elif r.kind == "field_type" and r.params["type"] in _JSON_TYPES:
+            types.setdefault(path, set()).add(str(r.params["type"]))
+        elif r.kind == "field_range":
+            types.setdefault(path, set()).add("number")
+            for p, o in (("min", "minimum"), ("max", "maximum")):
+                if r.param(p) is not None:
+                    opts.setdefault(o, r.param(p))
+        elif r.kind == "field_regex":
+            types.setdefault(path, set()).add("string")
+            opts.setdefault("pattern", r.params["pattern"])
+        elif r.kind == "field_length":
+            lo, hi = r.param("min"), r.param("max")
+            opts.setdefault("length", (lo, hi))
+    for path, c in out.items():
+        kinds = types.get(path, set())
+        if kinds == {"integer", "number"}:
+            kinds = {"integer"}
+        if len(kinds) != 1:
+            continue
+        (ltype,) = kinds
+        c["logicalType"] = ltype
+        opts = options.get(path, {})
+        length = opts.pop("length", None)
+        allowed = {"string": ("minLength", "maxLength", "pattern"),
+                   "number": ("minimum", "maximum"), "integer": ("minimum", "maximum"),
+                   "array": ("minItems", "maxItems")}.get(ltype, ())
+        if length is not None and ltype in ("string", "array"):
+            lo, hi = length
+            names = ("minLength", "maxLength") if ltype == "string" else ("minItems", "maxItems")
+            if lo:
+                opts[names[0]] = lo
+            if hi is not None:
+                opts[names[1]] = hi
+        kept = {k: v for k, v in opts.items() if k in allowed}
+        if kept:
+            c["logicalTypeOptions"] = kept
+    return {p: c for p, c in out.items() if c}
+
+
+def _strip_secrets(section: Any) -> Any:
+    """A key/value format section without credentials (config keys and URL user info)."""
+    from kqlab.export.base import _SENSITIVE
+
+    if not isinstance(section, dict) or not isinstance(section.get("schemas"), dict):
+        return section
+    schemas = dict(section["schemas"])
+    if schemas.get("registry"):
+        schemas["registry"] = public_url(schemas["registry"])
+    if isinstance(schemas.get("config"), dict):
+        config = {k: v for k, v in schemas["config"].items()
+                  if not any(w in str(k).lower() for w in _SENSITIVE)}
+        if config:
+            schemas["config"] = config
+        else:
+            schemas.pop("config")
+    return {**section, "schemas": schemas}
+
+
+# --------------------------------------------------------------------------------- export
+
+def _quality(rule: Any, position: int, canonical: dict[str, Any]) -> tuple[Any, RuleFidelity]:
+    """One rule as an ODCS ``DataQuality`` and its fidelity row."""
+    from open_data_contract_standard.model import CustomProperty, DataQuality
+
+    from kqlab.policy.catalog import kind as kind_of
+
+    spec = kind_of(rule.kind)
+    std = _standard(rule)
+    carried: tuple[str, ...]
+    if std is not None:
+        body, carried = std
+        how = f"ODCS library metric {body['metric']} must be 0 on the field's property"
+        status = EXACT
+        if rule.param("allow_null") is False:
+            status = APPROXIMATE
+            how += " (allow_null: false is carried for kqlab only; ODCS tools pass nulls)"
+    else:
+        cel = _cel_text(rule)
+        if cel is not None:
+            body = {"type": "custom", "engine": ENGINE, "implementation": cel}
+            carried = ("expr",) if rule.kind == "cel" else ("field",)
+            how = "custom quality rule (engine kqlab) with its CEL text"
+        else:
+            params = {k: v for k, v in canonical.items() if spec.param(k) is not None}
+            body = {"type": "custom", "engine": ENGINE,
+                    "implementation": {"kind": rule.kind, **params}}
+            carried = tuple(params)
+            how = "custom quality rule (engine kqlab) with the rule's parameters"
+        status = APPROXIMATE
+        how += ": kqlab imports it exactly; other ODCS tools do not run it"
+        if not rule.exportable:
+            status = NOT_EXPRESSIBLE
+            how = "Python plugin: carried for kqlab's import only; no ODCS tool can run it"
+    if rule.when is not None and status == EXACT:
+        status = APPROXIMATE
+        how += " (the `when` precondition is carried for kqlab only)"
+    if rule.mode == "observe" and status == EXACT:
+        status = APPROXIMATE
+        how += " (observe mode is carried for kqlab only: ODCS tools report it as a check)"
+    rest = {k: v for k, v in canonical.items()
+            if k not in ("id", "description", "severity") and k not in carried}
+    dq = DataQuality(
+        id=rule.id if _STABLE_ID.match(rule.id) else None,
+        name=rule.id, description=rule.description, severity=rule.severity,
+        dimension=("completeness" if rule.kind == "field_not_null" else
+                   "uniqueness" if rule.kind == "headers_unique" else
+                   _DIMENSIONS.get(spec.category)),
+        customProperties=[CustomProperty(property="kqlabRule", vendor=VENDOR,
+                                         value={"position": position, **rest})],
+        **body)
+    return dq, RuleFidelity(rule=rule.id, kind=rule.kind, status=status, how=how,
+                            mode=rule.mode)
+
+
+def _properties(root: _Prop) -> list[Any]:
+    from open_data_contract_standard.model import SchemaProperty
+
+    out = []
+    for node in root.children.values():
+        kids = _properties(node)
+        c = dict(node.constraints)
+        if kids and "logicalType" not in c:
+            c["logicalType"] = "object"
+        out.append(SchemaProperty(
+            name=node.name, properties=kids or None, quality=node.quality or None,
+            classification="sensitive" if node.sensitive else None, **c))
+    return out
+
+
+def to_odcs(policy: Any, *, version: str = "1.0.0") -> tuple[OpenDataContractStandard,
+                                                            tuple[RuleFidelity, ...]]:
+    """``policy`` as an ODCS contract (the standard's pydantic model) and per-rule fidelity."""
+    from open_data_contract_standard.model import (
+        CustomProperty,
+        Description,
+        OpenDataContractStandard,
+        SchemaObject,
+        Team,
+    )
+
+    from kqlab.policy.model import canonical_rule, policy_to_dict
+
+    plain = policy_to_dict(policy)
+    root = _Prop(name="")
+
+    def node(path: tuple[str, ...]) -> _Prop:
+        n = root
+        for step in path:
+            n = n.children.setdefault(step, _Prop(name=step))
+        return n
+
+    for path_text in policy.sensitive.fields:
+        node(tuple(path_text.split("."))).sensitive = True
+    for path, c in _derived_constraints(policy.rules).items():
+        node(path).constraints.update(c)
+    top, fid = [], []
+    for i, r in enumerate(policy.rules):
+        canonical = canonical_rule(r).to_dict()
+        dq, f = _quality(r, i, canonical)
+        fid.append(f)
+        if r.kind in _field_kinds():
+            node(tuple(str(r.params["field"]).split("."))).quality.append(dq)
+        else:
+            top.append(dq)
+    names = policy.topics.names
+    one = names[0] if len(names) == 1 else None
+    obj = SchemaObject(name=one or policy.name, physicalType="topic", physicalName=one,
+                       logicalType="object",
+                       description="the records of Kafka topic(s) " +
+                       ", ".join([*names, *policy.topics.patterns]) if names or
+                       policy.topics.patterns else None,
+                       properties=_properties(root) or None, quality=top or None)
+    custom = [CustomProperty(property="kqlabFormat", value=policy.version, vendor=VENDOR),
+              CustomProperty(property="kqlabContentHash", value=policy.content_hash(),
+                             vendor=VENDOR)]
+    for section, prop in _SECTIONS.items():
+        if section not in plain:
+            continue
+        value = plain[section]
+        if section in ("key", "value"):
+            value = _strip_secrets(value)
+        custom.append(CustomProperty(property=prop, value=value, vendor=VENDOR))
+    vetted = policy.provenance is not None and \
+        policy.provenance.content_hash == policy.content_hash()
+    contract = OpenDataContractStandard(
+        apiVersion=API_VERSION, kind="DataContract", id=policy.name, name=policy.name,
+        version=version, status="active" if vetted else "draft", tags=["kafka", "kqlab"],
+        description=Description(purpose=policy.description) if policy.description else None,
+        team=Team(name=policy.owner) if policy.owner else None,
+        schema=[obj], customProperties=custom)
+    return contract, tuple(fid)
+
+
+def build(policy: Any, *, version: str = "1.0.0", today: str | None = None) -> Export:
+    """``odcs/<policy>.odcs.yaml``: the policy as an ODCS v3 contract (provenance as a comment
+    header and, for kqlab, as a custom property)."""
+    contract, fid = to_odcs(policy, version=version)
+    prov = provenance(policy, today=today)
+    head = comment_block(["Open Data Contract Standard v3, exported by kqlab; read it back "
+                          "with `kqlab import odcs FILE`.", *provenance_lines(prov)])
+    text = head + dump_contract(contract)
+    notes = ["kqlab-only rule kinds are custom quality rules (engine: kqlab); "
+             "`kqlab import odcs` restores the identical policy (same content hash)"]
+    stripped = [f"{side}.schemas" for side in ("key", "value")
+                if _strip_secrets(_section(policy, side)) != _section(policy, side)]
+    if stripped:
+        notes.append(f"credentials left out of {', '.join(stripped)}: an import of this file "
+                     "has none")
+    return Export(target="odcs", title=TITLE, policy=policy.name,
+                  files={f"odcs/{policy.name}.odcs.yaml": text}, fidelity=fid,
+                  behaviour=BEHAVIOUR, notes=tuple(notes),
+                  data={"contract": contract.model_dump(by_alias=True, exclude_none=True)})
+
+
+#: the order a person reads a contract in (the model's field order puts ``version`` first)
+_TOP_ORDER = ("apiVersion", "kind", "id", "name", "version", "status", "tags", "description",
+              "team", "schema")
+
+
+def _reordered(value: Any) -> Any:
+    """``customProperties`` last in every mapping (a rule's name and check come first)."""
+    if isinstance(value, dict):
+        out = {k: _reordered(v) for k, v in value.items() if k != "customProperties"}
+        if "customProperties" in value:
+            out["customProperties"] = _reordered(value["customProperties"])
+        return out
+    if isinstance(value, list):
+        return [_reordered(v) for v in value]
+    return value
+
+
+def dump_contract(contract: OpenDataContractStandard) -> str:
+    """The contract as YAML: the model's own dump (aliases, no unset fields), in reading
+    order."""
+    import yaml
+
+    doc = _reordered(contract.model_dump(by_alias=True, exclude_none=True,
+                                         exclude_defaults=True))
+    doc = {**{k: doc[k] for k in _TOP_ORDER if k in doc},
+           **{k: v for k, v in doc.items() if k not in _TOP_ORDER}}
+    return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=100)
+
+
+def _section(policy: Any, side: str) -> Any:
+    from kqlab.policy.model import policy_to_dict
+
+    return policy_to_dict(policy).get(side)
+
+
+# --------------------------------------------------------------------------------- import
+
+def _custom(props: Any, name: str) -> tuple[bool, Any]:
+    for p in props or ():
+        if p.property == name:
+            return True, p.value
+    return False, None
+
+
+def _rule_id(text: str, taken: set[str]) -> str:
+    base = _RULE_ID_CHARS.sub("-", text.lower()).strip("-._") or "rule"
+    if not base[0].isalnum():
+        base = "r" + base
+    rule_id, n = base, 2
+    while rule_id in taken:
+        rule_id, n = f"{base}-{n}", n + 1
+    taken.add(rule_id)
+    return rule_id
+
+
+@dataclass(slots=True)
+class _Reader:
+    """One import: kqlab rules with their positions, foreign rules in document order."""
+
+    placed: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    foreign: list[dict[str, Any]] = field(default_factory=list)
+    foreign_props: list[tuple[tuple[str, ...], Any]] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    sensitive: list[str] = field(default_factory=list)
+    taken: set[str] = field(default_factory=set)
+
+    def quality(self, q: Any, path: tuple[str, ...] | None, where: str) -> None:
+        found, rule = _custom(q.customProperties, "kqlabRule")
+        if found:
+            self.kqlab(q, rule, path, where)
+        else:
+            self.other(q, path, where)
+
+    def kqlab(self, q: Any, extra: Any, path: tuple[str, ...] | None, where: str) -> None:
+        if not isinstance(extra, Mapping) or "kind" not in extra:
+            raise OdcsError(f"{where}: quality rule {q.name!r}: kqlabRule must be a mapping "
+                            "with kind and position")
+        extra = dict(extra)
+        position = extra.pop("position", None)
+        kind = str(extra["kind"])
+        rule: dict[str, Any] = {"id": q.name, "kind": kind}
+        if path is not None and kind in _field_kinds():
+            rule["field"] = ".".join(path)
+        args = q.arguments or {}
+        if q.metric == "invalidValues" and "validValues" in args:
+            rule["values"] = args["validValues"]
+        if q.metric == "invalidValues" and "pattern" in args:
+            rule["pattern"] = args["pattern"]
+        impl = q.implementation
+        if isinstance(impl, Mapping):
+            rule.update((k, v) for k, v in impl.items() if k != "kind")
+        elif kind == "cel" and isinstance(impl, str):
+            rule["expr"] = impl
+        rule.update(extra)
+        if q.description is not None:
+            rule["description"] = q.description
+        if q.severity is not None:
+            rule["severity"] = q.severity
+        if kind in _field_kinds() and isinstance(impl, str):
+            self._check_cel(rule, impl, where)
+        if not isinstance(position, int):
+            raise OdcsError(f"{where}: quality rule {q.name!r}: kqlabRule.position must be an "
+                            "integer (the rule's place in the policy)")
+        self.taken.add(str(q.name))
+        self.placed.append((position, rule))
+
+    @staticmethod
+    def _check_cel(rule: dict[str, Any], impl: str, where: str) -> None:
+        """A field rule's CEL is derived from its parameters: an edited text would be lost
+        silently, so it is refused with the way out."""
+        from kqlab.policy import PolicyError, policy_from_dict
+
+        try:
+            built = policy_from_dict({"kqlab": 1, "name": "x", "rules": [rule]}).rules[0]
+        except PolicyError:
+            return  # the policy check below reports it with the full context
+        if _cel_text(built) != impl:
+            raise OdcsError(f"{where}: quality rule {rule['id']!r}: its implementation is not "
+                            f"the CEL of its {rule['kind']} parameters (edited by hand?); "
+                            "change the parameters in kqlabRule, or drop kqlabRule to import "
+                            "the text as a cel rule")
+
+    def other(self, q: Any, path: tuple[str, ...] | None, where: str) -> None:
+        label = f"{where}: quality rule {q.name or q.metric or q.type!r}"
+        rule: dict[str, Any] = {}
+        qtype = q.type or ("library" if q.metric or q.rule else None)
+        metric = q.metric or q.rule
+        zero = q.mustBe == 0 and all(getattr(q, o) is None for o in (
+            "mustNotBe", "mustBeGreaterThan", "mustBeGreaterOrEqualTo", "mustBeLessThan",
+            "mustBeLessOrEqualTo", "mustBeBetween", "mustNotBeBetween"))
+        args = q.arguments or {}
+        if qtype == "custom" and (q.engine or "").lower() in (ENGINE, "cel") and \
+                isinstance(q.implementation, str):
+            rule = {"kind": "cel", "expr": q.implementation}
+        elif qtype == "library" and path is None:
+            self.skipped.append(f"{label}: {metric} on the whole record — kqlab rules judge "
+                                "fields or records, not data-set counts")
+            return
+        elif qtype == "library" and not zero:
+            self.skipped.append(f"{label}: {metric} with a tolerance — kqlab judges every "
+                                "record (only 'mustBe: 0' has a per-record meaning)")
+            return
+        elif qtype == "library" and metric in ("nullValues", "missingValues") and \
+                not args.get("missingValues"):
+            rule = {"kind": "field_not_null"}
+        elif qtype == "library" and metric == "invalidValues" and "validValues" in args:
+            rule = {"kind": "field_in", "values": args["validValues"]}
+        elif qtype == "library" and metric == "invalidValues" and "pattern" in args:
+            rule = {"kind": "field_regex", "pattern": args["pattern"]}
+        else:
+            self.skipped.append(f"{label}: {qtype or 'text'} {metric or q.engine or ''} — no "
+                                "kqlab rule kind has this meaning".replace("  ", " "))
+            return
+        if path is not None and rule["kind"] != "cel":
+            rule["field"] = ".".join(path)
+        base = q.name or (f"{'.'.join(path)}-{rule['kind']}" if path else rule["kind"])
+        rule = {"id": base, **rule}
+        if q.description is not None:
+            rule["description"] = q.description
+        if q.severity in ("error", "warning", "info"):
+            rule["severity"] = q.severity
+        self.foreign.append(rule)
+
+    def prop(self, p: Any, parent: tuple[str, ...], where: str) -> None:
+        if not p.name:
+            raise OdcsError(f"{where}: a property without a name")
+        path = (*parent, str(p.name))
+        here = f"{where}.{p.name}"
+        if (p.classification or "").lower() in _SENSITIVE_CLASSES:
+            self.sensitive.append(".".join(path))
+        self.foreign_props.append((path, p))
+        for q in p.quality or ():
+            self.quality(q, path, here)
+        for child in p.properties or ():
+            self.prop(child, path, here)
+
+
+def _constraint_rules(path: tuple[str, ...], p: Any, implied: Mapping[str, Any],
+                      skipped: list[str]) -> list[dict[str, Any]]:
+    """The rules a property's schema constraints amount to, less those ``implied`` by the
+    kqlab rules the file carries."""
+    dotted = ".".join(path)
+    out: list[dict[str, Any]] = []
+    if p.required and not implied.get("required"):
+        out.append({"id": f"{dotted}-required", "kind": "field_not_null", "field": dotted})
+    ltype = p.logicalType
+    has_kids = bool(p.properties)
+    if ltype and ltype != implied.get("logicalType") and not (ltype == "object" and has_kids):
+        if ltype in _JSON_TYPES:
+            out.append({"id": f"{dotted}-type", "kind": "field_type", "field": dotted,
+                        "type": ltype})
+        else:
+            skipped.append(f"{dotted}: logicalType {ltype} — not a JSON type kqlab checks")
+    opts = dict(p.logicalTypeOptions or {})
+    have = dict(implied.get("logicalTypeOptions") or {})
+    for k in list(opts):
+        if k in have and have[k] == opts[k]:
+            opts.pop(k)
+    lo, hi = opts.pop("minimum", None), opts.pop("maximum", None)
+    if lo is not None or hi is not None:
+        rng = {k: v for k, v in (("min", lo), ("max", hi)) if v is not None}
+        out.append({"id": f"{dotted}-range", "kind": "field_range", "field": dotted, **rng})
+    for lo_key, hi_key in (("minLength", "maxLength"), ("minItems", "maxItems")):
+        lo, hi = opts.pop(lo_key, None), opts.pop(hi_key, None)
+        if lo is not None or hi is not None:
+            rng = {k: v for k, v in (("min", lo), ("max", hi)) if v is not None}
+            out.append({"id": f"{dotted}-length", "kind": "field_length", "field": dotted,
+                        **rng})
+    if "pattern" in opts:
+        out.append({"id": f"{dotted}-pattern", "kind": "field_regex", "field": dotted,
+                    "pattern": opts.pop("pattern")})
+    skipped.extend(f"{dotted}: logicalTypeOptions.{k} — no kqlab rule kind has this meaning"
+                   for k in opts)
+    return out
+
+
+def import_odcs(source: str | Path | OpenDataContractStandard, *,
+                schema: str | None = None) -> OdcsImport:
+    """Read an ODCS v3 contract (a path, YAML text, or the pydantic model) as a policy.
+
+    ``schema`` names the schema object to read when the contract has several (one policy
+    judges the records of its topics with one rule list).
+
+    Examples
+    --------
+    >>> from kqlab.policy import loads_policy
+    >>> p = loads_policy("kqlab: 1\\nname: p\\nvalue: {format: json}\\n"
+    ...                  "rules: [{id: s, kind: field_in, field: status, values: [A, B]}]")
+    >>> text = build(p).files["odcs/p.odcs.yaml"]
+    >>> import_odcs(text).policy == p
+    True
+    """
+    from open_data_contract_standard.model import OpenDataContractStandard
+    from pydantic import ValidationError
+
+    from kqlab.policy import PolicyError, policy_from_dict
+
+    where = "<odcs>"
+    if isinstance(source, OpenDataContractStandard):
+        contract = source
+    else:
+        text = str(source)
+        if isinstance(source, Path) or ("\n" not in text and Path(text).is_file()):
+            where = str(source)
+            try:
+                text = Path(source).read_text(encoding="utf-8")
+            except OSError as exc:
+                raise OdcsError(f"cannot read {source}: {exc}") from None
+        try:
+            contract = OpenDataContractStandard.from_string(text)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            loc = ".".join(str(x) for x in first["loc"])
+            raise OdcsError(f"{where}: not an ODCS contract: {loc}: {first['msg']} "
+                            f"({exc.error_count()} error(s))") from None
+        except Exception as exc:  # YAML errors, a top level that is not a mapping
+            raise OdcsError(f"{where}: not an ODCS contract: {type(exc).__name__}: {exc}"
+                            ) from None
+    if contract.kind not in (None, "DataContract"):
+        raise OdcsError(f"{where}: kind is {contract.kind!r}, not DataContract")
+    objects = list(contract.schema_ or ())
+    if schema is not None:
+        objects = [o for o in objects if o.name == schema]
+        if not objects:
+            raise OdcsError(f"{where}: no schema object named {schema!r}; schema objects: "
+                            f"{', '.join(str(o.name) for o in contract.schema_ or ())}")
+    if len(objects) > 1:
+        raise OdcsError(f"{where}: the contract has {len(objects)} schema objects ("
+                        f"{', '.join(str(o.name) for o in objects)}); a policy reads one: "
+                        "pass schema=<name> (kqlab import odcs --schema NAME)")
+    obj = objects[0] if objects else None
+    name = contract.name or contract.id
+    if not name:
+        raise OdcsError(f"{where}: the contract has neither name nor id; the policy needs "
+                        "a name")
+    found_fmt, fmt = _custom(contract.customProperties, "kqlabFormat")
+    data: dict[str, Any] = {"kqlab": fmt if found_fmt else 1, "name": name}
+    if contract.description is not None and contract.description.purpose:
+        data["description"] = contract.description.purpose
+    team = contract.team
+    if team is not None:
+        owner = team.name if not isinstance(team, list) else \
+            next((m.username or m.name for m in team if m.username or m.name), None)
+        if owner:
+            data["owner"] = owner
+    notes: list[str] = []
+    sections: dict[str, Any] = {}
+    for section, prop in _SECTIONS.items():
+        found, value = _custom(contract.customProperties, prop)
+        if found:
+            sections[section] = value
+    reader = _Reader()
+    if obj is not None:
+        here = f"schema.{obj.name}"
+        for q in obj.quality or ():
+            reader.quality(q, None, here)
+        for p in obj.properties or ():
+            reader.prop(p, (), here)
+        if "topics" not in sections and (obj.physicalType or "topic") == "topic":
+            sections["topics"] = {"names": [obj.physicalName or obj.name]}
+    placed = [r for _, r in sorted(reader.placed, key=lambda x: x[0])]
+    formats = {k: sections[k] for k in ("key", "value") if k in sections}
+    try:  # examples are checked against the key/value formats: read with them
+        kqlab_rules = policy_from_dict({"kqlab": 1, "name": name, **formats, "rules": placed},
+                                       source=where).rules
+    except PolicyError as exc:
+        raise OdcsError(f"{where}: the contract's kqlab rules are not valid: {exc}") from None
+    implied = _derived_constraints(kqlab_rules)
+    foreign = list(reader.foreign)
+    for path, p in reader.foreign_props:
+        foreign += _constraint_rules(path, p, implied.get(path, {}), reader.skipped)
+    for rule in foreign:
+        rule["id"] = _rule_id(str(rule["id"]), reader.taken)
+    if foreign and "value" not in sections:
+        sections["value"] = {"format": "json"}
+        notes.append("value format: json assumed (the contract's field rules read a decoded "
+                     "value; set value.format in the policy if the topic carries Avro)")
+    if reader.sensitive and "sensitive" not in sections:
+        sections["sensitive"] = {"fields": reader.sensitive}
+    for section in _SECTIONS:
+        if section in sections and section != "provenance":
+            data[section] = sections[section]
+    data["rules"] = placed + foreign
+    if "provenance" in sections:
+        data["provenance"] = sections["provenance"]
+    if not data["rules"]:
+        data.pop("rules")
+    try:
+        policy = policy_from_dict(data, source=where)
+    except PolicyError as exc:
+        raise OdcsError(f"{where}: the contract does not make a valid policy: {exc}") from None
+    found, stated = _custom(contract.customProperties, "kqlabContentHash")
+    if found and stated != policy.content_hash():
+        notes.append(f"content hash {policy.content_hash()} differs from the exported "
+                     f"{stated}: the contract was edited after the export")
+    return OdcsImport(policy=policy, skipped=tuple(reader.skipped), notes=tuple(notes))
