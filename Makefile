@@ -7,7 +7,8 @@ SETUP_INPUTS := pyproject.toml $(wildcard setup.py) $(wildcard kqlab/kafka/*.c)
 STAMP  := $(VENV)/.setup-$(shell cat $(SETUP_INPUTS) 2>/dev/null | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-browser demo test test-pure test-browser lab bench lint check-java clean
+.PHONY: setup setup-browser setup-datacontract demo test test-pure test-browser lab bench lint \
+        check-java clean
 
 setup: $(STAMP) check-java
 
@@ -35,9 +36,15 @@ $(E2E_STAMP): e2e/package.json e2e/package-lock.json
 	@rm -f e2e/node_modules/.kqlab-*
 	@touch $@
 
+# datacontract-cli, the ODCS linter tests/export/test_odcs.py runs, in a virtualenv of its own
+# under ~/.cache/kqlab (its dependencies clash with kqlab's); idempotent
+setup-datacontract:
+	@PYTHON=$(PYTHON) scripts/setup-datacontract >/dev/null
+
 # the demo partition replayed through its policy, its HTML report, and the policy exported to
-# every enforcement target with the fidelity report (all under out/demo/); then the demo topics
-# through the embedded broker (produced, sampled back, checked against their documented
+# every enforcement target with the fidelity report (all under out/demo/), what is deployed
+# verified against it (the exported files, then a deployment with drift planted); then the
+# demo topics through the embedded broker (produced, sampled back, checked against their documented
 # defects); then the demo topics on Spark and locally, every verdict compared (parity check)
 demo: setup
 	$(BIN)/kqlab demo --dir out/demo
@@ -46,12 +53,17 @@ demo: setup
 	$(BIN)/kqlab export kqlab/sources/demo_policy.yaml --target all --sample out/demo/orders-0 --out out/demo/export
 	@echo "  fidelity report: out/demo/export/fidelity.html"
 	@echo
+	$(BIN)/kqlab verify kqlab/sources/demo_policy.yaml --gate-config out/demo/export/gate/gate.yaml \
+	  --contract out/demo/export/confluent/orders-value.register.json
+	@echo
+	$(BIN)/kqlab demo --verify
+	@echo
 	$(BIN)/kqlab demo --topics
 	@echo
 	$(BIN)/kqlab demo --spark
 
 # pytest's exit code 5 means "no tests ran": that is a failure here, there must be tests.
-test: setup setup-browser
+test: setup setup-browser setup-datacontract
 	@$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
 	  exit $$rc
