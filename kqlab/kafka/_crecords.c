@@ -3,8 +3,10 @@
  * kqlab.kafka._scan_py (scan_batches, crc32c).
  *
  * The pure-Python modules are the specification; this file implements exactly the same walk over
- * the records region of magic v2 batches (strict DefaultRecord.readFrom and partial
- * PartialDefaultRecord modes) and returns the 17 fields of ParsedRecords as a tuple.
+ * the records region of magic v2 batches in the three ReadModes of the broker's readers
+ * (DefaultRecord.readFrom over the batch buffer or a record-sized buffer from the stream, and
+ * the partial readPartiallyFrom), a region that a failing codec delivered ending in that
+ * failure, and returns the 17 fields of ParsedRecords as a tuple.
  * scan_batches walks a buffer batch by batch (log.scan_buffer's rules) and returns the batch
  * headers as columns with each v2 batch's CRC-32C checked; crc32c is exposed on its own.
  *
@@ -46,7 +48,18 @@ enum {
     K_RECORDS_REMAINING = 8,
     K_INVALID_COUNT = 9,
     K_SKIP_EOF = 10,
+    K_LENGTH_TOO_LONG = 11,
+    K_PAYLOAD_EOF = 12,
+    K_CODEC_READ = 13,
+    K_CODEC_TAIL = 14,
+    K_BODY_TOO_LARGE = 15,
 };
+
+/* ReadMode (kqlab/kafka/_records_py.py) */
+enum { M_PARTIAL = 0, M_BUFFER = 1, M_STREAM = 2 };
+
+/* _records_py.BODY_ALLOCATION_LIMIT */
+#define BODY_ALLOCATION_LIMIT (1LL << 30)
 
 /* varint results */
 enum { V_OK = 0, V_UNDERFLOW = 1, V_TOOLONG = 2 };
@@ -77,7 +90,8 @@ zigzag64(uint64_t u)
     return (int64_t)((u >> 1) ^ (0ull - (u & 1ull)));
 }
 
-/* At most 5 bytes; value bits above 32 are dropped (shift of the 5th group is 28). */
+/* At most 5 bytes; value bits above 32 are dropped (shift of the 5th group is 28).  On V_TOOLONG
+   *out holds the raw 32-bit value Java's illegalVarintException prints. */
 static int
 varint32_slow(const uint8_t *buf, Py_ssize_t *ppos, Py_ssize_t end, int32_t *out)
 {
@@ -97,6 +111,7 @@ varint32_slow(const uint8_t *buf, Py_ssize_t *ppos, Py_ssize_t end, int32_t *out
             return V_OK;
         }
     }
+    *out = (int32_t)u;
     return V_TOOLONG;
 }
 
@@ -247,7 +262,6 @@ typedef struct {
 } DataBuf;
 
 typedef struct {
-    int strict;
     int with_data;
     PyThreadState *tstate; /* non-NULL while the GIL is released */
 
@@ -411,17 +425,22 @@ out_free(Out *o)
 /* ------------------------------------------------------------------------------------------ */
 
 /*
- * Parse up to `count` (>= 0) records of buf[0:end] into o.  Structural problems are reported
- * through *err (kind 0 = none) and *n_out; the return value is an ST_* code for fatal problems
- * (memory, int32 offset overflow) that abort the whole call.
+ * Parse up to `count` (>= 0) records of buf[0:end] into o, in ReadMode `mode`; `failed` says the
+ * region ends where a codec failed.  Structural problems are reported through *err (kind 0 =
+ * none) and *n_out; the return value is an ST_* code for fatal problems (memory, int32 offset
+ * overflow) that abort the whole call.
  */
 static int
-parse_batch(Out *o, const uint8_t *buf, Py_ssize_t end, int64_t count, int64_t *n_out,
-            BatchErr *err)
+parse_batch(Out *o, const uint8_t *buf, Py_ssize_t end, int64_t count, int mode, int failed,
+            int64_t *n_out, BatchErr *err)
 {
-    const int strict = o->strict;
+    const int partial = mode == M_PARTIAL;
+    const int stream = mode == M_STREAM;
     const int with_data = o->with_data;
-    const int skip_kind = strict ? K_INVALID_STRUCTURE : K_SKIP_EOF;
+    /* running past the end: a varint in the partial reader meets the codec's failure or the end
+       of stream (invalid structure); the full readers' fields are bounded by their buffer */
+    const int eof_partial = failed ? K_CODEC_READ : K_INVALID_STRUCTURE;
+    const int eof_kind = partial ? eof_partial : K_INVALID_STRUCTURE;
     Py_ssize_t pos = 0;
     int64_t n = 0;
     Py_ssize_t save_hn = 0, save_hk = 0, save_hv = 0;
@@ -439,11 +458,35 @@ parse_batch(Out *o, const uint8_t *buf, Py_ssize_t end, int64_t count, int64_t *
         goto fail;                                                                            \
     } while (0)
 
+/* step over `len` (>= 0) bytes of a field that must end within `lim` */
+#define SKIP(len, lim)                                                                        \
+    do {                                                                                      \
+        if (UNLIKELY((Py_ssize_t)(len) > (lim) - pos)) {                                      \
+            if (!partial) {                                                                   \
+                FAIL(K_INVALID_STRUCTURE, 0, 0);                                              \
+            }                                                                                 \
+            if (failed) {                                                                     \
+                FAIL(K_CODEC_READ, 0, 0);                                                     \
+            }                                                                                 \
+            FAIL(K_SKIP_EOF, (int64_t)pos + (int64_t)(len) - (int64_t)(lim), 0);              \
+        }                                                                                     \
+        pos += (len);                                                                         \
+    } while (0)
+
+/* a varint inside the record body */
+#define BODY_VARINT(fn, lim, out)                                                             \
+    do {                                                                                      \
+        int r_ = fn(buf, &pos, (lim), (out));                                                 \
+        if (UNLIKELY(r_ != V_OK)) {                                                           \
+            FAIL(r_ == V_UNDERFLOW ? eof_kind : K_INVALID_STRUCTURE, 0, 0);                   \
+        }                                                                                     \
+    } while (0)
+
     while (n < count) {
         int32_t size, offd, klen, vlen, hcount;
         int64_t tsd;
         uint8_t attr;
-        Py_ssize_t start, kstart, vstart;
+        Py_ssize_t start, kstart, vstart, lim;
         Py_ssize_t i;
         int r;
 
@@ -455,50 +498,58 @@ parse_batch(Out *o, const uint8_t *buf, Py_ssize_t end, int64_t count, int64_t *
         /* -- length prefix -- */
         r = rd32(buf, &pos, end, &size);
         if (UNLIKELY(r != V_OK)) {
-            FAIL(r == V_UNDERFLOW ? K_PREMATURE_EOF : K_INVALID_STRUCTURE, 0, 0);
+            if (r == V_UNDERFLOW) {
+                FAIL(failed ? K_CODEC_READ : K_PREMATURE_EOF, 0, 0);
+            }
+            if (mode == M_BUFFER) {
+                FAIL(K_LENGTH_TOO_LONG, (uint32_t)size, 0);
+            }
+            FAIL(K_PREMATURE_EOF, 0, 0);
         }
-        if (strict && (int64_t)size > (int64_t)(end - pos)) {
-            FAIL(K_SIZE_EXCEEDS_REMAINING, size, end - pos);
+        if (stream) {
+            if (size < 0) {
+                FAIL(K_PREMATURE_EOF, 0, 0);
+            }
+            if ((int64_t)size >= BODY_ALLOCATION_LIMIT) {
+                FAIL(K_BODY_TOO_LARGE, size, 0);
+            }
+            if ((int64_t)size > (int64_t)(end - pos)) {
+                if (failed) {
+                    FAIL(K_CODEC_READ, 0, 0);
+                }
+                FAIL(K_PAYLOAD_EOF, size, end - pos);
+            }
+            lim = pos + size;
+        }
+        else {
+            if (!partial && (int64_t)size > (int64_t)(end - pos)) {
+                FAIL(K_SIZE_EXCEEDS_REMAINING, size, end - pos);
+            }
+            lim = end;
         }
         start = pos;
 
-        if (UNLIKELY(pos >= end)) {
-            FAIL(K_INVALID_STRUCTURE, 0, 0);
+        if (UNLIKELY(pos >= lim)) {
+            FAIL(eof_kind, 0, 0);
         }
         attr = buf[pos++];
-        if (UNLIKELY(rd64(buf, &pos, end, &tsd) != V_OK)) {
-            FAIL(K_INVALID_STRUCTURE, 0, 0);
-        }
-        if (UNLIKELY(rd32(buf, &pos, end, &offd) != V_OK)) {
-            FAIL(K_INVALID_STRUCTURE, 0, 0);
-        }
-        if (UNLIKELY(rd32(buf, &pos, end, &klen) != V_OK)) {
-            FAIL(K_INVALID_STRUCTURE, 0, 0);
-        }
+        BODY_VARINT(rd64, lim, &tsd);
+        BODY_VARINT(rd32, lim, &offd);
+        BODY_VARINT(rd32, lim, &klen);
         kstart = pos;
         if (klen >= 0) {
-            if (UNLIKELY((Py_ssize_t)klen > end - pos)) {
-                FAIL(skip_kind, 0, 0);
-            }
-            pos += klen;
+            SKIP(klen, lim);
         }
-        if (UNLIKELY(rd32(buf, &pos, end, &vlen) != V_OK)) {
-            FAIL(K_INVALID_STRUCTURE, 0, 0);
-        }
+        BODY_VARINT(rd32, lim, &vlen);
         vstart = pos;
         if (vlen >= 0) {
-            if (UNLIKELY((Py_ssize_t)vlen > end - pos)) {
-                FAIL(skip_kind, 0, 0);
-            }
-            pos += vlen;
+            SKIP(vlen, lim);
         }
-        if (UNLIKELY(rd32(buf, &pos, end, &hcount) != V_OK)) {
-            FAIL(K_INVALID_STRUCTURE, 0, 0);
-        }
+        BODY_VARINT(rd32, lim, &hcount);
         if (UNLIKELY(hcount < 0)) {
             FAIL(K_NEGATIVE_HEADER_COUNT, hcount, 0);
         }
-        if (strict && (Py_ssize_t)hcount > end - pos) {
+        if (!partial && (Py_ssize_t)hcount > lim - pos) {
             FAIL(K_HEADER_COUNT_EXCEEDS_REMAINING, hcount, 0);
         }
         if (hcount > 0) {
@@ -509,26 +560,16 @@ parse_batch(Out *o, const uint8_t *buf, Py_ssize_t end, int64_t count, int64_t *
             for (h = 0; h < hcount; h++) {
                 int32_t hklen, hvlen;
                 Py_ssize_t hkstart, hvstart;
-                if (UNLIKELY(rd32(buf, &pos, end, &hklen) != V_OK)) {
-                    FAIL(K_INVALID_STRUCTURE, 0, 0);
-                }
+                BODY_VARINT(rd32, lim, &hklen);
                 if (UNLIKELY(hklen < 0)) {
                     FAIL(K_NEGATIVE_HEADER_KEY, hklen, 0);
                 }
-                if (UNLIKELY((Py_ssize_t)hklen > end - pos)) {
-                    FAIL(skip_kind, 0, 0);
-                }
                 hkstart = pos;
-                pos += hklen;
-                if (UNLIKELY(rd32(buf, &pos, end, &hvlen) != V_OK)) {
-                    FAIL(K_INVALID_STRUCTURE, 0, 0);
-                }
+                SKIP(hklen, lim);
+                BODY_VARINT(rd32, lim, &hvlen);
                 hvstart = pos;
                 if (hvlen >= 0) {
-                    if (UNLIKELY((Py_ssize_t)hvlen > end - pos)) {
-                        FAIL(skip_kind, 0, 0);
-                    }
-                    pos += hvlen;
+                    SKIP(hvlen, lim);
                 }
                 if (with_data) {
                     Py_ssize_t hn = o->hn;
@@ -558,7 +599,7 @@ parse_batch(Out *o, const uint8_t *buf, Py_ssize_t end, int64_t count, int64_t *
                 }
             }
         }
-        if (strict && (int64_t)(pos - start) != (int64_t)size) {
+        if (!partial && (int64_t)(pos - start) != (int64_t)size) {
             FAIL(K_SIZE_MISMATCH, size, pos - start);
         }
 
@@ -603,6 +644,9 @@ parse_batch(Out *o, const uint8_t *buf, Py_ssize_t end, int64_t count, int64_t *
     if (pos != end) {
         err->kind = K_RECORDS_REMAINING;
     }
+    else if (failed) {
+        err->kind = K_CODEC_TAIL;
+    }
     *n_out = n;
     return ST_OK;
 
@@ -619,6 +663,8 @@ fatal:
     *n_out = n;
     return st;
 #undef FAIL
+#undef SKIP
+#undef BODY_VARINT
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -637,7 +683,7 @@ finish_databuf(DataBuf *d)
 }
 
 PyDoc_STRVAR(parse_records_doc,
-"parse_records(regions, counts, strict=True, with_data=True) -> tuple\n"
+"parse_records(regions, counts, modes=1, with_data=True, failed=None) -> tuple\n"
 "\n"
 "C implementation of kqlab.kafka._records_py.parse_records; returns the fields of\n"
 "ParsedRecords as a 17-tuple (see kqlab.kafka.records_parser).");
@@ -645,9 +691,11 @@ PyDoc_STRVAR(parse_records_doc,
 static PyObject *
 parse_records(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"regions", "counts", "strict", "with_data", NULL};
-    PyObject *regions_in, *counts_in;
-    int strict = 1, with_data = 1;
+    static char *kwlist[] = {"regions", "counts", "modes", "with_data", "failed", NULL};
+    PyObject *regions_in, *counts_in, *modes_in = NULL, *failed_in = Py_None;
+    int with_data = 1;
+    int one_mode = M_BUFFER;
+    unsigned char *modes = NULL, *failed = NULL;
     PyObject *regions = NULL, *counts = NULL, *errors = NULL, *result = NULL;
     PyObject *fields[17] = {NULL};
     int64_t *batch_n = NULL;
@@ -655,12 +703,23 @@ parse_records(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwds)
     Out o;
 
     memset(&o, 0, sizeof(o));
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|pp:parse_records", kwlist, &regions_in,
-                                     &counts_in, &strict, &with_data)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|OpO:parse_records", kwlist, &regions_in,
+                                     &counts_in, &modes_in, &with_data, &failed_in)) {
         return NULL;
     }
-    o.strict = strict;
     o.with_data = with_data;
+    if (modes_in != NULL && PyIndex_Check(modes_in)) {
+        long m = PyLong_AsLong(modes_in); /* a bool is an int: True BUFFER, False PARTIAL */
+        if (m == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (m < M_PARTIAL || m > M_STREAM) {
+            PyErr_SetString(PyExc_ValueError, "parse_records: a mode is 0, 1 or 2");
+            return NULL;
+        }
+        one_mode = (int)m;
+        modes_in = NULL;
+    }
 
     /* private copies: nothing else can mutate them while we work */
     regions = PySequence_List(regions_in);
@@ -685,6 +744,63 @@ parse_records(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwds)
         if (PyList_SetItem(counts, bi, idx) < 0) { /* steals idx */
             goto done;
         }
+    }
+
+    /* per-batch modes and failure flags as plain bytes */
+    modes = PyMem_RawMalloc(nb > 0 ? (size_t)nb : 1u);
+    failed = PyMem_RawCalloc(nb > 0 ? (size_t)nb : 1u, 1);
+    if (modes == NULL || failed == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (modes_in == NULL) {
+        memset(modes, one_mode, nb > 0 ? (size_t)nb : 1u);
+    }
+    else {
+        PyObject *seq = PySequence_Fast(modes_in, "parse_records: modes must be an int or a "
+                                                  "sequence of ints");
+        if (seq == NULL) {
+            goto done;
+        }
+        if (PySequence_Fast_GET_SIZE(seq) != nb) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_ValueError, "modes must be one mode or one per region");
+            goto done;
+        }
+        for (bi = 0; bi < nb; bi++) {
+            long m = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, bi));
+            if (m == -1 && PyErr_Occurred()) {
+                Py_DECREF(seq);
+                goto done;
+            }
+            if (m < M_PARTIAL || m > M_STREAM) {
+                Py_DECREF(seq);
+                PyErr_SetString(PyExc_ValueError, "parse_records: a mode is 0, 1 or 2");
+                goto done;
+            }
+            modes[bi] = (unsigned char)m;
+        }
+        Py_DECREF(seq);
+    }
+    if (failed_in != Py_None) {
+        PyObject *seq = PySequence_Fast(failed_in, "parse_records: failed must be a sequence");
+        if (seq == NULL) {
+            goto done;
+        }
+        if (PySequence_Fast_GET_SIZE(seq) != nb) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_ValueError, "failed must have one flag per region");
+            goto done;
+        }
+        for (bi = 0; bi < nb; bi++) {
+            int t = PyObject_IsTrue(PySequence_Fast_GET_ITEM(seq, bi));
+            if (t < 0) {
+                Py_DECREF(seq);
+                goto done;
+            }
+            failed[bi] = (unsigned char)t;
+        }
+        Py_DECREF(seq);
     }
 
     batch_n = PyMem_RawCalloc(nb > 0 ? (size_t)nb : 1u, sizeof(int64_t));
@@ -746,7 +862,8 @@ parse_records(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwds)
         if (view.len >= RELEASE_GIL_MIN_BYTES) {
             o.tstate = PyEval_SaveThread();
         }
-        st = parse_batch(&o, (const uint8_t *)view.buf, view.len, (int64_t)count, &n, &err);
+        st = parse_batch(&o, (const uint8_t *)view.buf, view.len, (int64_t)count, modes[bi],
+                         failed[bi], &n, &err);
         if (o.tstate != NULL) {
             PyEval_RestoreThread(o.tstate);
             o.tstate = NULL;
@@ -843,6 +960,8 @@ done:
         Py_XDECREF(fields[k]);
     }
     PyMem_RawFree(batch_n);
+    PyMem_RawFree(modes);
+    PyMem_RawFree(failed);
     out_free(&o);
     Py_XDECREF(errors);
     Py_XDECREF(regions);

@@ -4,20 +4,30 @@ This module is the documented reference; ``kqlab.kafka._crecords`` (a C extensio
 builds) implements the same function and the tests hold the two equal.  ``records_parser``
 picks one.
 
-``parse_records(regions, counts, strict, with_data)`` walks the (decompressed) records region of
-each batch and returns a :class:`ParsedRecords` of flat columns over all batches, so the caller
-builds Arrow arrays once per chunk instead of once per batch.
+``parse_records(regions, counts, modes, with_data, failed)`` walks the (decompressed) records
+region of each batch and returns a :class:`ParsedRecords` of flat columns over all batches, so
+the caller builds Arrow arrays once per chunk instead of once per batch.
 
-Two modes mirror the broker's two readers:
+Three modes (:class:`ReadMode`), one per reader the broker uses (``docs/kafka-4x-record-
+structure.md``):
 
-* ``strict=True`` — ``DefaultRecord.readFrom``: the varint length prefix must match the bytes
-  consumed, the header count may not exceed the remaining bytes (paths U and Z-rebuild);
-* ``strict=False`` — ``PartialDefaultRecord`` (path Z in place): key, value and header bytes are
-  only skipped and the length prefix is never compared.
+* ``BUFFER`` — ``DefaultRecord.readFrom(ByteBuffer)`` over the batch's own buffer (uncompressed
+  batches, every path): the length prefix must fit the remaining bytes and match the bytes
+  consumed, the header count may not exceed the remaining bytes; a length varint that is too
+  long escapes as an ``IllegalArgumentException`` (UNKNOWN_SERVER_ERROR);
+* ``STREAM`` — ``DefaultRecord.readFrom(InputStream)`` (compressed batches the broker rebuilds):
+  each body is read into a buffer of exactly its declared length and parsed inside it;
+* ``PARTIAL`` — ``DefaultRecord.readPartiallyFrom`` (compressed batches kept in place): key,
+  value and header bytes are only skipped and the length prefix is never used.
+
+``failed`` says, per batch, that the region is what a failing codec delivered: the first read
+past its end throws on the broker (UNKNOWN_SERVER_ERROR) instead of meeting a clean end of
+stream.
 
 A structural error stops a batch: its ``batch_n`` says how many records came before it and
-``batch_error`` holds ``(kind, a, b)`` with a kind from :class:`ParseErrorKind` (message texts
-are rendered by :func:`render_parse_error`, so the C and Python parsers only agree on numbers).
+``batch_error`` holds ``(kind, a, b)`` with a kind from :class:`ParseErrorKind`.  Which broker
+check a kind is, and its text, is data in :mod:`kqlab.kafka.checks.structure`, so the C and
+Python parsers only agree on numbers.
 """
 
 from __future__ import annotations
@@ -30,11 +40,25 @@ from typing import NamedTuple
 import numpy as np
 
 
+class ReadMode(enum.IntEnum):
+    """Which of the broker's record readers a region is read with (module docstring)."""
+
+    PARTIAL = 0  # DefaultRecord.readPartiallyFrom: compressed, appended in place
+    BUFFER = 1  # DefaultRecord.readFrom(ByteBuffer): uncompressed
+    STREAM = 2  # DefaultRecord.readFrom(InputStream): compressed, rebuilt
+
+
+#: ``ByteBuffer.allocate`` of a record body this large fails on the stock broker heap
+#: (``-Xmx1G``, kafka-server-start.sh): OutOfMemoryError, UNKNOWN_SERVER_ERROR.  Smaller bodies
+#: are assumed to be allocated (the real limit is the broker's free heap).
+BODY_ALLOCATION_LIMIT = 1 << 30
+
+
 class ParseErrorKind(enum.IntEnum):
-    """Why a batch's records could not be read; every kind is INVALID_RECORD (87) by default."""
+    """What stopped the reading of a batch's records (each maps to one broker check)."""
 
     PREMATURE_EOF = 1  # the region ended before ``count`` records were read
-    SIZE_EXCEEDS_REMAINING = 2  # a = declared size, b = remaining bytes
+    SIZE_EXCEEDS_REMAINING = 2  # a = declared size, b = remaining bytes (BUFFER)
     SIZE_MISMATCH = 3  # a = declared size, b = bytes actually read
     NEGATIVE_HEADER_COUNT = 4  # a = header count
     HEADER_COUNT_EXCEEDS_REMAINING = 5  # a = header count
@@ -42,40 +66,25 @@ class ParseErrorKind(enum.IntEnum):
     INVALID_STRUCTURE = 7  # varint too long / a length running past the end
     RECORDS_REMAINING = 8  # bytes left after ``count`` records
     INVALID_COUNT = 9  # a = count (negative)
-    SKIP_EOF = 10  # partial reader: skipping key/value/header bytes ran past the end
+    SKIP_EOF = 10  # PARTIAL: skipping key/value/header bytes ran past the end; a = bytes left
+    LENGTH_TOO_LONG = 11  # BUFFER: the length varint has 5 continuation bytes; a = Java's value
+    PAYLOAD_EOF = 12  # STREAM: fewer bytes than the declared size; a = size, b = bytes left
+    CODEC_READ = 13  # the reader needed a byte past what a failing codec delivered
+    CODEC_TAIL = 14  # ... to check that nothing follows the last record
+    BODY_TOO_LARGE = 15  # STREAM: the body buffer cannot be allocated; a = size
 
 
 def render_parse_error(kind: int, a: int, b: int, *, stream: bool = False) -> str:
-    """The broker's exception text for a structural error (for logs: never returned to clients).
+    """The broker's exception text for a structural error (logged, never returned).
 
-    ``stream`` selects the wording of the compressed-stream reader where it differs.
+    ``stream`` picks the compressed readers' wording where it differs; the text comes from the
+    check's template (:func:`kqlab.kafka.checks.structure.reading_check`).
     """
-    k = ParseErrorKind(kind)
-    if k is ParseErrorKind.PREMATURE_EOF:
-        return "Incorrect declared batch size, premature EOF reached"
-    if k is ParseErrorKind.SIZE_EXCEEDS_REMAINING:
-        if stream:
-            return (f"Invalid record size: expected {a} bytes in record payload, but the record "
-                    "payload reached EOF.")
-        return (f"Invalid record size: expected {a} bytes in record payload, but instead the "
-                f"buffer has only {b} remaining bytes.")
-    if k is ParseErrorKind.SIZE_MISMATCH:
-        return (f"Invalid record size: expected to read {a} bytes in record payload, but instead "
-                f"read {b}")
-    if k is ParseErrorKind.NEGATIVE_HEADER_COUNT:
-        return f"Found invalid number of record headers {a}"
-    if k is ParseErrorKind.HEADER_COUNT_EXCEEDS_REMAINING:
-        return (f"Found invalid number of record headers. {a} is larger than the remaining size "
-                "of the buffer")
-    if k is ParseErrorKind.NEGATIVE_HEADER_KEY:
-        return f"Invalid negative header key size {a}"
-    if k is ParseErrorKind.INVALID_STRUCTURE:
-        return "Found invalid record structure"
-    if k is ParseErrorKind.RECORDS_REMAINING:
-        return "Incorrect declared batch size, records still remaining in file"
-    if k is ParseErrorKind.INVALID_COUNT:
-        return f"Found invalid record count {a} in magic v2 batch"
-    return "Reached end of input stream before skipping all bytes"
+    from kqlab.kafka.checks.structure import reading_check
+
+    mode = ReadMode.STREAM if stream else ReadMode.BUFFER
+    check, params = reading_check(kind, a, b, mode)
+    return check.render(**params)
 
 
 class ParsedRecords(NamedTuple):
@@ -110,7 +119,16 @@ class _Underflow(_StructureError):
     """Internal: the buffer ended inside a varint (Java's BufferUnderflowException)."""
 
 
-def _varint(buf: bytes, pos: int, end: int, limit: int) -> tuple[int, int]:
+class _TooLong(_StructureError):
+    """Internal: a varint with continuation bits on its last byte; ``value`` is the 32-bit
+    value Java's ``illegalVarintException`` prints."""
+
+    def __init__(self, value: int):
+        super().__init__(value)
+        self.value = value
+
+
+def _varint(buf: bytes | memoryview, pos: int, end: int, limit: int) -> tuple[int, int]:
     """Zig-zag varint (limit 5 → int32, 10 → int64) with Java's truncation rules."""
     u = 0
     shift = 0
@@ -127,14 +145,36 @@ def _varint(buf: bytes, pos: int, end: int, limit: int) -> tuple[int, int]:
                 u &= 0xFFFFFFFFFFFFFFFF
             return (u >> 1) ^ -(u & 1), pos
         shift += 7
-    raise _StructureError
+    raise _TooLong(u & 0xFFFFFFFF)
 
 
-def parse_records(regions: Sequence[bytes], counts: Sequence[int], strict: bool = True,
-                  with_data: bool = True) -> ParsedRecords:
-    """Parse each region's ``count`` records; see the module docstring for the two modes."""
+class _Stop(Exception):
+    """Internal: the record cannot be read; ``err`` is the batch's (kind, a, b)."""
+
+    def __init__(self, kind: int, a: int = 0, b: int = 0):
+        super().__init__(kind)
+        self.err = (int(kind), a, b)
+
+
+def _mode_list(modes: int | Sequence[int], n: int) -> list[int]:
+    if isinstance(modes, int | np.integer):
+        return [int(modes)] * n
+    out = [int(m) for m in modes]
+    if len(out) != n:
+        raise ValueError("modes must be one mode or one per region")
+    return out
+
+
+def parse_records(regions: Sequence[bytes | memoryview], counts: Sequence[int],
+                  modes: int | Sequence[int] = ReadMode.BUFFER, with_data: bool = True,
+                  failed: Sequence[bool] | None = None) -> ParsedRecords:
+    """Parse each region's ``count`` records in its :class:`ReadMode` (a bool is accepted:
+    True is BUFFER, False PARTIAL); see the module docstring."""
     if len(regions) != len(counts):
         raise ValueError("regions and counts must have the same length")
+    mode_of = _mode_list(modes, len(regions))
+    if failed is not None and len(failed) != len(regions):
+        raise ValueError("failed must have one flag per region")
     batch_n = np.zeros(len(regions), dtype=np.int64)
     batch_error: list[tuple[int, int, int] | None] = []
     ts_delta = array("q")
@@ -154,6 +194,10 @@ def parse_records(regions: Sequence[bytes], counts: Sequence[int], strict: bool 
     hv_data = bytearray()
 
     for bi, (buf, count) in enumerate(zip(regions, counts, strict=True)):
+        mode = mode_of[bi]
+        fail = bool(failed[bi]) if failed is not None else False
+        partial = mode == ReadMode.PARTIAL
+        stream = mode == ReadMode.STREAM
         end = len(buf)
         pos = 0
         n = 0
@@ -161,78 +205,78 @@ def parse_records(regions: Sequence[bytes], counts: Sequence[int], strict: bool 
         if count < 0:
             batch_error.append((ParseErrorKind.INVALID_COUNT, count, 0))
             continue
+        # past the end of the region: the codec's failure, or a clean end of stream
+        eof_struct = ParseErrorKind.CODEC_READ if fail else ParseErrorKind.INVALID_STRUCTURE
         while n < count:
-            # -- length prefix --
             try:
-                size, pos = _varint(buf, pos, end, 5)
-            except _Underflow:
-                err = (ParseErrorKind.PREMATURE_EOF, 0, 0)
-                break
-            except _StructureError:
-                err = (ParseErrorKind.INVALID_STRUCTURE, 0, 0)
-                break
-            if strict and size > end - pos:
-                err = (ParseErrorKind.SIZE_EXCEEDS_REMAINING, size, end - pos)
-                break
-            start = pos
-            try:
-                if pos >= end:
-                    raise _StructureError
-                attr = buf[pos]
-                pos += 1
-                tsd, pos = _varint(buf, pos, end, 10)
-                offd, pos = _varint(buf, pos, end, 5)
-                klen, pos = _varint(buf, pos, end, 5)
-                kstart = pos
-                if klen >= 0:
-                    pos += klen
-                    if pos > end:
-                        err = (ParseErrorKind.SKIP_EOF if not strict
-                               else ParseErrorKind.INVALID_STRUCTURE, 0, 0)
-                        break
-                vlen, pos = _varint(buf, pos, end, 5)
-                vstart = pos
-                if vlen >= 0:
-                    pos += vlen
-                    if pos > end:
-                        err = (ParseErrorKind.SKIP_EOF if not strict
-                               else ParseErrorKind.INVALID_STRUCTURE, 0, 0)
-                        break
-                hcount, pos = _varint(buf, pos, end, 5)
-                if hcount < 0:
-                    err = (ParseErrorKind.NEGATIVE_HEADER_COUNT, hcount, 0)
-                    break
-                if strict and hcount > end - pos:
-                    err = (ParseErrorKind.HEADER_COUNT_EXCEEDS_REMAINING, hcount, 0)
-                    break
-                hdrs = []
-                for _ in range(hcount):
-                    hklen, pos = _varint(buf, pos, end, 5)
-                    if hklen < 0:
-                        err = (ParseErrorKind.NEGATIVE_HEADER_KEY, hklen, 0)
-                        break
-                    hkstart = pos
-                    pos += hklen
-                    if pos > end:
-                        err = (ParseErrorKind.SKIP_EOF if not strict
-                               else ParseErrorKind.INVALID_STRUCTURE, 0, 0)
-                        break
-                    hvlen, pos = _varint(buf, pos, end, 5)
-                    hvstart = pos
-                    if hvlen >= 0:
-                        pos += hvlen
-                        if pos > end:
-                            err = (ParseErrorKind.SKIP_EOF if not strict
-                                   else ParseErrorKind.INVALID_STRUCTURE, 0, 0)
-                            break
-                    hdrs.append((hkstart, hklen, hvstart, hvlen))
-                if err is not None:
-                    break
-            except _StructureError:
-                err = (ParseErrorKind.INVALID_STRUCTURE, 0, 0)
-                break
-            if strict and pos - start != size:
-                err = (ParseErrorKind.SIZE_MISMATCH, size, pos - start)
+                # -- length prefix --
+                try:
+                    size, pos = _varint(buf, pos, end, 5)
+                except _Underflow:
+                    raise _Stop(ParseErrorKind.CODEC_READ if fail
+                                else ParseErrorKind.PREMATURE_EOF) from None
+                except _TooLong as exc:
+                    if mode == ReadMode.BUFFER:
+                        raise _Stop(ParseErrorKind.LENGTH_TOO_LONG, exc.value) from None
+                    raise _Stop(ParseErrorKind.PREMATURE_EOF) from None
+                if stream:
+                    if size < 0:  # ByteBuffer.allocate: IllegalArgumentException
+                        raise _Stop(ParseErrorKind.PREMATURE_EOF)
+                    if size >= BODY_ALLOCATION_LIMIT:
+                        raise _Stop(ParseErrorKind.BODY_TOO_LARGE, size)
+                    if size > end - pos:
+                        if fail:
+                            raise _Stop(ParseErrorKind.CODEC_READ)
+                        raise _Stop(ParseErrorKind.PAYLOAD_EOF, size, end - pos)
+                    limit = pos + size  # the body is parsed inside its own buffer
+                elif not partial:
+                    if size > end - pos:
+                        raise _Stop(ParseErrorKind.SIZE_EXCEEDS_REMAINING, size, end - pos)
+                    limit = end
+                else:
+                    limit = end
+                start = pos
+                eof = eof_struct if partial else ParseErrorKind.INVALID_STRUCTURE
+                try:
+                    if pos >= limit:
+                        raise _Stop(eof)
+                    attr = buf[pos]
+                    pos += 1
+                    tsd, pos = _varint(buf, pos, limit, 10)
+                    offd, pos = _varint(buf, pos, limit, 5)
+                    klen, pos = _varint(buf, pos, limit, 5)
+                    kstart = pos
+                    if klen >= 0:
+                        pos = _skip(pos, klen, limit, partial, fail)
+                    vlen, pos = _varint(buf, pos, limit, 5)
+                    vstart = pos
+                    if vlen >= 0:
+                        pos = _skip(pos, vlen, limit, partial, fail)
+                    hcount, pos = _varint(buf, pos, limit, 5)
+                    if hcount < 0:
+                        raise _Stop(ParseErrorKind.NEGATIVE_HEADER_COUNT, hcount)
+                    if not partial and hcount > limit - pos:
+                        raise _Stop(ParseErrorKind.HEADER_COUNT_EXCEEDS_REMAINING, hcount)
+                    hdrs = []
+                    for _ in range(hcount):
+                        hklen, pos = _varint(buf, pos, limit, 5)
+                        if hklen < 0:
+                            raise _Stop(ParseErrorKind.NEGATIVE_HEADER_KEY, hklen)
+                        hkstart = pos
+                        pos = _skip(pos, hklen, limit, partial, fail)
+                        hvlen, pos = _varint(buf, pos, limit, 5)
+                        hvstart = pos
+                        if hvlen >= 0:
+                            pos = _skip(pos, hvlen, limit, partial, fail)
+                        hdrs.append((hkstart, hklen, hvstart, hvlen))
+                except _Underflow:
+                    raise _Stop(eof) from None
+                except _StructureError:  # a varint too long (IllegalArgumentException)
+                    raise _Stop(ParseErrorKind.INVALID_STRUCTURE) from None
+                if not partial and pos - start != size:
+                    raise _Stop(ParseErrorKind.SIZE_MISMATCH, size, pos - start)
+            except _Stop as stop:
+                err = stop.err
                 break
             # -- the record is whole: emit it --
             n += 1
@@ -256,10 +300,13 @@ def parse_records(regions: Sequence[bytes], counts: Sequence[int], strict: bool 
                         hv_data += buf[hvstart:hvstart + hvlen]
                     hv_offsets.append(len(hv_data))
                     hv_length.append(hvlen if hvlen >= 0 else -1)
-        if err is None and n == count and pos != end:
-            err = (ParseErrorKind.RECORDS_REMAINING, 0, 0)
+        if err is None and n == count:
+            if pos != end:
+                err = (int(ParseErrorKind.RECORDS_REMAINING), 0, 0)
+            elif fail:
+                err = (int(ParseErrorKind.CODEC_TAIL), 0, 0)
         batch_n[bi] = n
-        batch_error.append(None if err is None else (int(err[0]), err[1], err[2]))
+        batch_error.append(err)
 
     def arr(a: array, dtype: type) -> np.ndarray:
         return np.frombuffer(a, dtype=dtype).copy() if len(a) else np.zeros(0, dtype=dtype)
@@ -283,3 +330,17 @@ def parse_records(regions: Sequence[bytes], counts: Sequence[int], strict: bool 
         header_value_data=bytes(hv_data) if with_data else None,
         header_value_length=arr(hv_length, np.int32) if with_data else None,
     )
+
+
+def _skip(pos: int, length: int, limit: int, partial: bool, fail: bool) -> int:
+    """Step over ``length`` key/value/header bytes: past the end, the full readers' slice
+    fails (IllegalArgumentException: invalid structure) and the partial reader's skip meets
+    the end of stream (or the codec's failure)."""
+    stop = pos + length
+    if stop > limit:
+        if not partial:
+            raise _Stop(ParseErrorKind.INVALID_STRUCTURE)
+        if fail:
+            raise _Stop(ParseErrorKind.CODEC_READ)
+        raise _Stop(ParseErrorKind.SKIP_EOF, stop - limit)
+    return stop

@@ -20,7 +20,11 @@ Wire layout (spec §1.2; Java ``DefaultRecordBatch``), all big-endian::
 
 Decoding never raises on bad bytes: a batch that cannot be read becomes a batches-table row with
 ``decode_error`` set (and ``crc_valid`` False when the checksum is wrong), and the records that
-could be read before the problem are kept.
+could be read before the problem are kept.  What went wrong is data too
+(``kqlab.records.DECODE_COLUMNS``): how many records the batch contributed, and, for v2 batches,
+which broker check each of the broker's two record readers meets (the full reader, used for
+uncompressed batches and for compressed batches it rebuilds, and the lenient in-place reader),
+with its parameters, so the vectorised table checks never parse a message.
 """
 
 from __future__ import annotations
@@ -33,7 +37,9 @@ import numpy as np
 import pyarrow as pa
 
 from kqlab.kafka import legacy
-from kqlab.kafka.compression import Codec, DecompressionError, decompress
+from kqlab.kafka.checks._check import Check
+from kqlab.kafka.checks.structure import D3_CODEC_OPEN, reading_check
+from kqlab.kafka.compression import Codec, StreamRead, read_stream
 from kqlab.kafka.log_issues import (
     STOP_CORRUPT_LENGTH,
     STOP_LIMIT,
@@ -43,12 +49,12 @@ from kqlab.kafka.log_issues import (
 )
 from kqlab.kafka.records_parser import (
     ParsedRecords,
+    ReadMode,
     crc32c,
     parse_records,
-    render_parse_error,
     scan_batches,
 )
-from kqlab.records import BATCHES_SCHEMA, HEADER_TYPE, RECORDS_SCHEMA
+from kqlab.records import BATCHES_SCHEMA, DECODE_COLUMNS, HEADER_TYPE, RECORDS_SCHEMA
 
 V2_HEADER = struct.Struct(">qiibIhiqqqhii")
 RECORD_BATCH_OVERHEAD = V2_HEADER.size  # 61
@@ -164,17 +170,92 @@ def records_region(raw: bytes | memoryview, codec: int) -> tuple[bytes | memoryv
     """A batch's records bytes (``raw`` = everything after the 61-byte header), decompressed.
 
     Returns ``(region, error)``: uncompressed records come back as given (zero copy); when the
-    codec fails, ``region`` holds what could be decoded before the failure and ``error`` says
-    what went wrong, in the broker's words.
+    codec fails, ``region`` holds what the broker's reader was handed before the failure and
+    ``error`` is the Java exception (:func:`kqlab.kafka.compression.read_stream`).
     """
     if codec == Codec.NONE:
         return raw, None
-    try:
-        return decompress(codec, bytes(raw)), None
-    except DecompressionError as exc:
-        head = ("Incorrect declared batch size, premature EOF reached" if exc.truncated else
-                "Failed to decompress record stream")
-        return exc.partial, f"{head} ({exc})"
+    got = read_stream(codec, raw)
+    return got.data, None if got.failure is None else got.failure.cause
+
+
+Finding = tuple[Check, dict[str, object]]
+
+
+def batch_read_modes(streams: list[StreamRead | None]) -> tuple[list[int], list[bool]]:
+    """The full reader's :class:`ReadMode` and codec-failure flag per batch (``None`` =
+    uncompressed): the buffer reader, or the stream reader of the rebuild path."""
+    modes = [int(ReadMode.BUFFER if sr is None else ReadMode.STREAM) for sr in streams]
+    failed = [sr is not None and sr.failure is not None for sr in streams]
+    return modes, failed
+
+
+def read_batch_records(raw: bytes | memoryview, codec: int, count: int, *, in_place: bool,
+                       with_data: bool = False
+                       ) -> tuple[ParsedRecords, bytes | memoryview, Finding | None]:
+    """Read one v2 batch's records as the broker does (spec §3.D.3): ``(parsed, region,
+    finding)``, ``finding`` being the ``(check, params)`` that aborts the batch, or None.
+
+    ``raw`` is everything after the 61-byte header.  The reader is the one LogValidator picks:
+    the buffer reader for an uncompressed batch, the lenient in-place reader for a compressed
+    batch appended in place (``in_place``), the stream reader otherwise, over what the codec
+    delivers (:func:`kqlab.kafka.compression.read_stream`).  A declared count of 0 reads
+    nothing (the iterators are empty), but the rebuild path still opens the codec.
+    """
+    if codec == Codec.NONE:
+        parsed = parse_records([raw], [count], ReadMode.BUFFER, with_data)
+        err = parsed.batch_error[0]
+        if err is None or count == 0:
+            return parsed, raw, None
+        return parsed, raw, reading_check(*err, ReadMode.BUFFER)
+    sr = read_stream(codec, raw)
+    failure = sr.failure
+    opened = failure is not None and failure.at_open
+    mode = ReadMode.PARTIAL if in_place else ReadMode.STREAM
+    n = 0 if opened or count == 0 else count
+    parsed = parse_records([sr.data], [n], mode, with_data,
+                           [failure is not None and not opened])
+    if opened and not (in_place and count == 0):
+        return parsed, sr.data, (D3_CODEC_OPEN, {"cause": failure.cause})  # type: ignore[union-attr]
+    err = parsed.batch_error[0]
+    if err is None or n == 0:
+        return parsed, sr.data, None
+    return parsed, sr.data, reading_check(*err, mode, None if failure is None else failure.cause)
+
+
+def reader_findings(regions: list[bytes | memoryview], counts: list[int],
+                    streams: list[StreamRead | None], parsed: ParsedRecords
+                    ) -> tuple[list[Finding | None], list[Finding | None]]:
+    """What each of the broker's two record readers finds in batches parsed with
+    :func:`batch_read_modes` (``parsed``): ``(full, in_place)``, a ``(check, params)`` or None
+    per batch.  Compressed batches the full reader cannot read are read again with the lenient
+    in-place reader (``PARTIAL``, no data), which may get further or stop elsewhere; an
+    uncompressed batch has one reader for both paths."""
+    nb = len(regions)
+    full: list[Finding | None] = [None] * nb
+    inplace: list[Finding | None] = [None] * nb
+    again: list[int] = []
+    for i, err in enumerate(parsed.batch_error):
+        if err is None or counts[i] == 0:  # a count of 0 reads nothing
+            continue
+        sr = streams[i]
+        if sr is None:
+            full[i] = inplace[i] = reading_check(*err, ReadMode.BUFFER)
+        else:
+            cause = None if sr.failure is None else sr.failure.cause
+            full[i] = reading_check(*err, ReadMode.STREAM, cause)
+            again.append(i)
+    if again:
+        failures = [streams[i].failure for i in again]  # type: ignore[union-attr]
+        lenient = parse_records([regions[i] for i in again], [counts[i] for i in again],
+                                ReadMode.PARTIAL, False, [f is not None for f in failures])
+        for j, i in enumerate(again):
+            err = lenient.batch_error[j]
+            if err is not None:
+                f = failures[j]
+                inplace[i] = reading_check(*err, ReadMode.PARTIAL,
+                                           None if f is None else f.cause)
+    return full, inplace
 
 
 # --------------------------------------------------------------------------------------------
@@ -182,10 +263,20 @@ def records_region(raw: bytes | memoryview, codec: int) -> tuple[bytes | memoryv
 # --------------------------------------------------------------------------------------------
 
 _BATCH_COLUMNS = [f.name for f in BATCHES_SCHEMA]
-# every column but the last (decode_error), which is kept apart because flush() amends it
-_ROW_COLUMNS = _BATCH_COLUMNS[:-1]
-_ROWS_SCHEMA = pa.schema(list(BATCHES_SCHEMA)[:-1])
-assert _BATCH_COLUMNS[-1] == "decode_error"
+# the columns kept per row as read; decode_error and the DECODE_COLUMNS are kept apart because
+# flush() fills them in once the records are parsed
+_TAIL = ("decode_error", *DECODE_COLUMNS)
+_ROW_COLUMNS = _BATCH_COLUMNS[:-len(_TAIL)]
+_ROWS_SCHEMA = pa.schema(list(BATCHES_SCHEMA)[:-len(_TAIL)])
+assert tuple(_BATCH_COLUMNS[-len(_TAIL):]) == _TAIL
+_PARAMS = BATCHES_SCHEMA.field("decode_params").type
+
+
+def _finding_columns(findings: list[Finding | None]) -> tuple[pa.Array, pa.Array]:
+    """The ``*_check`` and ``*_params`` columns of a list of findings."""
+    checks = [None if f is None else f[0].id for f in findings]
+    params = [None if f is None else [(k, str(v)) for k, v in f[1].items()] for f in findings]
+    return pa.array(checks, pa.string()), pa.array(params, _PARAMS)
 
 
 class TableBuilder:
@@ -204,6 +295,11 @@ class TableBuilder:
         self._blocks: list[list[tuple] | dict[str, np.ndarray]] = []
         self._nrows = 0
         self._decode_errors: list[str | None] = []
+        # per row: records contributed, decode kind, and the two readers' findings
+        self._decoded: list[int] = []
+        self._kinds: list[str | None] = []
+        self._full: list[Finding | None] = []
+        self._inplace: list[Finding | None] = []
         self._record_tables: list[pa.Table] = []
         # pending v2 batches: region bytes, declared count, base offset, base ts, max ts, LAT
         self._regions: list[bytes | memoryview] = []
@@ -213,7 +309,7 @@ class TableBuilder:
         self._base_ts: list[int] = []
         self._max_ts: list[int] = []
         self._lat: list[bool] = []
-        self._stream: list[bool] = []
+        self._streams: list[StreamRead | None] = []
         self.records_added = 0
 
     @property
@@ -222,23 +318,29 @@ class TableBuilder:
         return self._nrows
 
     # -- batch rows ------------------------------------------------------------------------
-    def _tuple_row(self, row: tuple, error: str | None) -> int:
+    def _tuple_row(self, row: tuple, error: str | None, kind: str | None = None,
+                   decoded: int = 0) -> int:
         if not self._blocks or not isinstance(self._blocks[-1], list):
             self._blocks.append([])
         self._blocks[-1].append(row)  # type: ignore[union-attr]
         self._decode_errors.append(error)
+        self._kinds.append(kind)
+        self._decoded.append(decoded)
+        self._full.append(None)
+        self._inplace.append(None)
         self._nrows += 1
         return self._nrows - 1
 
-    def _row(self, **values: object) -> int:
+    def _row(self, kind: str | None = None, decoded: int = 0, **values: object) -> int:
         """Add a batch row from keyword values (the slow path, for unusual batches)."""
         return self._tuple_row(tuple(values.get(name) for name in _ROW_COLUMNS),
-                               values.get("decode_error"))  # type: ignore[arg-type]
+                               values.get("decode_error"), kind,  # type: ignore[arg-type]
+                               decoded)
 
     def add(self, position: int | None, data: bytes) -> None:
         """Decode one batch (``data`` = its complete bytes, starting with baseOffset)."""
         if len(data) <= MAGIC_OFFSET:
-            self._row(topic=self.topic, partition=self.partition, size_bytes=len(data),
+            self._row("scan", topic=self.topic, partition=self.partition, size_bytes=len(data),
                       position=position, crc_valid=False, framing=self.framing,
                       decode_error=f"batch of {len(data)} bytes is too short to hold a magic "
                                    "byte")
@@ -250,7 +352,8 @@ class TableBuilder:
             self._add_legacy(position, data)
         else:
             base_offset = struct.unpack_from(">q", data, 0)[0]
-            self._row(topic=self.topic, partition=self.partition, batch_offset=base_offset,
+            self._row("magic", topic=self.topic, partition=self.partition,
+                      batch_offset=base_offset,
                       magic=magic - 256 if magic > 127 else magic, size_bytes=len(data),
                       position=position, crc_valid=False, framing=self.framing,
                       decode_error=f"Invalid magic found in record: "
@@ -260,7 +363,8 @@ class TableBuilder:
         size = len(data)
         if size < RECORD_BATCH_OVERHEAD:
             base_offset = struct.unpack_from(">q", data, 0)[0]
-            self._row(topic=self.topic, partition=self.partition, batch_offset=base_offset,
+            self._row("header", topic=self.topic, partition=self.partition,
+                      batch_offset=base_offset,
                       magic=2, size_bytes=size, position=position, crc_valid=False,
                       framing=self.framing,
                       decode_error=f"batch of {size} bytes is shorter than the "
@@ -272,19 +376,22 @@ class TableBuilder:
         attr = attributes & 0xFF
         codec = attr & CODEC_MASK
         lat = bool(attr & TIMESTAMP_TYPE_MASK)
-        error = None
+        error = kind = None
+        sr: StreamRead | None = None
+        region: bytes | memoryview = b""
+        count_for_parse = 0
         if codec > Codec.ZSTD:
-            region: bytes = b""
-            error = f"Unknown compression type id {codec}"
-            count_for_parse = 0
+            error, kind = f"Unknown compression type id {codec}", "codec_id"
+        elif codec == Codec.NONE:
+            region, count_for_parse = memoryview(data)[RECORD_BATCH_OVERHEAD:], count
         else:
-            region, error = records_region(memoryview(data)[RECORD_BATCH_OVERHEAD:], codec)
-            count_for_parse = count
+            sr = read_stream(codec, memoryview(data)[RECORD_BATCH_OVERHEAD:])
+            region, count_for_parse = sr.data, count
         row = self._tuple_row((
             self.topic, self.partition, base_offset, last_delta, 2, codec_label(codec),
             1 if lat else 0, bool(attr & TRANSACTIONAL_MASK), bool(attr & CONTROL_MASK), pid,
             epoch, base_seq, ple, count, size, base_ts, max_ts, crc_ok, self.framing, position,
-            attributes, crc), error)
+            attributes, crc), error, kind)
         self._regions.append(region)
         self._counts.append(count_for_parse)
         self._pending_rows.append(row)
@@ -292,7 +399,7 @@ class TableBuilder:
         self._base_ts.append(base_ts)
         self._max_ts.append(max_ts)
         self._lat.append(lat)
-        self._stream.append(codec != Codec.NONE)
+        self._streams.append(sr)
         if len(self._regions) >= 4096:
             self.flush()
 
@@ -301,7 +408,8 @@ class TableBuilder:
             entry = legacy.open_entry(data)
         except legacy.LegacyFormatError as exc:
             base_offset = struct.unpack_from(">q", data, 0)[0]
-            self._row(topic=self.topic, partition=self.partition, batch_offset=base_offset,
+            self._row("legacy", topic=self.topic, partition=self.partition,
+                      batch_offset=base_offset,
                       magic=data[MAGIC_OFFSET], size_bytes=len(data), position=position,
                       crc_valid=False, framing=self.framing, decode_error=str(exc))
             return
@@ -319,7 +427,8 @@ class TableBuilder:
                           f"inner offset {first}")
             last_delta = None
         lat = w.magic >= 1 and w.timestamp_type == 1
-        self._row(topic=self.topic, partition=self.partition, batch_offset=first,
+        self._row("legacy" if errors else None, len(msgs),
+                  topic=self.topic, partition=self.partition, batch_offset=first,
                   last_offset_delta=last_delta, magic=w.magic,
                   compression=codec_label(w.codec), timestamp_type=w.timestamp_type,
                   is_transactional=False, is_control=False, producer_id=-1, producer_epoch=-1,
@@ -352,18 +461,30 @@ class TableBuilder:
         """Parse the pending v2 regions and append their records."""
         if not self._regions:
             return
-        parsed = parse_records(self._regions, self._counts, True, True)
-        for i, err in enumerate(parsed.batch_error):
-            row = self._pending_rows[i]
-            n = int(parsed.batch_n[i])
-            msgs = []
-            if self._decode_errors[row]:
-                msgs.append(self._decode_errors[row])
-            if err is not None:
-                msgs.append(render_parse_error(*err, stream=self._stream[i])
-                            + f" (after {n} of {self._counts[i]} records)")
-            if msgs:
-                self._decode_errors[row] = "; ".join(dict.fromkeys(msgs))
+        streams = self._streams
+        modes, failed = batch_read_modes(streams)
+        counts = list(self._counts)
+        opened = []  # the codec cannot even be opened: no record is read (wrapForInput)
+        for i, sr in enumerate(streams):
+            if sr is not None and sr.failure is not None and sr.failure.at_open:
+                opened.append(i)
+                counts[i] = 0
+                failed[i] = False
+        parsed = parse_records(self._regions, counts, modes, True, failed)
+        full, inplace = reader_findings(self._regions, counts, streams, parsed)
+        for i in opened:
+            cause = streams[i].failure.cause  # type: ignore[union-attr]
+            full[i] = (D3_CODEC_OPEN, {"cause": cause})
+            # the in-place reader of a count-0 batch is empty: it never opens the codec
+            inplace[i] = full[i] if self._counts[i] != 0 else None
+        for i, row in enumerate(self._pending_rows):
+            self._decoded[row] = int(parsed.batch_n[i])
+            f = full[i]
+            if f is not None:
+                self._full[row] = f
+                self._kinds[row] = "codec" if f[0].step == "D3.codec" else "records"
+                self._decode_errors[row] = f[0].render(**f[1])
+            self._inplace[row] = inplace[i]
         table = _records_table(parsed, self.topic, self.partition,
                                np.asarray(self._base_offsets, dtype=np.int64),
                                np.asarray(self._base_ts, dtype=np.int64),
@@ -372,7 +493,7 @@ class TableBuilder:
         self.records_added += table.num_rows
         self._record_tables.append(table)
         for lst in (self._regions, self._counts, self._pending_rows, self._base_offsets,
-                    self._base_ts, self._max_ts, self._lat, self._stream):
+                    self._base_ts, self._max_ts, self._lat, self._streams):
             lst.clear()
 
     def take(self) -> tuple[pa.Table, pa.Table]:
@@ -391,12 +512,23 @@ class TableBuilder:
                           for name in _ROW_COLUMNS]
             parts.append(pa.Table.from_arrays(arrays, schema=_ROWS_SCHEMA))
         rows = pa.concat_tables(parts) if parts else _ROWS_SCHEMA.empty_table()
-        batches = rows.append_column(BATCHES_SCHEMA.field("decode_error"),
-                                     pa.array(self._decode_errors, pa.string()))
+        decode_check, decode_params = _finding_columns(self._full)
+        inplace_check, inplace_params = _finding_columns(self._inplace)
+        tail = {
+            "decode_error": pa.array(self._decode_errors, pa.string()),
+            "records_decoded": pa.array(self._decoded, pa.int32()),
+            "decode_kind": pa.array(self._kinds, pa.string()),
+            "decode_check": decode_check, "decode_params": decode_params,
+            "inplace_check": inplace_check, "inplace_params": inplace_params,
+        }
+        batches = pa.Table.from_arrays([*rows.columns, *(tail[name] for name in _TAIL)],
+                                       schema=BATCHES_SCHEMA)
         self._record_tables = []
         self._blocks = []
         self._nrows = 0
-        self._decode_errors = []
+        for lst in (self._decode_errors, self._decoded, self._kinds, self._full,
+                    self._inplace):
+            lst.clear()
         return records, batches
 
     # -- the bulk path ------------------------------------------------------------------------
@@ -461,16 +593,18 @@ class TableBuilder:
         codec = attr & 0x07
         lat = (attr & TIMESTAMP_TYPE_MASK) != 0
         row0 = self._nrows
-        errors: list[str | None] = [None] * m
         regions = self._regions
+        streams = self._streams
         starts = (positions + RECORD_BATCH_OVERHEAD).tolist()
         ends = (positions + sizes).tolist()
         for k, c in enumerate(codec.tolist()):
             if c == 0:  # the common case, inline: a zero-copy view
                 regions.append(view[starts[k]:ends[k]])
+                streams.append(None)
             else:
-                region, errors[k] = records_region(view[starts[k]:ends[k]], c)
-                regions.append(region)
+                sr = read_stream(c, view[starts[k]:ends[k]])
+                regions.append(sr.data)
+                streams.append(sr)
         self._blocks.append({
             "topic": np.full(m, self.topic, dtype=object),
             "partition": np.full(m, self.partition, dtype=np.int32),
@@ -486,7 +620,12 @@ class TableBuilder:
             "framing": np.full(m, self.framing, dtype=object),
             "position": positions + base_position, "attributes": attributes, "crc": crc,
         })
-        self._decode_errors.extend(errors)
+        none: list[None] = [None] * m
+        self._decode_errors.extend(none)
+        self._kinds.extend(none)
+        self._decoded.extend([0] * m)
+        self._full.extend(none)
+        self._inplace.extend(none)
         self._nrows += m
         self._counts.extend(count.tolist())
         self._pending_rows.extend(range(row0, row0 + m))
@@ -494,7 +633,6 @@ class TableBuilder:
         self._base_ts.extend(base_ts.tolist())
         self._max_ts.extend(max_ts.tolist())
         self._lat.extend(lat.tolist())
-        self._stream.extend((codec != 0).tolist())
         if len(self._regions) >= 4096:
             self.flush()
 

@@ -8,6 +8,12 @@ Layout of one log entry::
 The CRC is CRC-32 (IEEE) over magic .. end of value.  A compressed entry is a *wrapper* whose
 value is a compressed message set of inner entries: inner offsets are absolute in v0 and relative
 (0..n-1) in v1, where the wrapper carries the offset of the last inner message.
+
+A wrapper's inner set is read as Kafka's ``AbstractLegacyRecordBatch.DeepRecordsIterator`` reads
+it, all at once when the iterator is built: a zstd wrapper or a null value is refused first, a
+codec failure anywhere ends it (``KafkaException``), an inner message declaring fewer than 14
+bytes is a ``CorruptRecordException``, and an inner message cut short simply ends the set
+(``DataLogInputStream.nextBatch`` returns null): kqlab notes that last one without rejecting.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import struct
 from dataclasses import dataclass, field
 
 from kqlab.kafka.checksums import crc32
-from kqlab.kafka.compression import Codec, DecompressionError, compress, decompress
+from kqlab.kafka.compression import Codec, compress, read_stream
 
 _ENTRY = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes
 _INT32 = struct.Struct(">i")
@@ -76,7 +82,10 @@ class LegacyEntry:
     inner: list[LegacyMessage] | None = None
     #: deep-iteration problem (text as the broker words it), None when the entry is whole
     error: str | None = None
-    #: ``"decompress"`` (codec failure), ``"truncated"`` (codec EOF) or ``"invalid"``
+    #: why the broker stops: ``"decompress"`` (the codec fails: ``error`` is the Java cause),
+    #: ``"zstd"`` (codec 4 in a wrapper), ``"corrupt"`` (an inner message under 14 bytes),
+    #: ``"invalid"`` (InvalidRecordException); ``"ignored"`` when the inner set merely ends
+    #: inside a message, which the broker accepts
     error_kind: str | None = None
     inner_positions: list[int] = field(default_factory=list)
     #: index of the first compressed inner message (the deep iterator stops there)
@@ -138,50 +147,69 @@ def open_entry(data: bytes) -> LegacyEntry:
     entry = LegacyEntry(wrapper)
     if wrapper.codec == Codec.NONE:
         return entry
+    entry.inner = []
+    if wrapper.codec == Codec.ZSTD:
+        # DeepRecordsIterator: checked before anything is read (the text prints the magic)
+        entry.error = ("Invalid wrapper compressionType found in legacy deep record iterator "
+                       f"{wrapper.magic}")
+        entry.error_kind = "zstd"
+        return entry
     if wrapper.value is None:
-        entry.error, entry.error_kind = "Found invalid compressed record set with null value", \
-            "invalid"
-        entry.inner = []
+        entry.error = ("Found invalid compressed record set with null value (magic = "
+                       f"{wrapper.magic})")
+        entry.error_kind = "invalid"
         return entry
-    try:
-        stream = decompress(wrapper.codec, wrapper.value) if wrapper.codec <= Codec.ZSTD else None
-    except DecompressionError as exc:
-        stream = exc.partial
-        entry.error = "Failed to decompress record stream" if not exc.truncated else \
-            "Incorrect declared batch size, premature EOF reached"
-        entry.error_kind = "truncated" if exc.truncated else "decompress"
-    if stream is None:
+    if wrapper.codec > Codec.ZSTD:
         entry.error, entry.error_kind = f"Unknown compression type id {wrapper.codec}", "invalid"
-        entry.inner = []
         return entry
+    got = read_stream(wrapper.codec, wrapper.value, magic=wrapper.magic)
+    stream = got.data
     inner: list[LegacyMessage] = []
     p = 0
-    while p < len(stream):
+    end = len(stream)
+    while p < end or got.failure is not None:  # DataLogInputStream.nextBatch
+        size = _INT32.unpack_from(stream, p + 8)[0] if end - p >= 12 else None
+        if size is not None and size < RECORD_OVERHEAD_V0:
+            entry.error = (f"Record size is less than the minimum record overhead "
+                           f"({RECORD_OVERHEAD_V0})")
+            entry.error_kind = "corrupt"
+            break
+        if size is None or end - p - 12 < size:
+            if got.failure is not None:  # the read reaches the codec's failure
+                entry.error, entry.error_kind = got.failure.cause, "decompress"
+            else:
+                entry.error = (f"inner message at byte {p} is cut short ({end - p} bytes "
+                               "left): the broker ends the inner set there")
+                entry.error_kind = "ignored"
+            break
         try:
             msg, nxt = parse_message(stream, p)
         except LegacyFormatError as exc:
-            if entry.error is None:
-                entry.error, entry.error_kind = str(exc), "invalid"
+            entry.error, entry.error_kind = str(exc), "invalid"
             break
         entry.inner_positions.append(p)
         inner.append(msg)
         p = nxt
     entry.inner = inner
-    nested = next((i for i, m in enumerate(inner) if m.codec != Codec.NONE), None)
-    if nested is not None and entry.error is None:
-        # DeepRecordsIterator.makeNext throws when it reaches a compressed inner message
-        entry.error, entry.error_kind = "Inner messages must not be compressed", "invalid"
-        entry.nested_at = nested
-    if not inner and entry.error is None:
+    stops = entry.error_kind not in (None, "ignored")
+    # the constructor's checks, then makeNext's (a compressed inner message) as it iterates
+    if not inner and not stops:
         entry.error, entry.error_kind = "Found invalid compressed record set with no inner " \
             "records", "invalid"
+        stops = True
     if inner and wrapper.magic >= 1:
         last_inner = inner[-1].offset
-        if wrapper.offset < last_inner and wrapper.offset != 0 and entry.error is None:
+        if wrapper.offset < last_inner and wrapper.offset != 0 and not stops:
             entry.error = (f"Found invalid wrapper offset in compressed v1 message set, wrapper "
                            f"offset '{wrapper.offset}' is less than the last inner message "
-                           f"offset '{last_inner}' and it is not zero")
+                           f"offset '{last_inner}' and it is not zero.")
             entry.error_kind = "invalid"
+            stops = True
+    nested = next((i for i, m in enumerate(inner) if m.codec != Codec.NONE), None)
+    if nested is not None and not stops:
+        entry.error, entry.error_kind = "Inner messages must not be compressed", "invalid"
+        entry.nested_at = nested
+    if inner and wrapper.magic >= 1:
         # v1 inner offsets are relative; rebase them on the wrapper (a 0 wrapper is tolerated)
         base = wrapper.offset - last_inner if wrapper.offset != 0 else 0
         for m in inner:

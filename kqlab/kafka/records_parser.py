@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 
 from kqlab.kafka._records_py import (
+    BODY_ALLOCATION_LIMIT,
     ParsedRecords,
     ParseErrorKind,
+    ReadMode,
     render_parse_error,
 )
 from kqlab.kafka._records_py import parse_records as parse_records_py
@@ -32,18 +34,21 @@ if not os.environ.get("KQLAB_PURE_PYTHON"):
     else:
         _parse_records_c = _crecords.parse_records
 
-        def parse_records(regions, counts, strict=True, with_data=True):  # type: ignore[no-redef]
+        def parse_records(regions, counts, modes=ReadMode.BUFFER,
+                          with_data=True, failed=None):
             """C implementation of :func:`kqlab.kafka._records_py.parse_records`."""
-            return ParsedRecords(*_parse_records_c(regions, counts, strict, with_data))
+            return ParsedRecords(*_parse_records_c(regions, counts, modes, with_data, failed))
 
         scan_batches = _crecords.scan_batches
         crc32c = _crecords.crc32c
         IMPLEMENTATION = "c"
 
 __all__ = [
+    "BODY_ALLOCATION_LIMIT",
     "IMPLEMENTATION",
     "ParseErrorKind",
     "ParsedRecords",
+    "ReadMode",
     "crc32c",
     "parse_records",
     "parse_records_py",

@@ -36,7 +36,6 @@ offsets quoted in later stage-F texts.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -49,7 +48,7 @@ from kqlab.kafka import errors as kerr
 from kqlab.kafka.batch import increment_sequence
 from kqlab.kafka.checks import aggregate
 from kqlab.kafka.checks import record as rchecks
-from kqlab.kafka.checks._check import Check, ParamsPart, params_column
+from kqlab.kafka.checks._check import CHECKS, Check, ParamsPart, params_column
 from kqlab.kafka.checks.append import C2, C3, C4
 from kqlab.kafka.checks.header import D2_B, D2_C, D2_D, D2_E, D2_F, D2_G, D2_H, Z0
 from kqlab.kafka.checks.producer import F1, EndTxnMarker, MalformedMarker, parse_end_txn_markers
@@ -66,6 +65,7 @@ from kqlab.kafka.checks.request import (
     whole_request_message,
 )
 from kqlab.kafka.checks.size import E1, E2
+from kqlab.kafka.checks.structure import D3_REBUILD
 from kqlab.kafka.compression import Codec
 from kqlab.kafka.configs import LONG_MAX, TopicConfig
 from kqlab.kafka.producer_state import BatchMetadata, ProducerCheckError
@@ -84,7 +84,6 @@ __all__ = ["UNDETERMINED", "broker_verdicts"]
 UNDETERMINED = "undetermined"
 _UNDET = 10_000  # internal code for undetermined rows
 _V2_MIN = 61
-_PARSE_SUFFIX = re.compile(r"(?:^|; )([^;]*) \(after (\d+) of (-?\d+) records\)$")
 #: ``check`` of a batch with record errors, by which kinds it has (bits: P 4, R3 2, R4 1)
 _CHECK_LABELS = np.array(["+".join(c for c, bit in (("P", 4), ("R3", 2), ("R4", 1)) if k & bit)
                           for k in range(8)], dtype=object)
@@ -247,25 +246,13 @@ def _messages_array(messages: Any) -> pa.Array:
 
 
 def records_per_batch(batches: pa.Table, n_records: int) -> np.ndarray:
-    """How many rows of the records table each batch row contributed (TableBuilder's rules:
-    v2 batches their declared count, or as many as parsed before a structural error; legacy
-    entries their messages; undecodable batches none)."""
-    magic = _np(batches, "magic", -128, np.int64)
-    size = _np(batches, "size_bytes", 0, np.int64)
-    count = _np(batches, "record_count", 0, np.int64)
-    known = batches["record_count"].is_valid().to_numpy(zero_copy_only=False)
-    codec = _np(batches, "attributes", 0, np.int64) & 0x07
-    v2 = (magic == 2) & (size >= _V2_MIN)
-    n_r = np.where(known & (magic != 2), count, 0)
-    n_r = np.where(v2, np.maximum(count, 0), n_r)
-    n_r[v2 & (codec > 4)] = 0
-    de_col = batches["decode_error"]
-    if de_col.null_count < batches.num_rows:
-        rows = np.flatnonzero(pc.is_valid(de_col).to_numpy(zero_copy_only=False) & v2)
-        for i, de in zip(rows.tolist(), de_col.take(pa.array(rows)).to_pylist(), strict=True):
-            m = _PARSE_SUFFIX.search(de)
-            if m:
-                n_r[i] = int(m.group(2))
+    """How many rows of the records table each batch row contributed: the decoder's
+    ``records_decoded`` column (``kqlab.records.DECODE_COLUMNS``)."""
+    col = batches["records_decoded"]
+    if col.null_count:
+        raise ValueError("the batches table has rows without records_decoded: pass it through "
+                         "kqlab.records.conform_batches (a table written by an older kqlab)")
+    n_r = np.asarray(col.to_numpy(), dtype=np.int64)
     total = int(n_r.sum())
     if total != n_records:
         raise ValueError(f"the records table has {n_records} rows but the batches table "
@@ -341,8 +328,8 @@ class _Verdicts:
         self.control = _np(b, "is_control", False, bool) & (self.magic == 2)
         self.transactional = _np(b, "is_transactional", False, bool) & (self.magic == 2)
         self.lat = (self.attr & 0x08) != 0
-        self.decode_error = b["decode_error"].to_pylist() if b["decode_error"].null_count < n \
-            else None
+        #: rows the decoder found a problem in (kqlab.records.DECODE_COLUMNS)
+        self.decode_found = pc.is_valid(b["decode_kind"]).to_numpy(zero_copy_only=False)
         self.v2 = (self.magic == 2) & (self.size >= _V2_MIN)
         self.ctrl_origin = np.full(n, validator.origin == "coordinator") | self.control
         self.rec_errors: pa.Array | None = None
@@ -444,7 +431,7 @@ class _Verdicts:
             cas.by(v2 & self.transactional, D2_G, {"to_magic": to_magic})
             cas.by(v2 & (pid > -1), D2_H, {"to_magic": to_magic})
         # D3: structural errors, as the decoder recorded them
-        if self.decode_error is not None:
+        if self.decode_found.any():
             self._structural(v2, partial_reader)
         # D4/D5 per-record checks
         self._record_checks(v2)
@@ -455,23 +442,44 @@ class _Verdicts:
         return self._table()
 
     def _structural(self, v2: np.ndarray, partial_reader: np.ndarray) -> None:
-        cas = self.cas
-        idx = cas.open(v2 & pc.is_valid(self.batches["decode_error"]).to_numpy(
-            zero_copy_only=False))
-        for i in idx.tolist():
-            de = self.decode_error[i]
-            m = _PARSE_SUFFIX.search(de)
-            pre = de[:m.start()] if m else de
-            one = np.zeros(self.n, dtype=bool)
-            one[i] = True
-            if pre:  # the codec failed (records_region's texts)
-                code = -1 if pre.startswith("Failed to decompress record stream") else 87
-                cas.decide(one, code, "D3", pre)
-            elif partial_reader[i] and self.codec[i] != 0:
-                cas.undetermined(one, "compressed batch read in place by the broker's lenient "
-                                      "reader: the decoder's strict parse failed (" + de + ")")
-            else:
-                cas.decide(one, 87, "D3", m.group(1))  # type: ignore[union-attr]
+        """3.D.3: what the reader the broker uses finds, as the decoder stored it: the full
+        reader's check (``decode_check``) or, for compressed batches appended in place, the
+        lenient reader's (``inplace_check``), with their parameters."""
+        cas, b = self.cas, self.batches
+        in_place = partial_reader & (self.codec != 0)
+        full = b["decode_check"].to_numpy(zero_copy_only=False)
+        lenient = b["inplace_check"].to_numpy(zero_copy_only=False)
+        found = np.where(in_place, lenient, full)
+        has = np.array([c is not None for c in found.tolist()], dtype=bool) & v2
+        kind = b["decode_kind"].to_numpy(zero_copy_only=False)
+        cas.undetermined(v2 & self.decode_found & (kind == "unstructured"),
+                         "batches table written before kqlab kept decode findings as data "
+                         "(re-read the batch, or pass raw=)")
+        # the full reader stops early but the lenient one reads every record: the broker reads
+        # them in place, and the records table does not hold them all
+        cas.undetermined(v2 & in_place & pc.is_valid(b["decode_check"]).to_numpy(
+            zero_copy_only=False) & ~has, "compressed batch read in place by the broker's "
+            "lenient reader, which reads records the decoder's full reader could not")
+        rows = cas.open(has)
+        if not len(rows):
+            return
+        params_col = pa.chunked_array([
+            b["inplace_params"].combine_chunks().take(pa.array(rows)),
+            b["decode_params"].combine_chunks().take(pa.array(rows))])
+        picked = [ip if use else dp for use, ip, dp in zip(
+            in_place[rows].tolist(), params_col.chunk(0).to_pylist(),
+            params_col.chunk(1).to_pylist(), strict=True)]
+        ids = found[rows]
+        for cid in dict.fromkeys(ids.tolist()):  # one decision per check (few rows)
+            check = CHECKS[cid]
+            sel = rows[ids == cid]
+            mask = np.zeros(self.n, dtype=bool)
+            mask[sel] = True
+            values: dict[str, np.ndarray] = {}
+            for j, r in zip(np.flatnonzero(ids == cid).tolist(), sel.tolist(), strict=True):
+                for k, v in picked[j] or []:
+                    values.setdefault(k, np.full(self.n, None, dtype=object))[r] = v
+            cas.by(mask, check, dict(values))
 
     def _record_checks(self, v2: np.ndarray) -> None:
         cas, cfg, tp = self.cas, self.cfg, self.tp
@@ -616,7 +624,10 @@ class _Verdicts:
             moved = (delta != _np(recs, "batch_index", 0, np.int64)) & \
                 np.repeat(check_offsets, self.n_r)
             moved_b = np.bincount(self.rec_batch[moved], minlength=self.n) > 0
-            rebuilt |= check_offsets & moved_b
+            # read in place by the partial reader, the batch cannot be rebuilt (D3.rebuild);
+            # an uncompressed control batch (full records) is
+            cas.by(check_offsets & moved_b & (self.codec != 0), D3_REBUILD)
+            rebuilt |= check_offsets & moved_b & (self.codec == 0)
         size = self.size
         cas.by(stage_e & ~rebuilt & (size > seg), E2, {"size": size, "tp": tp,
                                                        "segment_bytes": seg})

@@ -38,6 +38,7 @@ from kqlab.kafka.batch import (
     TRANSACTIONAL_MASK,
     V2_HEADER,
     increment_sequence,
+    read_batch_records,
 )
 from kqlab.kafka.checks import aggregate, request
 from kqlab.kafka.checks import record as rchecks
@@ -58,11 +59,18 @@ from kqlab.kafka.checks.header import (
 )
 from kqlab.kafka.checks.producer import F1, marker_of_batch
 from kqlab.kafka.checks.size import E1, E2
+from kqlab.kafka.checks.structure import (
+    D3_LEGACY,
+    D3_LEGACY_CODEC,
+    D3_LEGACY_SIZE,
+    D3_LEGACY_ZSTD,
+    D3_REBUILD,
+)
 from kqlab.kafka.checksums import crc32
-from kqlab.kafka.compression import Codec, DecompressionError, decompress
+from kqlab.kafka.compression import Codec
 from kqlab.kafka.configs import BrokerRelease, TopicConfig
 from kqlab.kafka.producer_state import BatchMetadata, ProducerCheckError, ProducerStateManager
-from kqlab.kafka.records_parser import crc32c, parse_records, render_parse_error
+from kqlab.kafka.records_parser import crc32c
 from kqlab.kafka.varint import to_int64
 from kqlab.records import BATCH_VERDICTS_SCHEMA
 
@@ -524,25 +532,15 @@ class PartitionValidator:
             raise _Reject.of(D2_G, to_magic=to_magic)
         if pid > -1 and to_magic < 2:
             raise _Reject.of(D2_H, to_magic=to_magic)
-        # records (3.D.3)
+        # records (3.D.3): the reader LogValidator picks, over what the codec delivers; a
+        # structural error or a codec failure aborts the batch (checks.structure)
         codec = attr & 0x07
-        raw = memoryview(b.data)[RECORD_BATCH_OVERHEAD:]
         stream = codec != Codec.NONE
-        region: bytes | memoryview = raw
-        if stream:
-            try:
-                region = decompress(codec, bytes(raw))
-            except DecompressionError as exc:
-                if not exc.truncated:
-                    raise _Reject(kerr.UNKNOWN_SERVER_ERROR, "D3", f"Failed to decompress record "
-                                  f"stream ({exc})") from None
-                raise _Reject(kerr.INVALID_RECORD, "D3", "Incorrect declared batch size, premature "
-                              f"EOF reached ({exc})") from None
         strict = not (partial_reader and stream)
-        parsed = parse_records([region], [count], strict, False)
-        err = parsed.batch_error[0]
-        if err is not None:
-            raise _Reject(kerr.INVALID_RECORD, "D3", render_parse_error(*err, stream=stream))
+        parsed, region, finding = read_batch_records(
+            memoryview(b.data)[RECORD_BATCH_OVERHEAD:], codec, count, in_place=partial_reader)
+        if finding is not None:
+            raise _Reject.of(finding[0], **finding[1])
         # per-record checks (3.D.4), vectorised; messages only for failing records
         cfg = self.config
         lat = bool(attr & TIMESTAMP_TYPE_MASK) and self.source != "log"
@@ -559,6 +557,10 @@ class PartitionValidator:
         in_place_ok = bool(np.array_equal(parsed.offset_delta,
                                           np.arange(count, dtype=np.int32)))
         self._apply_policy(errors, count, skip_chain=partial_reader and stream)
+        if not in_place_ok and partial_reader and stream:
+            # in-place assignment turns off, and the batch is rebuilt from the partial reader's
+            # records, whose key() throws (LogValidator.buildRecordsAndAssignOffsets)
+            raise _Reject.of(D3_REBUILD)
         return h, count, in_place_ok, len(region)
 
     def _apply_policy(self, errors: dict[int, _RecordError], count: int, *,
@@ -631,12 +633,17 @@ class PartitionValidator:
         try:
             entry = legacy.open_entry(b.data)
         except legacy.LegacyFormatError as exc:
-            raise _Reject(kerr.INVALID_RECORD, "D3", f"Found invalid record structure ({exc})"
-                          ) from None
+            raise _Reject.of(D3_LEGACY, reason=f"Found invalid record structure ({exc})"
+                             ) from None
+        # the deep iterator's constructor reads the whole inner set (checks.structure)
+        if entry.error_kind == "zstd":
+            raise _Reject.of(D3_LEGACY_ZSTD, magic=entry.wrapper.magic)
         if entry.error_kind == "decompress":
-            raise _Reject(kerr.UNKNOWN_SERVER_ERROR, "D3", entry.error)
-        if entry.error_kind in ("truncated", "invalid") and entry.nested_at is None:
-            raise _Reject(kerr.INVALID_RECORD, "D3", entry.error)
+            raise _Reject.of(D3_LEGACY_CODEC, cause=entry.error)
+        if entry.error_kind == "corrupt":
+            raise _Reject.of(D3_LEGACY_SIZE)
+        if entry.error_kind == "invalid" and entry.nested_at is None:
+            raise _Reject.of(D3_LEGACY, reason=entry.error)
         w = entry.wrapper
         cfg = self.config
         compressed = entry.inner is not None
@@ -652,7 +659,7 @@ class PartitionValidator:
             if entry.nested_at == i:
                 # the deep iterator throws before LogValidator's own R0 check can see the record
                 # (AbstractLegacyRecordBatch.DeepRecordsIterator.makeNext), so R0 never fires
-                raise _Reject(kerr.INVALID_RECORD, "D3", "Inner messages must not be compressed")
+                raise _Reject.of(D3_LEGACY, reason="Inner messages must not be compressed")
             if m.magic != w.magic:
                 p = {"record": m.render(), "magic": w.magic, "tp": tp}
                 errors[i] = (87, rchecks.R1.id, rchecks.R1.render(**p), None, _params(p))

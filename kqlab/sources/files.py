@@ -43,7 +43,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kqlab.errors import KqlabError
-from kqlab.records import BATCHES_SCHEMA, RECORDS_SCHEMA
+from kqlab.records import BATCHES_SCHEMA, RECORDS_SCHEMA, conform_batches
 
 #: version of the snapshot folder layout / metadata format this code reads and writes
 SNAPSHOT_FORMAT = 1
@@ -453,8 +453,13 @@ class Snapshot:
         return self._read("records", RECORDS_SCHEMA)
 
     def batches(self) -> pa.Table:
-        """The whole batches table (``BATCHES_SCHEMA``); empty unless framing is exact."""
-        return self._read("batches", BATCHES_SCHEMA)
+        """The whole batches table (``BATCHES_SCHEMA``); empty unless framing is exact.  A
+        snapshot written before the decode columns existed gets them filled
+        (:func:`kqlab.records.conform_batches`)."""
+        b = self._read("batches", BATCHES_SCHEMA)
+        if b["records_decoded"].null_count:
+            b = conform_batches(b, self.records())
+        return b
 
     def iter_records(self, batch_size: int = 65536) -> Iterator[pa.RecordBatch]:
         """Stream the records as ``RECORDS_SCHEMA`` record batches of at most ``batch_size``."""
@@ -470,6 +475,8 @@ class Snapshot:
             r = pq.read_table(self.path / "records" / part["name"], schema=RECORDS_SCHEMA)
             b = (pq.read_table(self.path / "batches" / part["name"], schema=BATCHES_SCHEMA)
                  if exact else None)
+            if b is not None and b["records_decoded"].null_count:  # an older snapshot
+                b = conform_batches(b, r)
             yield r, b
 
     def __repr__(self) -> str:

@@ -78,7 +78,7 @@ def read_unit_tables(unit: Unit) -> tuple[pa.Table, pa.Table | None]:
     """A snapshot unit's records and (exact framing) batches, in append order."""
     import pyarrow.parquet as pq
 
-    from kqlab.records import BATCHES_SCHEMA, RECORDS_SCHEMA
+    from kqlab.records import BATCHES_SCHEMA, RECORDS_SCHEMA, conform_batches
 
     def read(parts: list[tuple[str, list[int] | None]], schema: pa.Schema) -> pa.Table:
         tables = []
@@ -86,11 +86,16 @@ def read_unit_tables(unit: Unit) -> tuple[pa.Table, pa.Table | None]:
             pf = pq.ParquetFile(f)
             t = pf.read() if groups is None else pf.read_row_groups(groups)
             t = t.filter(pc.equal(t.column("partition"), unit.partition))
+            for field in schema:  # columns an older snapshot lacks arrive null
+                if field.name not in t.column_names:
+                    t = t.append_column(field, pa.nulls(t.num_rows, field.type))
             tables.append(t.select(schema.names).cast(schema))
         return pa.concat_tables(tables) if tables else schema.empty_table()
 
     records = read(unit.records, RECORDS_SCHEMA)
     batches = read(unit.batches, BATCHES_SCHEMA) if unit.batches or not unit.records else None
+    if batches is not None and batches["records_decoded"].null_count:
+        batches = conform_batches(batches, records)  # a snapshot written before the columns
     return records, batches
 
 

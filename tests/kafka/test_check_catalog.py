@@ -19,12 +19,14 @@ import pytest
 
 from kqlab.kafka import legacy
 from kqlab.kafka.batch import decode_batches
-from kqlab.kafka.builder import Record, build_batch, control_record, rewrite_header
+from kqlab.kafka.builder import Record, build_batch, control_record, encode_record, rewrite_header
 from kqlab.kafka.checks import CHECKS, checks_table
 from kqlab.kafka.checks._check import Check
-from kqlab.kafka.compression import Codec
+from kqlab.kafka.checksums import crc32c
+from kqlab.kafka.compression import Codec, compress
 from kqlab.kafka.table_checks import RecordPolicy, broker_verdicts
 from kqlab.kafka.validator import BatchOutcome, PartitionValidator, PolicyErrors
+from kqlab.kafka.varint import encode_varint, encode_varlong
 
 NOW = 1_700_000_000_000
 DOC = Path(__file__).resolve().parents[2] / "docs" / "broker-checks.md"
@@ -92,6 +94,48 @@ def incompressible(n: int) -> bytes:
 
 
 OLD_MAGIC = {"inter.broker.protocol.version": "2.8", "message.format.version": "0.10.0"}
+
+# -- records regions for the §3.D.3 witnesses (docs/kafka-4x-record-structure.md) -------------
+REC = encode_record(Record(key=b"k", value=b"v"), 0, 0)
+
+
+def rec_with(*, key: bytes = encode_varint(0), headers: bytes = encode_varint(0)) -> bytes:
+    """One record around hand-made key / header fields, its length prefix consistent."""
+    body = b"\x00" + encode_varlong(0) + encode_varint(0) + key + encode_varint(0) + headers
+    return encode_varint(len(body)) + body
+
+
+def v2_region(region: bytes, count: int, codec: Codec = Codec.NONE, *,
+              compressed: bytes | None = None) -> bytes:
+    """A v2 batch of ``count`` records around a hand-made records region (``compressed``:
+    the records bytes as they go on the wire), with a valid CRC."""
+    body = compress(codec, region) if compressed is None else compressed
+    head = struct.pack(">qiibIhiqqqhii", 0, 49 + len(body), -1, 2, 0, int(codec), count - 1,
+                       NOW, NOW, -1, -1, -1, count)
+    data = bytearray(head + body)
+    struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))
+    return bytes(data)
+
+
+def gzip_damaged(how: str) -> bytes:
+    stream = bytearray(compress(Codec.GZIP, REC * 3))
+    if how == "header":
+        stream[1] ^= 0xFF
+    elif how == "trailer":
+        stream[-8] ^= 0xFF
+    else:  # cut inside the deflate data
+        stream = stream[:-12]
+    return v2_region(REC * 3, 3, Codec.GZIP, compressed=bytes(stream))
+
+
+def legacy_wrapper(inner: bytes, codec: Codec = Codec.GZIP, *, cut: int = 0) -> bytes:
+    value = compress(codec, inner)
+    return legacy.encode_message(0, None, value[:len(value) - cut], magic=1,
+                                 attributes=int(codec), timestamp=NOW)
+
+
+OLD_PRODUCE = {"produce_version": 2}
+REBUILD = {"compression.type": "lz4"}  # a gzip batch the broker re-compresses
 
 #: check id -> its witness
 WITNESSES: dict[str, Callable[[], Witness]] = {
@@ -175,6 +219,47 @@ WITNESSES: dict[str, Callable[[], Witness]] = {
     "F7/value-size": lambda: bad_marker(b"\0\0\0\x01", b"\0" * 5),
     "F7/value-version": lambda: bad_marker(b"\0\0\0\0", b"\x80\0\0\0\0\0"),
     "F7/null": lambda: bad_marker(None, b"\0" * 6),
+    # §3.D.3 reading the records, by reader (docs/kafka-4x-record-structure.md)
+    "D3/eof": lambda: Witness([v2_region(REC, 2)], tables=True),
+    "D3/size": lambda: Witness([v2_region(encode_varint(100) + bytes(5), 1)], tables=True),
+    "D3/payload": lambda: Witness([v2_region(encode_varint(100) + bytes(5), 1, Codec.GZIP)],
+                                  REBUILD, tables=True),
+    "D3/read": lambda: Witness([v2_region(encode_varint(len(REC)) + REC[1:] + b"\0", 1)],
+                               tables=True),
+    "D3/headers": lambda: Witness([v2_region(rec_with(headers=encode_varint(-4)), 1)],
+                                  tables=True),
+    "D3/headers-left": lambda: Witness([v2_region(rec_with(headers=encode_varint(50)), 1)],
+                                       tables=True),
+    "D3/header-key": lambda: Witness(
+        [v2_region(rec_with(headers=encode_varint(1) + encode_varint(-2)), 1)], tables=True),
+    "D3/structure": lambda: Witness([v2_region(rec_with(key=encode_varint(1000)), 1)],
+                                    tables=True),
+    "D3/skip": lambda: Witness([v2_region(rec_with(key=encode_varint(1000)), 1, Codec.GZIP)],
+                               tables=True),
+    "D3/remaining": lambda: Witness([v2_region(REC * 2, 1)], tables=True),
+    "D3/count": lambda: Witness([rewrite_header(marker(0), records_count=-1,
+                                                last_offset_delta=-2)],
+                                request={"origin": "coordinator"}, tables=True),
+    "D3.codec": lambda: Witness([gzip_damaged("cut")], tables=True),
+    "D3.codec/open": lambda: Witness([gzip_damaged("header")], tables=True),
+    "D3.codec/tail": lambda: Witness([gzip_damaged("trailer")], tables=True),
+    "D3.varint": lambda: Witness([v2_region(b"\xff" * 5 + b"\0", 1)], tables=True),
+    "D3.alloc": lambda: Witness([v2_region(encode_varint(2**30) + b"\0", 1, Codec.GZIP)],
+                                REBUILD, tables=True),
+    "D3.rebuild": lambda: Witness([build_batch(
+        [Record(key=b"k", value=b"v", offset_delta=0)] * 2, codec=Codec.GZIP,
+        base_timestamp=NOW, last_offset_delta=1)], tables=True),
+    "D3/legacy": lambda: Witness([legacy.encode_message(0, None, None, magic=1,
+                                                        attributes=int(Codec.GZIP),
+                                                        timestamp=NOW)],
+                                 version="3.9", request=OLD_PRODUCE),
+    "D3/legacy-zstd": lambda: Witness([legacy.encode_wrapper([(b"k", b"v", NOW)], magic=1,
+                                                             codec=Codec.ZSTD)],
+                                      version="3.9", request=OLD_PRODUCE),
+    "D3.corrupt": lambda: Witness([legacy_wrapper(struct.pack(">qi", 0, 13) + bytes(13))],
+                                  version="3.9", request=OLD_PRODUCE),
+    "D3.codec/legacy": lambda: Witness([legacy_wrapper(legacy_v1(b"a", b"b"), cut=10)],
+                                       version="3.9", request=OLD_PRODUCE),
 }
 
 

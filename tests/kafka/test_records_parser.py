@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kqlab.kafka import records_parser
-from kqlab.kafka._records_py import ParsedRecords, ParseErrorKind
+from kqlab.kafka._records_py import ParsedRecords, ParseErrorKind, ReadMode
 from kqlab.kafka._records_py import parse_records as parse_py
 from kqlab.kafka.varint import encode_varint, encode_varlong, zigzag32, zigzag64
 
@@ -172,10 +172,14 @@ def assert_same(got: tuple, want: ParsedRecords) -> None:
 
 
 def check_parity(regions: list[bytes], counts: list[int]) -> None:
-    for strict in (True, False):
+    # every reader of the broker (ReadMode), and regions a failing codec delivered (failed)
+    alternate = [i % 2 == 0 for i in range(len(regions))]
+    for mode, failed in ((ReadMode.BUFFER, None), (ReadMode.PARTIAL, None),
+                         (ReadMode.PARTIAL, alternate), (ReadMode.STREAM, None),
+                         (ReadMode.STREAM, alternate)):
         for with_data in (True, False):
-            want = parse_py(regions, counts, strict, with_data)
-            got = parse_c(regions, counts, strict, with_data)
+            want = parse_py(regions, counts, mode, with_data, failed)
+            got = parse_c(regions, counts, mode, with_data, failed)
             assert_same(got, want)
 
 
@@ -280,7 +284,8 @@ def _record_with(*, key: bytes = encode_varint(0), value: bytes = encode_varint(
 
 
 CASES = [
-    # (id, region, count, strict, batch_n, error)
+    # (id, region, count, mode (True BUFFER, False PARTIAL, 2 STREAM), batch_n, error
+    #  [, failed: the region is what a failing codec delivered])
     ("ok", REC * 2, 2, True, 2, None),
     ("ok-empty", b"", 0, True, 0, None),
     ("premature-eof-empty", b"", 1, True, 0, (K.PREMATURE_EOF, 0, 0)),
@@ -304,34 +309,59 @@ CASES = [
      (K.INVALID_STRUCTURE, 0, 0)),
     ("negative-header-key", _record_with(headers=encode_varint(1) + encode_varint(-2)), 1, True,
      0, (K.NEGATIVE_HEADER_KEY, -2, 0)),
-    ("varint-too-long-prefix", b"\xff" * 5 + b"\x00", 1, True, 0, (K.INVALID_STRUCTURE, 0, 0)),
+    # Kafka: DefaultRecord.readFrom(ByteBuffer) reads the length varint outside its try, and
+    # DefaultRecordBatch.uncompressedIterator only catches BufferUnderflowException, so the
+    # IllegalArgumentException ("Varint is too long ... converted value: ffffffff") escapes:
+    # UNKNOWN_SERVER_ERROR, not "Found invalid record structure" (was INVALID_STRUCTURE here)
+    ("varint-too-long-prefix", b"\xff" * 5 + b"\x00", 1, True, 0,
+     (K.LENGTH_TOO_LONG, 0xFFFFFFFF, 0)),
+    # ... the stream readers catch it (StreamRecordIterator.readNext): premature EOF
+    ("varint-too-long-prefix-stream", b"\xff" * 5 + b"\x00", 1, 2, 0, (K.PREMATURE_EOF, 0, 0)),
+    ("varint-too-long-prefix-partial", b"\xff" * 5 + b"\x00", 1, False, 0,
+     (K.PREMATURE_EOF, 0, 0)),
     ("varlong-too-long", b"\x0c\x00" + b"\xff" * 10 + b"\x00", 1, False, 0,
      (K.INVALID_STRUCTURE, 0, 0)),
     ("no-attributes", encode_varint(0), 1, False, 0, (K.INVALID_STRUCTURE, 0, 0)),
     ("key-past-end-strict", _record_with(key=encode_varint(1000)), 1, True, 0,
      (K.INVALID_STRUCTURE, 0, 0)),
+    # DefaultRecord.skipBytes: "... before skipping all bytes. Remaining bytes:<n>" (a = n)
     ("key-past-end-partial", _record_with(key=encode_varint(1000)), 1, False, 0,
-     (K.SKIP_EOF, 0, 0)),
+     (K.SKIP_EOF, 998, 0)),
     ("value-past-end-partial", _record_with(value=encode_varint(7)), 1, False, 0,
-     (K.SKIP_EOF, 0, 0)),
+     (K.SKIP_EOF, 6, 0)),
     ("header-value-past-end-partial",
      _record_with(headers=encode_varint(1) + encode_varint(0) + encode_varint(9)), 1, False, 0,
-     (K.SKIP_EOF, 0, 0)),
+     (K.SKIP_EOF, 9, 0)),
     ("records-remaining", REC + b"\x00", 1, True, 1, (K.RECORDS_REMAINING, 0, 0)),
     ("records-remaining-count-0", REC, 0, False, 0, (K.RECORDS_REMAINING, 0, 0)),
     ("invalid-count", REC, -1, True, 0, (K.INVALID_COUNT, -1, 0)),
     ("invalid-count-huge", REC, -(2**70), False, 0, (K.INVALID_COUNT, -(2**70), 0)),
     ("count-huge", REC, 2**100, True, 1, (K.PREMATURE_EOF, 0, 0)),
+    # the stream reader of the rebuild path (DefaultRecord.readFrom(InputStream))
+    ("payload-eof-stream", encode_varint(100) + b"\x00" * 5, 1, 2, 0, (K.PAYLOAD_EOF, 100, 5)),
+    ("size-negative-stream", encode_varint(-3) + BODY, 1, 2, 0, (K.PREMATURE_EOF, 0, 0)),
+    ("body-too-large-stream", encode_varint(2**30) + b"\x00", 1, 2, 0,
+     (K.BODY_TOO_LARGE, 2**30, 0)),
+    ("key-past-body-stream", _record_with(key=encode_varint(1)), 1, 2, 0,
+     (K.INVALID_STRUCTURE, 0, 0)),
+    ("size-mismatch-stream", encode_varint(len(BODY) + 1) + BODY + b"\x00", 1, 2, 0,
+     (K.SIZE_MISMATCH, len(BODY) + 1, len(BODY))),
+    # a region that a failing codec delivered: the next read past it throws
+    ("codec-read-stream", REC, 2, 2, 1, (K.CODEC_READ, 0, 0), True),
+    ("codec-read-partial", REC + REC[:3], 2, False, 1, (K.CODEC_READ, 0, 0), True),
+    ("codec-read-in-body", REC[:-2], 1, 2, 0, (K.CODEC_READ, 0, 0), True),
+    ("codec-tail", REC, 1, 2, 1, (K.CODEC_TAIL, 0, 0), True),
+    ("codec-remaining-wins", REC + b"\x00", 1, False, 1, (K.RECORDS_REMAINING, 0, 0), True),
 ]
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-@pytest.mark.parametrize(("region", "count", "strict", "batch_n", "error"),
-                         [pytest.param(*c[1:], id=c[0]) for c in CASES])
-def test_error_kinds(impl, region, count, strict, batch_n, error):
+@pytest.mark.parametrize(("region", "count", "strict", "batch_n", "error", "failed"),
+                         [pytest.param(*c[1:6], len(c) > 6 and c[6], id=c[0]) for c in CASES])
+def test_error_kinds(impl, region, count, strict, batch_n, error, failed):
     for with_data in (True, False):
         # the batch is framed by two good ones, which must be unaffected
-        res = impl([REC, region, REC], [1, count, 1], strict, with_data)
+        res = impl([REC, region, REC], [1, count, 1], strict, with_data, [False, failed, False])
         assert res.batch_n.tolist() == [1, batch_n, 1]
         assert res.batch_error == [None, error, None]
         assert len(res.ts_delta) == batch_n + 2
