@@ -114,7 +114,6 @@ def conform_batches(batches: pa.Table, records: pa.Table | None = None) -> pa.Ta
     codec = num("attributes", 0) & 0x07
     v2 = (magic == 2) & (size >= 61) & (codec <= 4)
     rule = np.where(v2 | (magic == 0) | (magic == 1), np.maximum(count, 0), 0)
-    rule[~v2 & ~((magic == 0) | (magic == 1))] = 0
     fix = ~known
     unknown = fix & err & v2  # the v2 rows whose record count only the records table tells
     decoded[fix & ~unknown] = rule[fix & ~unknown]
@@ -136,8 +135,11 @@ def conform_batches(batches: pa.Table, records: pa.Table | None = None) -> pa.Ta
             decoded[i] = k
             extra += k
     cols["records_decoded"] = pa.array(decoded, pa.int32())
-    if "decode_kind" not in have:
-        cols["decode_kind"] = pa.array(np.where(err, "unstructured", None), pa.string())
+    # the rows that had no findings as data (absent columns read back null)
+    kind = (np.asarray(cols["decode_kind"].to_numpy(zero_copy_only=False), dtype=object)
+            if "decode_kind" in have else np.full(n, None, dtype=object))
+    kind[fix & err] = "unstructured"
+    cols["decode_kind"] = pa.array(kind, pa.string())
     for name in ("decode_check", "inplace_check"):
         if name not in have:
             cols[name] = pa.nulls(n, pa.string())

@@ -596,3 +596,74 @@ def test_legacy_inner_message_below_minimum_size():
                                  timestamp=NOW)
     judged(data, IN_PLACE, 2, "D3.corrupt", broker_version="3.9", produce_version=2,
            detail="Record size is less than the minimum record overhead (14)")
+
+
+# -- 8. the decode findings as data, and snapshots written before them --------------------------
+
+def test_decoder_keeps_both_readers_findings():
+    """What the full and the in-place reader find is stored per batch (kqlab.records
+    DECODE_COLUMNS); records_decoded ties the batches table to the records table."""
+    bad = reframe(batch_of(Codec.GZIP), region=record_with(key=encode_varint(1000)), count=1)
+    short = reframe(batch_of(Codec.LZ4), count=4)
+    d = decode_batches([batch_of(Codec.ZSTD), bad, short])
+    rows = d.batches.select(["records_decoded", "decode_kind", "decode_check",
+                             "inplace_check"]).to_pylist()
+    assert rows == [
+        {"records_decoded": 3, "decode_kind": None, "decode_check": None,
+         "inplace_check": None},
+        {"records_decoded": 0, "decode_kind": "records", "decode_check": "D3/structure",
+         "inplace_check": "D3/skip"},
+        {"records_decoded": 3, "decode_kind": "records", "decode_check": "D3/eof",
+         "inplace_check": "D3/eof"},
+    ]
+    assert d.records.num_rows == 6
+    rec = record_with(key=encode_varint(1000))  # length, attributes, ts, offset, 2-byte key length
+    assert dict(d.batches["inplace_params"][1].as_py()) == {"remaining": str(1006 - len(rec))}
+
+
+def test_snapshot_written_before_the_decode_columns_still_loads(tmp_path):
+    """An older snapshot's batches parts lack the decode columns: Snapshot.batches() /
+    iter_parts() and the Spark executor's reader fill them (kqlab.records.conform_batches);
+    a damaged v2 row is 'unstructured' (its finding was only text) and the table checks call
+    it undetermined rather than parse the text."""
+    import pyarrow.parquet as pq
+
+    from kqlab.records import BATCHES_SCHEMA, DECODE_COLUMNS
+    from kqlab.sources.files import Snapshot
+    from kqlab.spark.executor import read_unit_tables
+    from kqlab.spark.units import Unit
+
+    good, bad = batch_of(Codec.GZIP), reframe(batch_of(Codec.NONE), count=4)
+    d = decode_batches([good, bad, batch_of(Codec.SNAPPY)], topic="t", partition=0)
+    snap = Snapshot.create(tmp_path / "snap", topic="t")
+    snap.append(d.records, d.batches)
+    part = snap.part_files("batches")[0]
+    old = pq.read_table(part).drop_columns(list(DECODE_COLUMNS))
+    old = old.set_column(old.schema.get_field_index("decode_error"), "decode_error",
+                         pa_strings([None, "Incorrect declared batch size, premature EOF "
+                                           "reached (after 3 of 4 records)", None]))
+    pq.write_table(old, part)
+
+    snap = Snapshot.open(tmp_path / "snap")
+    loaded = snap.batches()
+    assert loaded.schema.equals(BATCHES_SCHEMA)
+    assert loaded["records_decoded"].to_pylist() == [3, 3, 3]
+    assert loaded["decode_kind"].to_pylist() == [None, "unstructured", None]
+    ((_, parts_b),) = list(snap.iter_parts())
+    assert parts_b is not None and parts_b.equals(loaded)
+    unit = Unit(0, "snapshot", "t", 0, records=[(str(snap.part_files()[0]), None)],
+                batches=[(str(part), None)])
+    _, spark_b = read_unit_tables(unit)
+    assert spark_b is not None and spark_b.equals(loaded)
+
+    out = broker_verdicts(snap.records(), loaded, IN_PLACE, now=NOW)
+    assert out["check"].to_pylist() == [None, UNDETERMINED, None]
+    exact = broker_verdicts(snap.records(), loaded, IN_PLACE, now=NOW, raw=[good, bad,
+                                                                           batch_of(Codec.SNAPPY)])
+    assert exact["check"].to_pylist() == [None, "D3", None]
+
+
+def pa_strings(values: list[str | None]):
+    import pyarrow as pa
+
+    return pa.array(values, pa.string())
