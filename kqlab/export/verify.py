@@ -213,10 +213,13 @@ def confluent_differences(policy: Any, deployed: DeployedContract, *,
     from kqlab.export import confluent
 
     body = deployed.body
-    schema_type = str(body.get("schemaType") or "AVRO").upper()
+    # a subject config carries rules and metadata, no schema: nothing to compare there
+    has_schema = "schema" in body
+    schema_type = str(body.get("schemaType") or "AVRO").upper() if has_schema else \
+        ("JSON" if policy.value.format == "json" else "AVRO")
     # the deployed schema text stands in for the writer schema: schema evolution is the
     # producers' business, not the policy's (for JSON the expected schema is compared below)
-    given = None if schema_type == "JSON" else str(body.get("schema") or "")
+    given = None if schema_type == "JSON" else str(body.get("schema") or "{}")
     expected = confluent.build(policy, subject=deployed.subject, schema=given,
                                dlq_topic=dlq_topic).data["register"]
     where = deployed.subject
@@ -267,7 +270,9 @@ def confluent_differences(policy: Any, deployed: DeployedContract, *,
     for key in _IDENTITY:
         if got_props.get(key) != want_props.get(key):
             diff(f"metadata {key}", "metadata", want_props.get(key), got_props.get(key))
-    if schema_type != expected["schemaType"]:
+    if not has_schema:
+        pass
+    elif schema_type != expected["schemaType"]:
         diff("schemaType", "schema", expected["schemaType"], schema_type)
     elif schema_type == "JSON":
         try:
