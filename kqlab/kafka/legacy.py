@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from kqlab.kafka.checksums import crc32
 from kqlab.kafka.compression import Codec, compress, read_stream
+from kqlab.kafka.varint import to_int64
 
 _ENTRY = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes
 _INT32 = struct.Struct(">i")
@@ -210,10 +211,11 @@ def open_entry(data: bytes) -> LegacyEntry:
         entry.error, entry.error_kind = "Inner messages must not be compressed", "invalid"
         entry.nested_at = nested
     if inner and wrapper.magic >= 1:
-        # v1 inner offsets are relative; rebase them on the wrapper (a 0 wrapper is tolerated)
-        base = wrapper.offset - last_inner if wrapper.offset != 0 else 0
+        # v1 inner offsets are relative; rebase them on the wrapper (a 0 wrapper is tolerated),
+        # in Java's wrapping long arithmetic (DeepRecordsIterator: absoluteBaseOffset)
+        base = to_int64(wrapper.offset - last_inner) if wrapper.offset != 0 else 0
         for m in inner:
-            m.offset = base + m.offset
+            m.offset = to_int64(base + m.offset)
     return entry
 
 

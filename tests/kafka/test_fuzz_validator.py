@@ -32,13 +32,6 @@ SEEDS = HERE / "fuzz_seeds"
 #: xfail until the fix lands; the 20k run tolerates only those signatures meanwhile.  Remove
 #: an entry when its seed passes (strict: the test then fails as XPASS, as a reminder).
 KNOWN_BUGS: dict[str, tuple[str, str]] = {
-    "legacy-v1-wrapper-offset-long-min.json": (
-        "kqlab/kafka/legacy.py open_entry rebases v1 inner offsets without Java's 64-bit wrap: "
-        "decode_batches / read_log raise OverflowError (batch.py _add_legacy)",
-        r"^crash\|(log|read_log|log-group)\|OverflowError\|batch\.py:\d+:_add_legacy$"),
-    "legacy-v1-inner-offset-wraps.json": (
-        "the same rebasing: R1/R4 record errors quote inner offsets beyond the 64-bit range",
-        r"^invalid\|.*a number beyond the 64-bit range in a message \((R1|R4)\)$"),
     "log-next-offset-past-long-max.json": (
         "a log replay's next offset is not wrapped to 64 bits: stage-F texts quote offsets "
         "beyond Long.MAX_VALUE (validator next_offset, table_checks _producer_state)",
