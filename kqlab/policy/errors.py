@@ -22,6 +22,10 @@ class PolicyError(KqlabError, ValueError):
         The file name (or ``"<string>"`` / ``"<dict>"``) the policy came from.
     line, column : int or None
         1-based position of the offending key or value, when known.
+    inside : bool
+        True when ``column`` points *inside* a value — the character of a CEL expression or a
+        regular expression where the problem is — rather than at the start of a key or value;
+        the message then shows it, as compilers do: ``orders.yaml:12:24: rules[1].expr: ...``.
     key : str or None
         Dotted path of the offending key, e.g. ``rules[2].min`` or
         ``broker.configs.cleanup.polcy``; None for file-level problems (YAML syntax).
@@ -37,17 +41,22 @@ class PolicyError(KqlabError, ValueError):
     """
 
     def __init__(self, reason: str, *, file: str = "<string>", line: int | None = None,
-                 column: int | None = None, key: str | None = None) -> None:
+                 column: int | None = None, key: str | None = None,
+                 inside: bool = False) -> None:
         self.reason = reason
         self.file = file
         self.line = line
         self.column = column
         self.key = key
+        self.inside = inside and line is not None and column is not None
         super().__init__(self.render())
 
     def render(self) -> str:
-        """``file:line: key: reason`` (line and key left out when unknown)."""
+        """``file:line: key: reason`` (line and key left out when unknown), or
+        ``file:line:column: key: reason`` when the column points inside a value."""
         where = self.file if self.line is None else f"{self.file}:{self.line}"
+        if self.inside:
+            where += f":{self.column}"
         key = f" {self.key}:" if self.key else ""
         return f"{where}:{key} {self.reason}"
 
@@ -55,9 +64,10 @@ class PolicyError(KqlabError, ValueError):
         return self.render()
 
     def __reduce__(self):  # pickles across process boundaries (Spark executors)
-        return (_rebuild, (self.reason, self.file, self.line, self.column, self.key))
+        return (_rebuild, (self.reason, self.file, self.line, self.column, self.key,
+                           self.inside))
 
 
 def _rebuild(reason: str, file: str, line: int | None, column: int | None,
-             key: str | None) -> PolicyError:
-    return PolicyError(reason, file=file, line=line, column=column, key=key)
+             key: str | None, inside: bool = False) -> PolicyError:
+    return PolicyError(reason, file=file, line=line, column=column, key=key, inside=inside)

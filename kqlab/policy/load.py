@@ -21,8 +21,13 @@ from kqlab.policy.section_checks import PolicyChecker
 __all__ = ["load_policy", "loads_policy", "policy_from_dict"]
 
 
-def loads_policy(text: str, source: str = "<string>") -> Policy:
+def loads_policy(text: str, source: str = "<string>", *,
+                 contact_registries: bool = False) -> Policy:
     """Read a policy from YAML text; ``source`` names it in error messages.
+
+    Rules are checked against the schemas the policy declares when they can be read without
+    the network (a folder, an in-process ``mock://`` registry); ``contact_registries=True``
+    also reads an ``http(s)://`` registry (:mod:`kqlab.policy.declared_schemas`).
 
     Raises
     ------
@@ -35,17 +40,20 @@ def loads_policy(text: str, source: str = "<string>") -> Policy:
     >>> policy.rule("k").kind
     'key_required'
     """
-    return PolicyChecker(source).policy(read_yaml(text, source))
+    checker = PolicyChecker(source)
+    checker.contact_registries = contact_registries
+    return checker.policy(read_yaml(text, source))
 
 
-def load_policy(path: str | Path) -> Policy:
-    """Read a policy file (UTF-8 YAML); errors name the file, line and key."""
+def load_policy(path: str | Path, *, contact_registries: bool = False) -> Policy:
+    """Read a policy file (UTF-8 YAML); errors name the file, line and key (and the column,
+    inside a CEL expression or a pattern).  ``contact_registries``: see :func:`loads_policy`."""
     try:
         text = Path(path).read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
         raise PolicyError(f"not UTF-8 text ({exc.reason} at byte {exc.start}) — save the file "
                           "as UTF-8", file=str(path)) from None
-    return loads_policy(text, source=str(path))
+    return loads_policy(text, source=str(path), contact_registries=contact_registries)
 
 
 def policy_from_dict(data: Mapping[str, object], source: str = "<dict>") -> Policy:

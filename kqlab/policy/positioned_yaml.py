@@ -13,26 +13,47 @@ that did not come from YAML (a dict given to :func:`kqlab.policy.policy_from_dic
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TypeAlias
+from typing import NamedTuple, TypeAlias
 
 import yaml
 
 from kqlab.policy.errors import PolicyError
 
-__all__ = ["Position", "PositionedList", "PositionedMap", "item_pos", "key_pos", "pos_of",
-           "read_yaml", "value_pos"]
+__all__ = ["Position", "PositionedList", "PositionedMap", "ScalarSpan", "item_pos", "key_pos",
+           "pos_of", "read_yaml", "scalar_of", "value_pos"]
 
 #: a 1-based (line, column) in the policy text
 Position: TypeAlias = tuple[int, int]
 
 
+class ScalarSpan(NamedTuple):
+    """Where a text value is written, so a position *inside* it can be found in the file.
+
+    An error inside a CEL expression or a pattern has a column in the value; which file column
+    that is depends on how the value is written (quotes, escapes, block scalars, folding):
+    :func:`kqlab.policy.scalar_offsets.file_position` replays the scanner on ``text``.
+    """
+
+    #: the whole policy text (shared, not copied)
+    text: str
+    #: PyYAML's scalar style: None (plain), ``'`` , ``"``, ``|`` or ``>``
+    style: str | None
+    #: 0-based indices in ``text`` of the scalar's first character and just past its last
+    start: int
+    end: int
+    #: the 0-based column of the key the value belongs to (block scalars indent from it)
+    indent: int
+
+
 class PositionedMap(dict[str, object]):
     """A mapping read from YAML that remembers where it, its keys and its values start."""
 
-    __slots__ = ("at", "duplicates", "keys_at", "values_at")
+    __slots__ = ("at", "duplicates", "keys_at", "scalars", "values_at")
     at: Position
     keys_at: dict[str, Position]
     values_at: dict[str, Position]
+    #: text values: how they are written (see :class:`ScalarSpan`)
+    scalars: dict[str, ScalarSpan]
     #: keys given twice (YAML keeps one): the later ones, with where they are
     duplicates: list[tuple[str, Position]]
 
@@ -48,6 +69,11 @@ class PositionedList(list[object]):
 class _Loader(yaml.SafeLoader):
     """``SafeLoader`` recording 1-based (line, column) marks; dates stay text."""
 
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        #: the text as given (marks' ``index`` point into it)
+        self.text = text
+
 
 def _mark(mark: yaml.Mark) -> Position:
     return mark.line + 1, mark.column + 1
@@ -57,6 +83,7 @@ def _construct_map(loader: _Loader, node: yaml.MappingNode) -> PositionedMap:
     loader.flatten_mapping(node)
     out = PositionedMap()
     out.at, out.keys_at, out.values_at, out.duplicates = _mark(node.start_mark), {}, {}, []
+    out.scalars = {}
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
         if not isinstance(key, str):
@@ -70,6 +97,10 @@ def _construct_map(loader: _Loader, node: yaml.MappingNode) -> PositionedMap:
         out[key] = loader.construct_object(value_node, deep=True)
         out.keys_at[key] = _mark(key_node.start_mark)
         out.values_at[key] = _mark(value_node.start_mark)
+        if isinstance(value_node, yaml.ScalarNode) and isinstance(out[key], str):
+            out.scalars[key] = ScalarSpan(loader.text, value_node.style,
+                                          value_node.start_mark.index,
+                                          value_node.end_mark.index, key_node.start_mark.column)
     return out
 
 
@@ -158,6 +189,12 @@ def value_pos(mapping: object, name: str) -> Position | None:
     """Where the value of ``mapping[name]`` is written (else where the mapping starts)."""
     values_at: dict[str, Position] = getattr(mapping, "values_at", {})
     return values_at.get(name) or pos_of(mapping)
+
+
+def scalar_of(mapping: object, name: str) -> ScalarSpan | None:
+    """How the text value ``mapping[name]`` is written (None for data not read from YAML)."""
+    scalars: dict[str, ScalarSpan] = getattr(mapping, "scalars", {})
+    return scalars.get(name)
 
 
 def item_pos(seq: object, index: int) -> Position | None:

@@ -15,20 +15,19 @@ from collections.abc import Mapping
 from dataclasses import fields
 
 from kqlab.policy.catalog import KINDS, Param, RuleKind
+from kqlab.policy.content_checks import ContentChecker
 from kqlab.policy.model import (
     MODES,
     RELATIVE_TIMESTAMP_UNITS,
     SEVERITIES,
     Example,
     Examples,
-    Format,
     Rule,
 )
 from kqlab.policy.plain_data import PlainData
 from kqlab.policy.positioned_yaml import Position, item_pos, key_pos, pos_of, value_pos
 from kqlab.policy.shape_checks import (
     INT64_LIMIT,
-    ShapeChecker,
     describe,
     did_you_mean,
     example_text,
@@ -56,18 +55,21 @@ RELATIVE_TIMESTAMP = re.compile(r"now(?:([+-])([0-9]+)(" + "|".join(RELATIVE_TIM
 TEXT_FORMATS = ("none", "bytes", "string")
 
 
-class RuleChecker(ShapeChecker):
-    """Checks ``rules:`` and builds the :class:`~kqlab.policy.model.Rule` objects."""
+class RuleChecker(ContentChecker):
+    """Checks ``rules:`` and builds the :class:`~kqlab.policy.model.Rule` objects.
 
-    def __init__(self, source: str) -> None:
-        super().__init__(source)
-        # the policy's formats, known before its rules (examples are checked against them)
-        self.formats: dict[str, Format] = {"key": Format(), "value": Format()}
+    The policy's formats (:attr:`formats`) are known before its rules: golden examples are
+    checked against them, and field paths and expressions against their declared schemas.
+    """
 
     def rules(self, value: object, path: str, at: Position | None) -> tuple[Rule, ...]:
         if not isinstance(value, list | tuple):
             self.fail(f"expected a list of rules, got {describe(value)} — start each rule with "
                       "'- id: ...'", path, at)
+        if not value:
+            self.fail("the rule list is empty, so the policy checks nothing — add a rule, e.g. "
+                      "- {id: key-present, kind: key_required}, or remove rules: to replay the "
+                      "broker checks only", path, at)
         rules: list[Rule] = []
         seen: dict[str, int] = {}
         for i, item in enumerate(value):
@@ -113,6 +115,12 @@ class RuleChecker(ShapeChecker):
                           f"{f' ({p.doc})' if p.doc else ''} — add {p.name}: "
                           f"{example_text(p.name, p.type, p.choices)}", path, at)
         self.rule_constraints(spec, params, m, path, at)
+        if "field" in params:
+            self.field_path(kind_name, m, f"{path}.field")
+        if "expr" in params:
+            self.expression(m, "expr", f"{path}.expr")
+        if "when" in m:
+            self.expression(m, "when", f"{path}.when")
         return Rule(
             id=rule_id, kind=kind_name, params=spec.minimal_params(params),
             message=self.get(m, "message", "str", path),
@@ -152,7 +160,7 @@ class RuleChecker(ShapeChecker):
             self.fail(f"{p.name} is empty, so every record would fail — list at least one "
                       "allowed value", key, at)
         if p.name == "pattern" and isinstance(value, str):
-            self.regex(value, key, at)
+            self.pattern(m, p.name, key)
         if p.name == "field" and isinstance(value, str) and \
                 any(not part.strip() for part in value.split(".")):
             self.fail(f"field {value!r} has an empty path segment — write a dotted path such as "

@@ -87,6 +87,7 @@ class PolicyChecker(RuleChecker):
             return build(data[key], key, value_pos(data, key)) if key in data else default
 
         topics = section("topics", self.topics, Topics())
+        self.topic_names = topics.names  # registry subjects to try: <topic>-value
         broker = section("broker", self.broker, BrokerSettings())
         self.formats["key"] = section("key", self.format, Format())
         self.formats["value"] = section("value", self.format, Format())

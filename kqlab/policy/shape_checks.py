@@ -117,9 +117,12 @@ class ShapeChecker:
         self.source = source
 
     def fail(self, reason: str, key: str | None = None,
-             at: Position | None = None) -> NoReturn:
+             at: Position | None = None, *, inside: bool = False) -> NoReturn:
+        """Raise the one :class:`PolicyError`; ``inside``: ``at`` is a character inside the
+        value (an expression's, a pattern's), shown as ``file:line:column``."""
         line, column = at if at else (None, None)
-        raise PolicyError(reason, file=self.source, line=line, column=column, key=key or None)
+        raise PolicyError(reason, file=self.source, line=line, column=column, key=key or None,
+                          inside=inside)
 
     # --- generic shapes --------------------------------------------------------------------
     def mapping(self, value: object, path: str, at: Position | None, what: str,

@@ -15,13 +15,15 @@ BAD = sorted((CORPUS / "bad").glob("*.yaml"))
 
 
 def expectations(path: Path) -> dict[str, str]:
-    """The ``# expect:``, ``# line:`` and ``# key:`` header comments of a corpus file."""
+    """The ``# expect:``, ``# line:``, ``# column:`` and ``# key:`` header comments of a corpus
+    file (``column``: the error is inside a value — an expression, a pattern, a field path —
+    and the message shows ``file:line:column:``)."""
     meta: dict[str, str] = {}
     for line in path.read_text(encoding="utf-8").splitlines():
         if not line.startswith("# "):
             break
         name, sep, value = line[2:].partition(": ")
-        if sep and name in ("expect", "line", "key"):
+        if sep and name in ("expect", "line", "column", "key"):
             meta[name] = value
     return meta
 
@@ -43,7 +45,12 @@ def test_malformed_policy_is_reported_precisely(path):
     assert err.file == str(path)
     if "line" in meta:
         assert err.line == int(meta["line"]), message
-        assert message.startswith(f"{path}:{meta['line']}: ")
+        where = f"{path}:{meta['line']}" + (f":{meta['column']}" if "column" in meta else "")
+        assert message.startswith(f"{where}: "), message
+    if "column" in meta:
+        assert err.inside and err.column == int(meta["column"]), message
+    else:
+        assert not err.inside, message
     if "key" in meta:
         assert err.key == meta["key"], message
         assert f": {meta['key']}: " in message
