@@ -171,7 +171,12 @@ class LocalAggregates:
 
     # -- tables ---------------------------------------------------------------------------------
     def by_reason(self) -> pa.Table:
-        """The reasons table (:data:`~kqlab.validate.view.REASONS_SCHEMA`)."""
+        """The reasons table (:data:`~kqlab.validate.view.REASONS_SCHEMA`); kept, since the
+        figure and the explorer's reason list of one refresh both read it."""
+        return self._reasons
+
+    @cached_property
+    def _reasons(self) -> pa.Table:
         parents, _, codes, _ = self.failures
         k = len(self.reason_labels)
         if k == 0:
