@@ -8,16 +8,25 @@ versus broker-side, whole batch versus per record), so an analyst never has to a
 fidelity (principle 4).  Every file carries the policy's provenance where its format allows
 comments or metadata, and never a secret: schema-registry credentials stay in the policy's
 ``schemas.config`` and :func:`check_no_secrets` refuses any export that would leak one.
-This module imports nothing heavy (no pyarrow, no Kafka client).
+
+Generated files are deterministic and portable: two exports of one policy are byte-identical
+(no export date inside them; the vetting date comes from the policy's own provenance, the
+export date lives in the fidelity report's ``run`` section) and hold no absolute path (a
+vetting sample named by an absolute path is shown by its last component).
+
+A row's ``status`` is the exporter's *claim*.  Whether it holds is measured by running the
+target's own engine on the vetting sample (:mod:`kqlab.export.fidelity`): a claim of ``exact``
+becomes a proven ``exact``, is ``withdrawn`` when the engine disagrees, or stays
+``unverified`` when nothing ran.  This module imports nothing heavy (no pyarrow, no Kafka
+client).
 """
 
 from __future__ import annotations
 
-import datetime
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -25,21 +34,36 @@ from kqlab.errors import KqlabError
 
 __all__ = [
     "APPROXIMATE",
+    "DECODE_KEY",
+    "DECODE_VALUE",
     "EXACT",
     "NOT_EXPRESSIBLE",
     "STATUSES",
+    "UNVERIFIED",
+    "VERDICTS",
+    "WITHDRAWN",
     "Export",
     "ExportError",
     "RuleFidelity",
+    "SCHEMA_ID",
     "check_no_secrets",
     "comment_block",
+    "implicit_row",
+    "implicit_rules",
+    "portable_path",
     "provenance",
     "public_url",
+    "rule_lines",
     "secrets_of",
 ]
 
 EXACT, APPROXIMATE, NOT_EXPRESSIBLE = "exact", "approximate", "not expressible"
+#: what an exporter may claim for a rule
 STATUSES = (EXACT, APPROXIMATE, NOT_EXPRESSIBLE)
+#: what the fidelity report concludes besides the claims: an ``exact`` claim no engine checked
+#: here, and one the target's own engine contradicted on the vetting sample
+UNVERIFIED, WITHDRAWN = "unverified", "withdrawn"
+VERDICTS = (EXACT, APPROXIMATE, NOT_EXPRESSIBLE, UNVERIFIED, WITHDRAWN)
 #: the label every export of a proposed (unimplemented) Kafka API carries
 PROPOSED = "proposed API, not in Apache Kafka"
 
@@ -64,16 +88,22 @@ class RuleFidelity:
     status: str
     how: str
     mode: str = "reject"
+    #: a check nobody wrote as a rule: the replay's implicit decoding, or one the target
+    #: applies on its own (a key schema decodes keys, a serializer pins schema ids)
+    implicit: bool = False
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"status must be one of {', '.join(STATUSES)}, not "
                              f"{self.status!r}")
 
-    def to_dict(self) -> dict[str, str]:
+    def to_dict(self) -> dict[str, Any]:
         """The JSON shape (one row of the fidelity report)."""
-        return {"rule": self.rule, "kind": self.kind, "mode": self.mode,
-                "status": self.status, "how": self.how}
+        out: dict[str, Any] = {"rule": self.rule, "kind": self.kind, "mode": self.mode,
+                               "status": self.status, "how": self.how}
+        if self.implicit:
+            out["implicit"] = True
+        return out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,12 +125,17 @@ class Export:
     notes: tuple[str, ...] = ()
     proposed: bool = False
     data: Mapping[str, Any] = field(default_factory=dict)
+    #: rules that cannot mean what they say here (e.g. a range over a timestamp field fails
+    #: every record, in the replay and in the target alike): said, never silently exported
+    warnings: tuple[str, ...] = ()
 
     def counts(self) -> dict[str, int]:
-        """Rules per fidelity status (every status listed)."""
+        """The policy's rules per fidelity status (every status listed; implicit rows, which
+        are no rule of the policy, are not counted)."""
         out = dict.fromkeys(STATUSES, 0)
         for f in self.fidelity:
-            out[f.status] += 1
+            if not f.implicit:
+                out[f.status] += 1
         return out
 
     def status_of(self, rule_id: str) -> RuleFidelity:
@@ -126,25 +161,27 @@ class Export:
         return {"target": self.target, "title": self.title, "policy": self.policy,
                 "proposed": self.proposed, "files": sorted(self.files),
                 "counts": self.counts(), "fidelity": [f.to_dict() for f in self.fidelity],
-                "behaviour": list(self.behaviour), "notes": list(self.notes)}
+                "behaviour": list(self.behaviour), "notes": list(self.notes),
+                "warnings": list(self.warnings)}
 
 
 # ------------------------------------------------------------------------------ provenance
 
 def provenance(policy: Any, *, today: str | None = None) -> dict[str, Any]:
     """The provenance every export embeds: policy name, format version, content hash, the
-    vetting sample's coordinates and counts, the dates, and the exporter's version.
+    vetting sample's coordinates and counts, the vetting date, and the exporter's version.
 
     ``vetted`` says whether the policy carries provenance at all, ``hash_matches`` whether
     its rules are still the vetted ones (a policy edited after vetting exports with
-    ``hash_matches: false``, visibly).
+    ``hash_matches: false``, visibly).  No export date unless ``today`` is given: files that
+    carry one differ every day, so the exporters of this package never pass it.
 
     Examples
     --------
     >>> from kqlab.policy.model import Policy
-    >>> p = provenance(Policy(name="orders"), today="2026-11-21")
-    >>> p["policy"], p["vetted"], p["exported_at"]
-    ('orders', False, '2026-11-21')
+    >>> p = provenance(Policy(name="orders"))
+    >>> p["policy"], p["vetted"], "exported_at" in p
+    ('orders', False, False)
     """
     from kqlab._version import __version__
 
@@ -154,23 +191,43 @@ def provenance(policy: Any, *, today: str | None = None) -> dict[str, Any]:
         "format_version": policy.version,
         "content_hash": content_hash,
         "vetted": policy.provenance is not None,
-        "exported_at": today or datetime.date.today().isoformat(),
         "exporter": f"kqlab {__version__}",
     }
+    if today is not None:
+        out["exported_at"] = today
     prov = policy.provenance
     if prov is not None:
         from kqlab.policy.model import thaw
 
+        sample = thaw(prov.sample)
+        if isinstance(sample, dict) and isinstance(sample.get("source"), str):
+            sample = {**sample, "source": portable_path(sample["source"])}
         out.update({
             "vetted_at": prov.vetted_at,
             "vetted_hash": prov.content_hash,
             "hash_matches": prov.content_hash == content_hash,
-            "sample": thaw(prov.sample),
+            "sample": sample,
             "records": prov.records,
             "batches": prov.batches,
             "rejected_records": prov.rejected_records,
         })
     return out
+
+
+def portable_path(text: str) -> str:
+    """``text`` as an export may show it: an absolute path by its last component (a machine's
+    folders mean nothing elsewhere), anything else unchanged.
+
+    Examples
+    --------
+    >>> portable_path("/home/ann/samples/orders-0"), portable_path("demo/orders")
+    ('orders-0', 'demo/orders')
+    """
+    for flavour in (PurePosixPath, PureWindowsPath):
+        p = flavour(text)
+        if p.is_absolute():
+            return p.name or text
+    return text
 
 
 def _sample_text(sample: Mapping[str, Any]) -> str:
@@ -185,9 +242,11 @@ def _sample_text(sample: Mapping[str, Any]) -> str:
 
 def provenance_lines(prov: Mapping[str, Any]) -> list[str]:
     """The provenance as short ``key: value`` lines, for formats with comments."""
+    exported = f"exported by {prov['exporter']}"
+    if prov.get("exported_at"):
+        exported = f"exported: {prov['exported_at']} by {prov['exporter']}"
     lines = [f"policy: {prov['policy']} (kqlab format {prov['format_version']})",
-             f"content hash: {prov['content_hash']}",
-             f"exported: {prov['exported_at']} by {prov['exporter']}"]
+             f"content hash: {prov['content_hash']}", exported]
     if not prov["vetted"]:
         lines.append("vetted: no (the policy carries no provenance; replay it with --vet)")
         return lines
@@ -206,9 +265,10 @@ def provenance_properties(prov: Mapping[str, Any]) -> dict[str, str]:
     out = {"kqlab.policy": str(prov["policy"]),
            "kqlab.format_version": str(prov["format_version"]),
            "kqlab.content_hash": str(prov["content_hash"]),
-           "kqlab.exported_at": str(prov["exported_at"]),
            "kqlab.exporter": str(prov["exporter"]),
            "kqlab.vetted": "true" if prov["vetted"] else "false"}
+    if prov.get("exported_at"):
+        out["kqlab.exported_at"] = str(prov["exported_at"])
     if prov["vetted"]:
         out.update({"kqlab.vetted_at": str(prov.get("vetted_at")),
                     "kqlab.vetted_hash": str(prov.get("vetted_hash")),
@@ -219,9 +279,72 @@ def provenance_properties(prov: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+def rule_lines(rules: Iterable[Any], status: Mapping[str, str] | None = None) -> list[str]:
+    """One comment line per rule — id, kind, severity, mode and what it is for (its
+    description, else its message) — so a config file names what it enforces; with
+    ``status`` (rule id → fidelity) each line also says how the target takes it.
+
+    Examples
+    --------
+    >>> from kqlab.policy.model import Rule
+    >>> rule_lines([Rule(id="k", kind="key_required", description="orders are keyed")])
+    ['rule k (key_required, severity error, reject): orders are keyed']
+    """
+    out = []
+    for r in rules:
+        what = r.description or r.message or ""
+        head = f"rule {r.id} ({r.kind}, severity {r.severity}, {r.mode})"
+        if status is not None and r.id in status:
+            head += f" [{status[r.id]}]"
+        out.append(f"{head}: {what}".rstrip(": ").replace("\n", " "))
+    return out
+
+
 def comment_block(lines: Iterable[str], prefix: str = "# ") -> str:
     """``lines`` as a comment block (one ``prefix`` per line), ending with a newline."""
     return "".join(f"{prefix}{line}".rstrip() + "\n" for line in lines)
+
+
+# ------------------------------------------------------------------------- implicit checks
+
+#: the implicit rows of the fidelity tables: the replay's own decoding of the value (when the
+#: policy has no decode rule), the decoding of the key (which the replay never does: a target
+#: that decodes keys refuses records the replay accepts) and, for Confluent-framed values, the
+#: schema-id allowlist the decoding implies (the id must resolve in the schema source)
+DECODE_VALUE, DECODE_KEY, SCHEMA_ID = "decode:value", "decode:key", "schema-id:value"
+
+
+def implicit_rules(policy: Any) -> list[Any]:
+    """The implicit checks of ``policy`` as rules (ids :data:`DECODE_VALUE`,
+    :data:`DECODE_KEY`, :data:`SCHEMA_ID`), in that order, those that apply.
+
+    ``decode:value`` is the rule the replay adds (:func:`~kqlab.validate.replayer.
+    with_implicit_rules`); the other two are pseudo-rules whose replay semantics the round
+    trips define (:mod:`kqlab.export.roundtrip`): keys are never decoded, and a framed value
+    passes the allowlist when its id resolves.
+    """
+    from kqlab.policy.model import Rule
+    from kqlab.validate.replayer import with_implicit_rules
+    from kqlab.validate.rules import DECODE_KINDS
+
+    out = [r for r in with_implicit_rules(policy).rules if r.id == DECODE_VALUE]
+    key_decoded = any(r.kind in DECODE_KINDS and r.param("target") == "key"
+                      for r in policy.rules)
+    if policy.key.format in ("string", "json", "avro") and not key_decoded:
+        out.append(Rule(id=DECODE_KEY, kind="decodable", params={"target": "key"},
+                        description="keys are not decoded by the replay: no record is "
+                        "rejected for its key's encoding"))
+    if policy.value.wire == "confluent" and policy.value.format == "avro":
+        out.append(Rule(id=SCHEMA_ID, kind="schema_id_registered",
+                        description="the value's schema id resolves in the policy's schema "
+                        "source (implied by decoding a Confluent-framed value)"))
+    return out
+
+
+def implicit_row(rule: Any, status: str, how: str) -> RuleFidelity:
+    """A fidelity row of an implicit check."""
+    return RuleFidelity(rule=rule.id, kind=rule.kind, status=status, how=how, mode=rule.mode,
+                        implicit=True)
 
 
 # --------------------------------------------------------------------------------- secrets

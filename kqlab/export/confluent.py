@@ -13,25 +13,48 @@ the CEL strings extension, so only core CEL is emitted: field rules through
 :func:`kqlab.validate.fields.field_rule_to_cel` (written to be portable across engines), ``cel``
 rules as they are, with the variable ``value`` renamed ``message``; a ``when`` precondition
 becomes the executor's guard (``guard ; expr``: a false guard passes a CONDITION).
+
+Avro values are not bound as kqlab decodes them (:mod:`kqlab.export.avro_fields`): a decimal
+reaches CEL as a Python ``Decimal``, a date as an ``int``, a timestamp as a CEL timestamp.  Field
+rules on such fields are written for that binding — a decimal compared through the executor's
+own ``double()``, a date or timestamp failing every non-null value exactly as the replay does —
+so the contract refuses what the replay rejects.
+
+Each rule keeps its identity: ``name`` is the kqlab rule id, ``doc`` (the serializer's failure
+text) its message or description, and ``params`` carry its kind, severity and description as
+``kqlab.*`` strings.  ``tags`` stay empty on purpose: on a Confluent rule they select the
+tagged *fields* a field-level rule visits, and these are message-level rules.
+
+The writer schema comes from the policy's schema source, whatever it is: a registry (its
+subject's latest version), a folder of ``.avsc`` files (``<subject>.avsc``, else the highest
+``<id>.avsc``), or the ``schema`` given.  A ``mock://`` registry lives in the process that
+filled it: a fresh process (the CLI) sees it empty, and the error says what to give instead.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 from typing import Any
 
 from kqlab.export.base import (
     APPROXIMATE,
+    DECODE_KEY,
+    DECODE_VALUE,
     EXACT,
     NOT_EXPRESSIBLE,
     Export,
     ExportError,
     RuleFidelity,
+    implicit_row,
+    implicit_rules,
     provenance,
     provenance_properties,
 )
 
-__all__ = ["build", "cel_variables", "confluent_rule", "register_contract", "rename_cel"]
+__all__ = ["build", "cel_variables", "confluent_rule", "register_contract", "rename_cel",
+           "writer_schema"]
 
 TITLE = "Confluent data contract (schema metadata + CEL ruleSet)"
 
@@ -133,20 +156,114 @@ def _doc(rule: Any) -> str:
     return rule.description or f"kqlab rule {rule.id} ({rule.kind}) failed"
 
 
-def confluent_rule(rule: Any, *, dlq_topic: str | None = None
+def _params(rule: Any) -> dict[str, str]:
+    """What a Confluent rule's ``params`` (a string map the CEL executor ignores) carry of the
+    kqlab rule: its kind, severity and description."""
+    out = {"kqlab.kind": rule.kind, "kqlab.severity": rule.severity}
+    if rule.description:
+        out["kqlab.description"] = rule.description
+    return out
+
+
+def _present(rule: Any) -> tuple[str, str]:
+    """``(guard, v)``: the CEL guard that the rule's field is present (every step a map that
+    has it) and the expression of the field, as :func:`field_rule_to_cel` writes them."""
+    from kqlab.policy.model import Rule
+    from kqlab.validate.fields import field_rule_to_cel
+
+    probe = field_rule_to_cel(Rule(id=rule.id, kind="field_not_null",
+                                   params={"field": rule.param("field")}))
+    m = re.fullmatch(r"(.*) && type\((.*)\) != null_type", probe, re.S)
+    if m is None:  # pragma: no cover - field_rule_to_cel's documented form
+        raise ExportError(f"rule {rule.id!r}: unexpected field expression {probe!r}")
+    return m.group(1), m.group(2)
+
+
+def _cel_double(x: Any) -> str:
+    text = repr(float(x))
+    return text if any(c in text for c in ".en") else text + ".0"
+
+
+def _typed_field_cel(rule: Any, ft: Any) -> tuple[str | None, str, str]:
+    """A field rule over an Avro field, written for the executor's binding of that field's
+    type: ``(expr in kqlab's terms or None for the generic form, status, how)``."""
+    kind = rule.kind
+    if ft is None or kind == "field_not_null" or \
+            (kind == "field_type" and rule.param("type") == "null"):
+        return None, EXACT, ""  # type(v) (!=|==) null_type holds for every binding
+    if ft.cls == "union" and not ft.numeric:
+        return None, APPROXIMATE, (
+            f" (approximate: {rule.param('field')} is an Avro union {ft.avro}; kqlab's replay "
+            "reads such a field as its branch's JSON text, the executor as the branch value)")
+    if ft.cls == "union" and ft.floats and kind == "field_type" and \
+            rule.param("type") == "integer":
+        return None, APPROXIMATE, (
+            f" (approximate: {rule.param('field')} is an Avro union {ft.avro}, which kqlab "
+            "reads as doubles: no value is an integer there, while the executor sees ints)")
+    if ft.cls not in ("decimal", "temporal"):
+        return None, EXACT, ""
+    guard, v = _present(rule)
+    values = list(rule.param("values") or ()) if kind == "field_in" else []
+    null_ok = (kind in ("field_range", "field_in", "field_regex", "field_length") and
+               rule.param("allow_null") is not False) or None in values
+    checks: list[str]
+    if ft.cls == "temporal":
+        checks = ["false"]
+        how = (f"; {rule.param('field')} is an Avro {ft.avro}, never a number or string to "
+               "kqlab: every non-null value fails, written so (the executor would see a "
+               + ("day count" if ft.avro == "date" else "timestamp or time") + ")")
+    elif kind == "field_range":
+        checks = [f"type({v}) != null_type"]
+        if rule.param("min") is not None:
+            checks.append(f"double({v}) >= {_cel_double(rule.param('min'))}")
+        if rule.param("max") is not None:
+            checks.append(f"double({v}) <= {_cel_double(rule.param('max'))}")
+        how = (f"; {rule.param('field')} is an Avro {ft.avro}: compared through the "
+               "executor's double(), as kqlab compares it (the executor binds a Decimal)")
+    elif kind == "field_in":
+        floats = [_cel_double(x) for x in values
+                  if isinstance(x, int | float) and not isinstance(x, bool)]
+        checks = [f"double({v}) in [{', '.join(floats)}]"] if floats else ["false"]
+        how = (f"; {rule.param('field')} is an Avro {ft.avro}: its double() is looked up "
+               "among the numbers listed, as kqlab does")
+    elif kind == "field_type":
+        checks = [f"type({v}) != null_type"] if rule.param("type") == "number" else ["false"]
+        how = f"; {rule.param('field')} is an Avro {ft.avro}: a number, never an integer"
+    else:  # regex, length: never a string, bytes or list
+        checks = ["false"]
+        how = f"; {rule.param('field')} is an Avro {ft.avro}: every non-null value fails"
+    body = " && ".join(checks)
+    expr = f"!({guard}) || type({v}) == null_type || ({body})" if null_ok else \
+        f"{guard} && {body}"
+    return expr, EXACT, how
+
+
+def confluent_rule(rule: Any, *, dlq_topic: str | None = None, writer: Any = None
                    ) -> tuple[RuleFidelity, dict[str, Any] | None]:
-    """One kqlab rule as a Confluent domain rule (or None) with its fidelity."""
+    """One kqlab rule as a Confluent domain rule (or None) with its fidelity.
+
+    ``writer`` is the Avro writer schema (parsed JSON) for Avro values: field rules are then
+    written for the executor's binding of their field's type (module docstring).
+    """
     from kqlab.validate.fields import FIELD_KINDS, field_rule_to_cel
 
     def row(status: str, how: str) -> RuleFidelity:
         return RuleFidelity(rule=rule.id, kind=rule.kind, status=status, how=how,
-                            mode=rule.mode)
+                            mode=rule.mode, implicit=rule.id.startswith("decode:"))
 
     k = rule.kind
     value_side = rule.spec.param("target") is None or rule.param("target") != "key"
     status = EXACT
     if k in FIELD_KINDS:
         expr, how = field_rule_to_cel(rule), "CEL CONDITION via field_rule_to_cel"
+        if writer is not None:
+            from kqlab.export.avro_fields import field_type
+
+            typed, status, extra = _typed_field_cel(rule, field_type(writer,
+                                                                     str(rule.param("field"))))
+            if typed is not None:
+                expr, how = typed, "CEL CONDITION for the Avro type"
+            how += extra
     elif k == "cel":
         expr, how = rule.param("expr"), "CEL CONDITION, the expression as written"
         status = APPROXIMATE
@@ -186,10 +303,10 @@ def confluent_rule(rule: Any, *, dlq_topic: str | None = None
     for text, what in ((expr, "expression"), (guard, "when precondition")):
         if text is None:
             continue
-        extra = sorted(cel_variables(text) - set(_RENAMES))
-        if extra:
-            return row(NOT_EXPRESSIBLE, f"the {what} reads {', '.join(extra)}; the CEL executor "
-                       "binds only `message` (the record value)"), None
+        extra_vars = sorted(cel_variables(text) - set(_RENAMES))
+        if extra_vars:
+            return row(NOT_EXPRESSIBLE, f"the {what} reads {', '.join(extra_vars)}; the CEL "
+                       "executor binds only `message` (the record value)"), None
         if ";" in text:
             return row(NOT_EXPRESSIBLE, f"the {what} contains ';', which the executor takes as "
                        "its guard separator"), None
@@ -201,13 +318,14 @@ def confluent_rule(rule: Any, *, dlq_topic: str | None = None
         body = f"{rename_cel(guard, renames)} ; {body}"
         how += " with the `when` precondition as the executor's guard"
     out: dict[str, Any] = {"name": rule.id, "doc": _doc(rule), "kind": "CONDITION",
-                           "mode": "WRITE", "type": "CEL", "expr": body}
+                           "mode": "WRITE", "type": "CEL", "expr": body,
+                           "params": _params(rule)}
     if rule.mode == "observe":
         out["onFailure"] = "NONE"
         return row(APPROXIMATE, how + "; observe mode exported as onFailure NONE (not counted)"
                    ), out
     if dlq_topic:
-        out["params"] = {"dlq.topic": dlq_topic}
+        out["params"]["dlq.topic"] = dlq_topic
         out["onFailure"] = "DLQ"
     else:
         out["onFailure"] = "ERROR"
@@ -234,20 +352,8 @@ def _schema(policy: Any, subject: str, schema: str | None
     if fmt == "avro":
         if schema is not None:
             return "AVRO", schema, None, None
-        src = policy.value.schemas
-        if src is None or not src.registry:
-            raise ExportError("an Avro data contract needs the writer schema: give schema= or "
-                              "value.schemas.registry in the policy")
-        from kqlab.serde.schemas import registry_client
-
-        try:
-            latest = registry_client(src.registry, src.config).get_latest_version(subject)
-        except Exception as exc:
-            raise ExportError(f"cannot read the latest schema of {subject!r} from the policy's "
-                              f"registry: {type(exc).__name__}: {exc}") from None
-        return "AVRO", latest.schema.schema_str, \
-            f"schema: latest version {latest.version} of {subject!r} (id {latest.schema_id})", \
-            None
+        text, note = writer_schema(policy, subject)
+        return "AVRO", text, note, None
     if fmt == "json":
         if schema is not None:
             return "JSON", schema, None, None
@@ -269,6 +375,63 @@ def _schema(policy: Any, subject: str, schema: str | None
             "policy declares no JSON Schema)", None
     raise ExportError(f"a data contract needs an Avro or JSON value; policy {policy.name!r} "
                       f"has value format {fmt!r}")
+
+
+def writer_schema(policy: Any, subject: str | None = None) -> tuple[str, str]:
+    """``(schema text, where it came from)``: the Avro writer schema of the policy's value
+    subject, read from the policy's schema source — the subject's latest version in a
+    registry, or from a folder ``<subject>.avsc``, else the highest ``<id>.avsc``, else its
+    one schema.  ``ExportError`` says what to give when the source cannot answer (an
+    in-memory ``mock://`` registry is empty in a new process)."""
+    subject = _subject(policy, subject)
+    src = policy.value.schemas
+    if src is None or not (src.registry or src.path):
+        raise ExportError("an Avro data contract needs the writer schema: give schema= "
+                          "(kqlab export --schema FILE.avsc), value.schemas.path (a folder of "
+                          ".avsc files) or value.schemas.registry in the policy")
+    if src.path:
+        return _folder_schema(Path(src.path), subject)
+    from kqlab.serde.schemas import registry_client
+
+    try:
+        latest = registry_client(src.registry, src.config).get_latest_version(subject)
+    except Exception as exc:
+        hint = ""
+        if str(src.registry).startswith("mock://"):
+            hint = (f"; {src.registry} is an in-memory registry, empty in a new process "
+                    "unless the same process filled it: point value.schemas.path at a folder "
+                    "of .avsc files or pass --schema FILE.avsc")
+        raise ExportError(f"cannot read the latest schema of {subject!r} from the policy's "
+                          f"registry: {type(exc).__name__}: {exc}{hint}") from None
+    return latest.schema.schema_str, \
+        f"schema: latest version {latest.version} of {subject!r} (id {latest.schema_id})"
+
+
+def _folder_schema(folder: Path, subject: str) -> tuple[str, str]:
+    if folder.is_file():
+        files = {folder.stem: folder}
+    elif folder.is_dir():
+        files = {f.stem: f for f in sorted(folder.glob("*.avsc"))}
+    else:
+        raise ExportError(f"the policy's schema folder {folder} does not exist")
+    ids = sorted((int(stem), f) for stem, f in files.items() if stem.isdigit())
+    if subject in files:
+        chosen, why = files[subject], f"{subject}.avsc in the policy's schema folder"
+    elif ids:
+        chosen = ids[-1][1]
+        why = f"{chosen.name}, the highest schema id in the policy's schema folder"
+    elif len(files) == 1:
+        chosen = next(iter(files.values()))
+        why = f"{chosen.name}, the one schema in the policy's schema folder"
+    else:
+        raise ExportError(f"the schema folder {folder} holds no {subject}.avsc and no "
+                          "<id>.avsc: name the writer schema with --schema FILE.avsc")
+    try:
+        text = chosen.read_text(encoding="utf-8")
+        json.loads(text)
+    except (OSError, ValueError) as exc:
+        raise ExportError(f"cannot read the writer schema {chosen.name}: {exc}") from None
+    return text, f"schema: {why}"
 
 
 _DRAFT7 = "http://json-schema.org/draft-07/schema#"
@@ -329,19 +492,21 @@ def _json_schema_fidelity(rule: Any, registered: str | None) -> RuleFidelity:
 
 
 def build(policy: Any, *, subject: str | None = None, schema: str | None = None,
-          dlq_topic: str | None = None, today: str | None = None) -> Export:
+          dlq_topic: str | None = None) -> Export:
     """The register body, the subject-config body and a registration script for ``policy``.
 
     ``subject`` defaults to the policy's value subject (TopicNameStrategy otherwise);
-    ``schema`` to the subject's latest schema in the policy's registry; ``dlq_topic`` makes
-    failing rules copy the record there (``onFailure: DLQ``) instead of only raising.
+    ``schema`` to the writer schema from the policy's schema source (:func:`writer_schema`);
+    ``dlq_topic`` makes failing rules copy the record there (``onFailure: DLQ``) instead of
+    only raising.
     """
     subject = _subject(policy, subject)
     schema_type, schema_text, schema_note, schema_rule = _schema(policy, subject, schema)
-    prov = provenance(policy, today=today)
+    writer = json.loads(schema_text) if schema_type == "AVRO" else None
+    prov = provenance(policy)
     fid, rules = [], []
     for r in policy.rules:
-        f, rule = confluent_rule(r, dlq_topic=dlq_topic)
+        f, rule = confluent_rule(r, dlq_topic=dlq_topic, writer=writer)
         if schema_type == "JSON" and schema is None and r.kind == "json_schema" and \
                 r.param("target") != "key":
             f = _json_schema_fidelity(r, schema_rule)
@@ -351,6 +516,13 @@ def build(policy: Any, *, subject: str | None = None, schema: str | None = None,
         fid.append(f)
         if rule is not None:
             rules.append(rule)
+    fid.extend(_implicit(policy))
+    warnings: list[str] = []
+    if writer is not None:
+        from kqlab.export.avro_fields import rule_warnings
+
+        warnings = [f"rule {rid}: {why}" for rid, why in
+                    rule_warnings(policy.rules, writer).items()]
     metadata = {"properties": provenance_properties(prov)}
     rule_set = {"domainRules": rules}
     register = {"schemaType": schema_type, "schema": schema_text, "references": [],
@@ -371,8 +543,27 @@ def build(policy: Any, *, subject: str | None = None, schema: str | None = None,
                  "silently drops ruleSet")
     return Export(target="confluent", title=TITLE, policy=policy.name, files=files,
                   fidelity=tuple(fid), behaviour=BEHAVIOUR, notes=tuple(notes),
+                  warnings=tuple(warnings),
                   data={"subject": subject, "register": register, "config": config,
-                        "schema_rule": schema_rule})
+                        "schema_rule": schema_rule, "writer": writer})
+
+
+def _implicit(policy: Any) -> list[RuleFidelity]:
+    """The implicit rows (:func:`~kqlab.export.base.implicit_rules`) for a data contract."""
+    out = []
+    for r in implicit_rules(policy):
+        if r.id == DECODE_VALUE:
+            f, _ = confluent_rule(r)
+            out.append(implicit_row(r, f.status, f.how))
+        elif r.id == DECODE_KEY:
+            out.append(implicit_row(r, EXACT, "the contract belongs to the value subject and "
+                                    "never reads the key: no record is refused for its key, as "
+                                    "in the replay"))
+        else:
+            out.append(implicit_row(r, APPROXIMATE, "by construction: the serializer frames "
+                                    "every value with the latest registered id of the subject, "
+                                    "where the replay accepts any id its schema source knows"))
+    return out
 
 
 def register_contract(client: Any, export: Export) -> int:

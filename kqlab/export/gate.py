@@ -5,8 +5,15 @@ uses, forwards the valid ones to a clean topic and dead-letters the rest.  This 
 fixes what its config names — the policy (path and content hash, so
 the gate can refuse an edited file) and, per topic, the source, sink and dead-letter topics —
 and nothing a deployment decides (bootstrap servers, credentials, group ids), so the file
-holds no secret by construction.  Every rule is ``exact``: the gate runs kqlab's own validator
-per record, except Python plugins when the gate's environment lacks them.
+holds no secret by construction.
+
+The policy travels with the config: ``gate/policy.yaml`` is the policy itself (canonical
+YAML, the hash the config pins) and ``gate.yaml`` names it relative to itself, so the folder
+runs wherever it is copied — unless its schema source holds credentials, which never enter an
+export (the note says to put the file there).  A caller may name its own copy instead (``policy_path``, relative
+to ``gate.yaml``'s folder).  Every rule is *claimed* ``exact`` — the gate runs kqlab's own
+validator per record, except Python plugins when the gate's environment lacks them — and the
+fidelity report proves it by running the gate (:mod:`kqlab.export.roundtrip_gate`).
 """
 
 from __future__ import annotations
@@ -21,14 +28,20 @@ from kqlab.export.base import (
     ExportError,
     RuleFidelity,
     comment_block,
+    implicit_row,
+    implicit_rules,
     provenance,
     provenance_lines,
+    rule_lines,
+    secrets_of,
 )
 
-__all__ = ["GATE_VERSION", "build", "gate_config"]
+__all__ = ["GATE_VERSION", "POLICY_FILE", "build", "gate_config"]
 
 TITLE = "kqlab validating gate config"
 GATE_VERSION = 1
+#: the policy copy written beside ``gate.yaml`` when no ``policy_path`` is given
+POLICY_FILE = "policy.yaml"
 
 BEHAVIOUR = (
     "downstream, not in the produce path: producers write to the raw topic unchecked; "
@@ -56,28 +69,42 @@ def gate_config(policy: Any, *, policy_path: str | None = None, sink_suffix: str
                           "topic names")
     return {
         "kqlab_gate": GATE_VERSION,
-        "policy": {"path": policy_path or f"{policy.name}.yaml",
+        "policy": {"path": policy_path or POLICY_FILE,
                    "content_hash": policy.content_hash()},
         "topics": [{"source": t, "sink": t + sink_suffix, "dlq": t + dlq_suffix}
                    for t in policy.topics.names],
     }
 
 
-def build(policy: Any, *, policy_path: str | None = None, today: str | None = None) -> Export:
-    """``gate/gate.yaml``: the config ``kqlab gate --config`` takes."""
-    prov = provenance(policy, today=today)
+def build(policy: Any, *, policy_path: str | None = None) -> Export:
+    """``gate/gate.yaml`` (the config ``kqlab gate --config`` takes) and, unless
+    ``policy_path`` names another copy, ``gate/policy.yaml`` (the policy it runs)."""
+    from kqlab.policy import dump_policy
+
+    prov = provenance(policy)
     cfg = gate_config(policy, policy_path=policy_path)
+    fid = [RuleFidelity(rule=r.id, kind=r.kind, mode=r.mode, status=EXACT,
+                        how="the gate runs kqlab's validator on every record" +
+                        ("" if r.exportable else "; the plugin module must be importable "
+                         "where the gate runs"))
+           for r in policy.rules]
+    fid += [implicit_row(r, EXACT, "the gate runs kqlab's validator, its implicit checks "
+                         "included") for r in implicit_rules(policy)]
     head = comment_block([
         "kqlab gate config: run it with `kqlab gate --config gate.yaml --bootstrap B`.",
         "Bootstrap servers and credentials are deployment settings and deliberately not",
-        "in this file.",
-        *provenance_lines(prov)])
+        "in this file. The policy path is relative to this file's folder.",
+        *provenance_lines(prov),
+        *rule_lines(policy.rules)])
     text = head + yaml.safe_dump(cfg, sort_keys=False, default_flow_style=False)
-    fid = tuple(RuleFidelity(rule=r.id, kind=r.kind, mode=r.mode, status=EXACT,
-                             how="the gate runs kqlab's validator on every record" +
-                             ("" if r.exportable else "; the plugin module must be importable "
-                              "where the gate runs"))
-                for r in policy.rules)
-    return Export(target="gate", title=TITLE, policy=policy.name, files={"gate/gate.yaml": text},
-                  fidelity=fid, behaviour=BEHAVIOUR, data=cfg,
-                  notes=("minimal on purpose: policy path + hash and topics only",))
+    files = {"gate/gate.yaml": text}
+    notes = ["minimal on purpose: policy path + hash and topics only"]
+    if policy_path is None and secrets_of(policy):
+        # the copy would carry the schema source's credentials (and the hash covers them)
+        notes.append(f"the policy's schema source holds credentials, so it is not copied into "
+                     f"the export: put the policy file beside gate.yaml as {POLICY_FILE}")
+    elif policy_path is None:
+        files[f"gate/{POLICY_FILE}"] = dump_policy(policy)
+        notes.append(f"{POLICY_FILE} is the policy itself, beside gate.yaml: copy the folder")
+    return Export(target="gate", title=TITLE, policy=policy.name, files=files,
+                  fidelity=tuple(fid), behaviour=BEHAVIOUR, data=cfg, notes=tuple(notes))

@@ -34,8 +34,11 @@ from kqlab.export.base import (
     ExportError,
     RuleFidelity,
     comment_block,
+    implicit_row,
+    implicit_rules,
     provenance,
     provenance_lines,
+    rule_lines,
 )
 
 __all__ = ["PLUGIN_CLASS", "VALIDATOR_CLASS", "build", "introspection_hints"]
@@ -120,9 +123,9 @@ def introspection_hints(policy: Any) -> dict[str, Any]:
     return {"needHeaders": headers, "needKeyBytes": key, "needValueBytes": value}
 
 
-def _fidelity(policy: Any) -> list[RuleFidelity]:
+def _fidelity(policy: Any, rules: Any = None) -> list[RuleFidelity]:
     out = []
-    for r in policy.rules:
+    for r in (policy.rules if rules is None else rules):
         def row(status: str, how: str, r: Any = r) -> RuleFidelity:
             return RuleFidelity(rule=r.id, kind=r.kind, status=status, how=how, mode=r.mode)
 
@@ -141,15 +144,23 @@ def _fidelity(policy: Any) -> list[RuleFidelity]:
     return out
 
 
+def _implicit(policy: Any) -> list[RuleFidelity]:
+    """The implicit rows: the plugin runs kqlab's validator, implicit checks included."""
+    return [implicit_row(r, _fidelity(policy, [r])[0].status, _fidelity(policy, [r])[0].how)
+            for r in implicit_rules(policy)]
+
+
 def build(policy: Any, *, plugin_class: str = PLUGIN_CLASS,
-          validator_class: str = VALIDATOR_CLASS, today: str | None = None) -> Export:
+          validator_class: str = VALIDATOR_CLASS) -> Export:
     """``kip-940.properties``, ``kip-729.properties`` and ``introspection-hints.json``."""
     if not policy.topics.names and not policy.topics.patterns:
         raise ExportError(f"policy {policy.name!r} names no topics")
-    prov = provenance(policy, today=today)
+    prov = provenance(policy)
     hints = introspection_hints(policy)
     policy_ref = f"{policy.name}@{prov['content_hash']}"
-    head = [f"{PROPOSED}.", *provenance_lines(prov)]
+    fid = _fidelity(policy)
+    head = [f"{PROPOSED}.", *provenance_lines(prov),
+            *rule_lines(policy.rules, {f.rule: f.status for f in fid})]
     kip940 = comment_block([
         "KIP-940 record validation policy, exported by kqlab (", *head,
         f"introspection hints: {json.dumps(hints)}",
@@ -178,5 +189,5 @@ def build(policy: Any, *, plugin_class: str = PLUGIN_CLASS,
              f"the {validator_class}.policy line is the plugin's own setting, not a property "
              "KIP-729 defines (its BrokerRecordValidator interface has no configure())")
     return Export(target="kip", title=TITLE, policy=policy.name, files=files,
-                  fidelity=tuple(_fidelity(policy)), behaviour=BEHAVIOUR, notes=notes,
+                  fidelity=(*fid, *_implicit(policy)), behaviour=BEHAVIOUR, notes=notes,
                   proposed=True, data={"hints": hints, "policy_ref": policy_ref})

@@ -8,7 +8,9 @@ timestamps.  The gotchas of §1.1-1.2 are handled on purpose: both ``allowNulls`
 ``allowEmpty`` are always written (the docs and the code disagree on the default of
 ``allowNulls``), the ``rules`` list is never empty, the short type ``RecordValidation`` and the
 0.22+ ``clusterDefinitions`` layout are used, and ``forwardPartialRequests`` (removed in 0.9) is
-never emitted.  Two files: a standalone proxy config and the operator's ``KafkaProtocolFilter``.
+never emitted.  Two files: a standalone proxy config and the operator's ``KafkaProtocolFilter``,
+each opening with one comment line per rule (id, kind, severity, mode, description and how
+the filter takes it): the filter's own config has no place for names or descriptions.
 """
 
 from __future__ import annotations
@@ -19,14 +21,19 @@ import yaml
 
 from kqlab.export.base import (
     APPROXIMATE,
+    DECODE_KEY,
+    DECODE_VALUE,
     EXACT,
     NOT_EXPRESSIBLE,
     Export,
     ExportError,
     RuleFidelity,
     comment_block,
+    implicit_row,
+    implicit_rules,
     provenance,
     provenance_lines,
+    rule_lines,
 )
 
 __all__ = ["build", "filter_config"]
@@ -54,10 +61,11 @@ def _target(rule: Any) -> str:
     return t or "value"
 
 
-def _fidelity(policy: Any, apicurio: dict[str, Any] | None) -> list[tuple[RuleFidelity, Any]]:
+def _fidelity(policy: Any, apicurio: dict[str, Any] | None, rules: Any = None
+              ) -> list[tuple[RuleFidelity, Any]]:
     """Per rule: its fidelity and what it contributes (``(part, key, value)`` or None)."""
     out = []
-    for r in policy.rules:
+    for r in (policy.rules if rules is None else rules):
         def row(status: str, how: str, r: Any = r) -> RuleFidelity:
             return RuleFidelity(rule=r.id, kind=r.kind, status=status, how=how, mode=r.mode)
 
@@ -154,23 +162,44 @@ def filter_config(policy: Any, apicurio: dict[str, Any] | None = None) -> dict[s
     return {"rules": [rule]}
 
 
+def _implicit(policy: Any, apicurio: dict[str, Any] | None) -> list[RuleFidelity]:
+    """The implicit rows (:func:`~kqlab.export.base.implicit_rules`) for the filter."""
+    out = []
+    for r in implicit_rules(policy):
+        if r.id == DECODE_VALUE:
+            f = _fidelity(policy, apicurio, [r])[0][0]
+            out.append(implicit_row(r, f.status, f.how))
+        elif r.id == DECODE_KEY:
+            out.append(implicit_row(r, EXACT, "the keyRule checks nulls and empties only: no key "
+                                    "is decoded, as in the replay"))
+        elif apicurio:
+            out.append(implicit_row(r, APPROXIMATE, "one fixed Apicurio artifact: a value framed "
+                                    "with any other id fails 'Unexpected schema id'"))
+        else:
+            out.append(implicit_row(r, NOT_EXPRESSIBLE, "schema ids are checked only against an "
+                                    "Apicurio artifact (pass apicurio={'url', 'id'})"))
+    return out
+
+
 def build(policy: Any, *, bootstrap: str = "kafka:9092", proxy_address: str = "localhost:9192",
-          apicurio: dict[str, Any] | None = None, today: str | None = None) -> Export:
+          apicurio: dict[str, Any] | None = None) -> Export:
     """The proxy config YAML and the ``KafkaProtocolFilter`` resource for ``policy``.
 
     ``bootstrap`` is the target cluster, ``proxy_address`` where clients connect;
     ``apicurio={"url": ..., "id": contentId}`` adds schema conformance against that artifact.
     """
-    prov = provenance(policy, today=today)
+    prov = provenance(policy)
     config = filter_config(policy, apicurio)
     fid = tuple(f for f, _ in _fidelity(policy, apicurio))
     head = comment_block([
         f"Kroxylicious RecordValidation filter exported by kqlab from policy {policy.name!r}.",
         "Needs Kroxylicious >= 0.22 (clusterDefinitions layout); the filter is '(Preview)'.",
         *provenance_lines(prov),
+        *rule_lines(policy.rules, {f.rule: f.status for f in fid}),
         "Not expressible here: " + (", ".join(f.rule for f in fid
                                                if f.status == NOT_EXPRESSIBLE) or "none"),
     ])
+    fid += tuple(_implicit(policy, apicurio))
     proxy = {
         "clusterDefinitions": [{"name": "target", "bootstrapServers": bootstrap}],
         "virtualClusters": [{

@@ -19,15 +19,20 @@ from typing import Any
 
 from kqlab.export.base import (
     APPROXIMATE,
+    DECODE_KEY,
+    DECODE_VALUE,
     EXACT,
     NOT_EXPRESSIBLE,
     Export,
     ExportError,
     RuleFidelity,
     comment_block,
+    implicit_row,
+    implicit_rules,
     provenance,
     provenance_lines,
     public_url,
+    rule_lines,
 )
 
 __all__ = ["VENDORS", "admin_calls", "apply", "build", "topic_configs"]
@@ -103,10 +108,10 @@ def topic_configs(policy: Any, topic: str) -> dict[str, dict[str, str]]:
     return out
 
 
-def _fidelity(policy: Any) -> list[RuleFidelity]:
+def _fidelity(policy: Any, rules: Any = None) -> list[RuleFidelity]:
     parts = _parts(policy)
     out = []
-    for r in policy.rules:
+    for r in (policy.rules if rules is None else rules):
         def row(status: str, how: str, r: Any = r) -> RuleFidelity:
             return RuleFidelity(rule=r.id, kind=r.kind, status=status, how=how, mode=r.mode)
 
@@ -195,12 +200,40 @@ def _registry_url(policy: Any) -> tuple[str, str | None]:
     return public_url(url) or _PLACEHOLDER_URL, None
 
 
-def build(policy: Any, *, today: str | None = None) -> Export:
+def _implicit(policy: Any) -> list[RuleFidelity]:
+    """The implicit rows (:func:`~kqlab.export.base.implicit_rules`) for schema-ID validation."""
+    parts = _parts(policy)
+    out = []
+    for r in implicit_rules(policy):
+        if r.id == DECODE_VALUE:
+            f = _fidelity(policy, [r])[0]
+            out.append(implicit_row(r, f.status, f.how))
+        elif r.id == DECODE_KEY:
+            if "key" in parts:
+                out.append(implicit_row(r, APPROXIMATE, "key validation is on: every key must "
+                                        "carry a registered schema id, which the replay never "
+                                        "asks of keys"))
+            else:
+                out.append(implicit_row(r, EXACT, "key validation stays off: no key is "
+                                        "checked, as in the replay"))
+        elif "value" in parts:
+            out.append(implicit_row(r, APPROXIMATE, "the id must be registered under the "
+                                    "strategy's subject; the replay accepts any id its schema "
+                                    "source knows (Redpanda also rejects null values)"))
+        else:
+            out.append(implicit_row(r, NOT_EXPRESSIBLE, "no schema_id_registered / "
+                                    "schema_id_allowed / magic_byte reject rule switches value "
+                                    "validation on"))
+    return out
+
+
+def build(policy: Any) -> Export:
     """Per-vendor topic/broker configs (JSON), a properties file per vendor and the
     ``AdminClient`` script that applies them."""
     if not policy.topics.names:
         raise ExportError(f"policy {policy.name!r} names no topics: topic configs need names")
-    prov = provenance(policy, today=today)
+    prov = provenance(policy)
+    fid = _fidelity(policy)
     url, url_note = _registry_url(policy)
     per_topic = {t: topic_configs(policy, t) for t in policy.topics.names}
     notes = [n for n in (url_note,) if n]
@@ -223,7 +256,7 @@ def build(policy: Any, *, today: str | None = None) -> Export:
     doc = {"kqlab": prov, "cluster": cluster,
            "topics": dict(per_topic),
            "admin_calls": {v: admin_calls(policy, v) for v in VENDORS}}
-    head = provenance_lines(prov)
+    head = [*provenance_lines(prov), *rule_lines(policy.rules, {f.rule: f.status for f in fid})]
     files = {"schema-id/schema-id-validation.json": json.dumps(doc, indent=2) + "\n"}
     for vendor in VENDORS:
         lines = [f"{vendor} schema-ID validation, exported by kqlab", *head]
@@ -236,7 +269,7 @@ def build(policy: Any, *, today: str | None = None) -> Export:
             comment_block(cli) + "\n".join(body) + "\n"
     files["schema-id/apply_configs.py"] = _script(per_topic, prov)
     return Export(target="schema-id", title=TITLE, policy=policy.name, files=files,
-                  fidelity=tuple(_fidelity(policy)), behaviour=BEHAVIOUR, notes=tuple(notes),
+                  fidelity=(*fid, *_implicit(policy)), behaviour=BEHAVIOUR, notes=tuple(notes),
                   data=doc)
 
 

@@ -14,6 +14,12 @@ carry over: a value check on an absent field passes because ``properties`` only 
 that are present.  For Avro values it writes an ``.avsc`` record whose ``value`` field is the
 subject's latest writer schema: structure only (Avro has no ranges), and producers must switch
 from the Confluent serializer to object-container files.
+
+Keys: a key schema makes Tansu decode every key like the value (JSON text for a ``.json``
+topic) and refuse the rest, so ``key_required`` is exported only for policies whose keys *are*
+JSON; for string keys it would refuse every record (a plain ``order-1`` is not JSON text), so
+it is not exported at all.  Every rule's id, severity and description travel as a
+``$comment`` beside its part of the schema (``doc`` in an ``.avsc``).
 """
 
 from __future__ import annotations
@@ -24,13 +30,18 @@ from typing import Any
 
 from kqlab.export.base import (
     APPROXIMATE,
+    DECODE_KEY,
+    DECODE_VALUE,
     EXACT,
     NOT_EXPRESSIBLE,
     Export,
     ExportError,
     RuleFidelity,
+    implicit_row,
+    implicit_rules,
     provenance,
     provenance_lines,
+    rule_lines,
 )
 
 __all__ = ["build", "field_schema", "value_schema"]
@@ -134,14 +145,19 @@ def _inline_schema(rule: Any) -> dict[str, Any] | None:
     return None
 
 
-def _json_rules(policy: Any) -> tuple[list[RuleFidelity], list[dict[str, Any]], bool]:
-    """JSON-format policies: fidelity, the value's schema parts, whether the key is required."""
+def _json_rules(policy: Any, rules: Any = None
+                ) -> tuple[list[RuleFidelity], list[dict[str, Any]], bool]:
+    """JSON-format policies: fidelity, the value's schema parts (each with its rule's
+    ``$comment``), whether the key is required (a key schema is written)."""
     from kqlab.validate.fields import FIELD_KINDS
 
     fid, parts, key_required = [], [], False
-    for r in policy.rules:
+    for r in (policy.rules if rules is None else rules):
         def row(status: str, how: str, r: Any = r) -> RuleFidelity:
             return RuleFidelity(rule=r.id, kind=r.kind, status=status, how=how, mode=r.mode)
+
+        def comment(part: dict[str, Any], r: Any = r) -> dict[str, Any]:
+            return {"$comment": rule_lines([r])[0], **part}
 
         value_side = r.spec.param("target") is None or r.param("target") != "key"
         if r.mode == "observe":
@@ -151,18 +167,18 @@ def _json_rules(policy: Any) -> tuple[list[RuleFidelity], list[dict[str, Any]], 
                            "over headers or metadata"))
         elif r.kind in FIELD_KINDS:
             schema, status, how = field_schema(r)
-            parts.append(schema)
+            parts.append(comment(schema))
             fid.append(row(status, f"value JSON Schema: {how}"))
         elif r.kind in ("json_valid", "decodable") and value_side:
-            fid.append(row(EXACT, "the value must parse as JSON (a null value is rejected too: "
-                           "see behaviour)"))
+            fid.append(row(APPROXIMATE, "the value must parse as JSON; Tansu also refuses null "
+                           "values (tombstones), which the replay's decoding passes"))
         elif r.kind == "json_schema" and value_side:
             schema = _inline_schema(r)
             if schema is None:
                 fid.append(row(NOT_EXPRESSIBLE, f"schema file {r.param('path')!r} not found at "
                                "export time"))
             else:
-                parts.append(schema)
+                parts.append(comment(schema))
                 fid.append(row(APPROXIMATE, "the schema itself, validated by Tansu's JSON Schema "
                                "library (draft support may differ from fastjsonschema)"))
         elif r.kind == "value_required":
@@ -171,17 +187,42 @@ def _json_rules(policy: Any) -> tuple[list[RuleFidelity], list[dict[str, Any]], 
                            "a value schema makes the value mandatory" if ok else
                            "tombstones allowed, but Tansu rejects null values on schema topics"))
         elif r.kind == "key_required":
-            key_required = True
-            exact = policy.key.format == "json"
-            fid.append(row(EXACT if exact else APPROXIMATE,
-                           "a key schema makes the key mandatory" +
-                           ("" if exact else "; keys must then be sent as JSON text (a string "
-                            "key with its quotes)")))
+            if policy.key.format == "json":
+                key_required = True
+                fid.append(row(APPROXIMATE, "a key schema makes the key mandatory; Tansu also "
+                               "decodes it and refuses keys that are not JSON text"))
+            else:
+                fid.append(row(NOT_EXPRESSIBLE, "a key schema would make Tansu decode every key "
+                               f"as JSON text; this policy's keys are {policy.key.format!r}, so "
+                               "every record with a plain key (order-1, not \"order-1\") would "
+                               "be refused: no key schema is written"))
         else:
             fid.append(row(NOT_EXPRESSIBLE, "Tansu validates payload schemas only, not "
                            f"{r.spec.category} rules" if r.kind != "plugin" else
                            "Python plugin: never exportable"))
     return fid, parts, key_required
+
+
+def _implicit(policy: Any, key_schema: bool, fmt: str) -> list[RuleFidelity]:
+    """The implicit rows (:func:`~kqlab.export.base.implicit_rules`) for Tansu's files."""
+    out = []
+    for r in implicit_rules(policy):
+        if r.id == DECODE_VALUE:
+            f = (_json_rules(policy, [r])[0] if fmt == "json" else _avro_rules(policy, [r]))[0]
+            out.append(implicit_row(r, f.status, f.how))
+        elif r.id == DECODE_KEY:
+            if key_schema:
+                out.append(implicit_row(r, APPROXIMATE, "the key schema makes Tansu decode every "
+                                        "key as JSON text and refuse the rest; the replay never "
+                                        "decodes keys"))
+            else:
+                out.append(implicit_row(r, EXACT, "no key schema is written: Tansu does not look "
+                                        "at keys, as the replay does not"))
+        else:
+            out.append(implicit_row(r, NOT_EXPRESSIBLE, "Tansu rejects every value in the "
+                                    "Confluent wire format (magic byte + schema id), whatever "
+                                    "its id"))
+    return out
 
 
 def value_schema(policy: Any) -> dict[str, Any]:
@@ -192,9 +233,9 @@ def value_schema(policy: Any) -> dict[str, Any]:
     return parts[0] if len(parts) == 1 else {"allOf": parts}
 
 
-def _avro_rules(policy: Any) -> list[RuleFidelity]:
+def _avro_rules(policy: Any, rules: Any = None) -> list[RuleFidelity]:
     fid = []
-    for r in policy.rules:
+    for r in (policy.rules if rules is None else rules):
         def row(status: str, how: str, r: Any = r) -> RuleFidelity:
             return RuleFidelity(rule=r.id, kind=r.kind, status=status, how=how, mode=r.mode)
 
@@ -216,22 +257,25 @@ def _avro_rules(policy: Any) -> list[RuleFidelity]:
     return fid
 
 
-def build(policy: Any, *, schema: str | None = None, today: str | None = None) -> Export:
+def build(policy: Any, *, schema: str | None = None) -> Export:
     """One schema file per topic of ``policy`` (``<topic>.json`` or ``<topic>.avsc``).
 
-    ``schema`` is the Avro writer schema for Avro policies (default: the latest of the
-    policy's value subject in its registry).
+    ``schema`` is the Avro writer schema for Avro policies (default: from the policy's schema
+    source, as :func:`kqlab.export.confluent.writer_schema` finds it).
     """
     if not policy.topics.names:
         raise ExportError(f"policy {policy.name!r} names no topics: Tansu files are per topic")
-    prov = provenance(policy, today=today)
-    comment = "kqlab export of policy " + "; ".join(provenance_lines(prov))
+    prov = provenance(policy)
     fmt = policy.value.format
     files: dict[str, str] = {}
     notes: list[str] = []
     data: dict[str, Any] = {}
+    key_required = False
     if fmt == "json":
         fid, _, key_required = _json_rules(policy)
+        status = {f.rule: f.status for f in fid}
+        comment = "\n".join(["kqlab export of policy " + "; ".join(provenance_lines(prov)),
+                             *rule_lines(policy.rules, status)])
         doc: dict[str, Any] = {"$comment": comment, "type": "object",
                                "properties": {"value": value_schema(policy)},
                                "required": ["value"]}
@@ -245,6 +289,9 @@ def build(policy: Any, *, schema: str | None = None, today: str | None = None) -
         from kqlab.export.confluent import _schema, _subject
 
         fid = _avro_rules(policy)
+        status = {f.rule: f.status for f in fid}
+        comment = "\n".join(["kqlab export of policy " + "; ".join(provenance_lines(prov)),
+                             *rule_lines(policy.rules, status)])
         _, text, note, _ = _schema(policy, _subject(policy, None), schema)
         if note:
             notes.append(note)
@@ -259,6 +306,8 @@ def build(policy: Any, *, schema: str | None = None, today: str | None = None) -
                             how=f"value format {fmt!r}: Tansu validates JSON, Avro and "
                             "protobuf payloads only", mode=r.mode) for r in policy.rules]
         notes.append(f"no schema file: value format {fmt!r} has no schema Tansu can check")
+    if fmt in ("json", "avro"):
+        fid.extend(_implicit(policy, key_required, fmt))
     notes.append("start the broker with --schema-registry file://./<dir> from the directory's "
                  "parent (an absolute file:/// path fails to canonicalize)")
     return Export(target="tansu", title=TITLE, policy=policy.name, files=files,

@@ -25,14 +25,18 @@ from typing import Any
 
 from kqlab.export.base import (
     APPROXIMATE,
+    DECODE_KEY,
     EXACT,
     NOT_EXPRESSIBLE,
     Export,
     ExportError,
     RuleFidelity,
     comment_block,
+    implicit_row,
+    implicit_rules,
     provenance,
     provenance_lines,
+    rule_lines,
 )
 
 __all__ = ["DryRun", "Requirement", "TopicCheck", "build", "check_topics", "dry_run",
@@ -155,18 +159,33 @@ def _fidelity(policy: Any, reqs: list[Requirement]) -> list[RuleFidelity]:
     return out
 
 
-def build(policy: Any, *, today: str | None = None) -> Export:
+def _implicit(policy: Any) -> list[RuleFidelity]:
+    """The implicit rows: admin policies never see a record, so they decode nothing."""
+    out = []
+    for r in implicit_rules(policy):
+        if r.id == DECODE_KEY:
+            out.append(implicit_row(r, EXACT, "admin policies never see records: no record is "
+                                    "refused for its key, as in the replay"))
+        else:
+            out.append(implicit_row(r, NOT_EXPRESSIBLE, "admin policies see topic configs, "
+                                    "never records"))
+    return out
+
+
+def build(policy: Any) -> Export:
     """``requirements.json`` and the broker properties that enable KIP-108 policies."""
     if not policy.topics.names and not policy.topics.patterns:
         raise ExportError(f"policy {policy.name!r} names no topics")
-    prov = provenance(policy, today=today)
+    prov = provenance(policy)
     reqs = requirements(policy)
+    fid = _fidelity(policy, reqs)
     doc = {"kqlab": prov, "topics": {"names": list(policy.topics.names),
                                      "patterns": list(policy.topics.patterns)},
            "broker_version": policy.broker.version,
            "requirements": [q.to_dict() for q in reqs]}
     props = comment_block([
         "KIP-108 admin policies, exported by kqlab", *provenance_lines(prov),
+        *rule_lines(policy.rules, {f.rule: f.status for f in fid}),
         "Apache Kafka ships the interfaces, not an implementation: a CreateTopicPolicy /",
         "AlterConfigPolicy class reading requirements.json (op: equals | contains | at_most |",
         "at_least; a missing key means the broker default) rejects violations with",
@@ -179,7 +198,7 @@ def build(policy: Any, *, today: str | None = None) -> Export:
     notes = ("check a live cluster with kqlab.export.topic_policy.check_topics(admin, policy) "
              "and dry-run a creation with dry_run(admin, policy)",)
     return Export(target="topic-policy", title=TITLE, policy=policy.name, files=files,
-                  fidelity=tuple(_fidelity(policy, reqs)), behaviour=BEHAVIOUR, notes=notes,
+                  fidelity=(*fid, *_implicit(policy)), behaviour=BEHAVIOUR, notes=notes,
                   data=doc)
 
 

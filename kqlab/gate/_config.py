@@ -30,8 +30,8 @@ class GateFile:
 
 
 def load_gate_file(path: str | Path) -> GateFile:
-    """Parse and check ``path``; the policy path is taken as written, else relative to the
-    file's folder."""
+    """Parse and check ``path``; a relative policy path is relative to the file's folder
+    (else, when nothing is there, to the working directory)."""
     from kqlab.export.gate import GATE_VERSION
 
     p = Path(path)
@@ -50,7 +50,10 @@ def load_gate_file(path: str | Path) -> GateFile:
     if not isinstance(pol, dict) or not pol.get("path"):
         raise GateError(f"{p}: policy.path is required")
     policy_path = Path(pol["path"])
-    if not policy_path.is_absolute() and not policy_path.exists():
+    # a relative path is the config's own folder's (what the exporter writes: the folder
+    # runs wherever it is copied); the working directory only when nothing is there
+    if not policy_path.is_absolute() and ((p.parent / policy_path).exists()
+                                          or not policy_path.exists()):
         policy_path = p.parent / policy_path
     routes = []
     for i, t in enumerate(doc.get("topics") or ()):

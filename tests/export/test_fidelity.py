@@ -259,7 +259,9 @@ def test_roundtrip_confluent_json_edge_values_each_field_kind(edges):
                                "JSON null (serializes to a tombstone, no rule runs)": 1}
     from kqlab.export.confluent import build
 
-    for f in build(policy).fidelity:
+    rows = [f for f in build(policy).fidelity if not f.implicit]
+    assert [f.rule for f in rows] == [r.id for r in policy.rules]
+    for f in rows:
         assert f.status == "approximate" and "64-bit" in f.how, f
 
 

@@ -121,8 +121,10 @@ def test_confluent_contract_shape_and_registration(vetted):
 def test_confluent_dlq_variant(vetted):
     ex = export(vetted["orders"], "confluent", dlq_topic="orders-dlq", today=TODAY)
     rules = ex.data["register"]["ruleSet"]["domainRules"]
-    assert rules and all(r["onFailure"] == "DLQ" and r["params"] == {"dlq.topic": "orders-dlq"}
-                         for r in rules)
+    policy = {r.id: r for r in vetted["orders"].rules}
+    assert rules and all(r["onFailure"] == "DLQ" and r["params"] == {
+        "dlq.topic": "orders-dlq", "kqlab.kind": policy[r["name"]].kind,
+        "kqlab.severity": policy[r["name"]].severity} for r in rules)
 
 
 def test_confluent_cel_rules_reading_headers_are_not_expressible(vetted):
