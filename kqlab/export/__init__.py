@@ -25,7 +25,7 @@ Examples
 >>> from kqlab.policy import loads_policy
 >>> policy = loads_policy("kqlab: 1\\nname: p\\ntopics: {names: [t]}\\n"
 ...                       "rules: [{id: k, kind: key_required}]")
->>> ex = export(policy, "kroxylicious", today="2026-11-21")
+>>> ex = export(policy, "kroxylicious")
 >>> ex.status_of("k").status, sorted(ex.files)
 ('exact', ['kroxylicious/kafka-protocol-filter.yaml', 'kroxylicious/proxy-config.yaml'])
 """
@@ -114,9 +114,20 @@ def target(name: str) -> Target:
 def export(policy: Any, target_name: str, **options: Any) -> Export:
     """Export ``policy`` to one target (see :data:`TARGETS`); ``options`` go to its builder.
 
-    Every builder accepts ``today`` (the export date written into the provenance).
+    ``today`` is accepted and dropped for the targets that take no date: generated files
+    carry none, so two exports of one policy are byte-identical.
     """
-    return target(target_name).build(policy, **options)
+    t = target(target_name)
+    if "today" in options and "today" not in _accepted(t):
+        options.pop("today")
+    return t.build(policy, **options)
+
+
+def _accepted(t: Target) -> frozenset[str]:
+    """The keyword options ``t``'s builder takes."""
+    import inspect
+
+    return frozenset(inspect.signature(importlib.import_module(t.module).build).parameters)
 
 
 #: ``kqlab.export_policy``: the package-level name (``kqlab.export`` is this subpackage, so
