@@ -379,7 +379,7 @@ def build(policy: Any, *, version: str = "1.0.0", today: str | None = None) -> E
     contract, fid = to_odcs(policy, version=version)
     prov = provenance(policy, today=today)
     head = comment_block(["Open Data Contract Standard v3, exported by kqlab; read it back "
-                          "with `kqlab import odcs FILE`.", *provenance_lines(prov)])
+                          "with `kqlab import odcs FILE`.", *provenance_lines(_listable(prov))])
     text = head + dump_contract(contract)
     notes = ["kqlab-only rule kinds are custom quality rules (engine: kqlab); "
              "`kqlab import odcs` restores the identical policy (same content hash)"]
@@ -392,6 +392,17 @@ def build(policy: Any, *, version: str = "1.0.0", today: str | None = None) -> E
                   files={f"odcs/{policy.name}.odcs.yaml": text}, fidelity=fid,
                   behaviour=BEHAVIOUR, notes=tuple(notes),
                   data={"contract": contract.model_dump(by_alias=True, exclude_none=True)})
+
+
+def _listable(prov: dict[str, Any]) -> dict[str, Any]:
+    """``prov`` with only the sample partitions :func:`provenance_lines` can print (mappings
+    with topic, partition and offsets); a sample is free-form data, and the full one is in the
+    ``kqlabProvenance`` custom property anyway."""
+    sample = prov.get("sample")
+    if not isinstance(sample, Mapping) or not isinstance(sample.get("partitions"), list):
+        return prov
+    parts = [p for p in sample["partitions"] if isinstance(p, Mapping)]
+    return {**prov, "sample": {**sample, "partitions": parts}}
 
 
 #: the order a person reads a contract in (the model's field order puts ``version`` first)
@@ -459,6 +470,8 @@ class _Reader:
     skipped: list[str] = field(default_factory=list)
     sensitive: list[str] = field(default_factory=list)
     taken: set[str] = field(default_factory=set)
+    #: rule id → (the CEL text a field rule carries, where): checked once the rule is built
+    cel_texts: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def quality(self, q: Any, path: tuple[str, ...] | None, where: str) -> None:
         found, rule = _custom(q.customProperties, "kqlabRule")
@@ -493,28 +506,12 @@ class _Reader:
         if q.severity is not None:
             rule["severity"] = q.severity
         if kind in _field_kinds() and isinstance(impl, str):
-            self._check_cel(rule, impl, where)
+            self.cel_texts[str(q.name)] = (impl, where)
         if not isinstance(position, int):
             raise OdcsError(f"{where}: quality rule {q.name!r}: kqlabRule.position must be an "
                             "integer (the rule's place in the policy)")
         self.taken.add(str(q.name))
         self.placed.append((position, rule))
-
-    @staticmethod
-    def _check_cel(rule: dict[str, Any], impl: str, where: str) -> None:
-        """A field rule's CEL is derived from its parameters: an edited text would be lost
-        silently, so it is refused with the way out."""
-        from kqlab.policy import PolicyError, policy_from_dict
-
-        try:
-            built = policy_from_dict({"kqlab": 1, "name": "x", "rules": [rule]}).rules[0]
-        except PolicyError:
-            return  # the policy check below reports it with the full context
-        if _cel_text(built) != impl:
-            raise OdcsError(f"{where}: quality rule {rule['id']!r}: its implementation is not "
-                            f"the CEL of its {rule['kind']} parameters (edited by hand?); "
-                            "change the parameters in kqlabRule, or drop kqlabRule to import "
-                            "the text as a cel rule")
 
     def other(self, q: Any, path: tuple[str, ...] | None, where: str) -> None:
         label = f"{where}: quality rule {q.name or q.metric or q.type!r}"
@@ -692,15 +689,24 @@ def import_odcs(source: str | Path | OpenDataContractStandard, *,
             reader.quality(q, None, here)
         for p in obj.properties or ():
             reader.prop(p, (), here)
-        if "topics" not in sections and (obj.physicalType or "topic") == "topic":
+        if not found_fmt and "topics" not in sections and \
+                (obj.physicalType or "topic") == "topic":  # a contract kqlab did not write
             sections["topics"] = {"names": [obj.physicalName or obj.name]}
     placed = [r for _, r in sorted(reader.placed, key=lambda x: x[0])]
     formats = {k: sections[k] for k in ("key", "value") if k in sections}
     try:  # examples are checked against the key/value formats: read with them
         kqlab_rules = policy_from_dict({"kqlab": 1, "name": name, **formats, "rules": placed},
-                                       source=where).rules
+                                       source=where).rules if placed else ()
     except PolicyError as exc:
         raise OdcsError(f"{where}: the contract's kqlab rules are not valid: {exc}") from None
+    for r in kqlab_rules:
+        # a field rule's CEL is derived from its parameters: an edited text would be lost
+        # silently, so it is refused with the way out
+        text, at = reader.cel_texts.get(r.id, (None, where))
+        if text is not None and _cel_text(r) != text:
+            raise OdcsError(f"{at}: quality rule {r.id!r}: its implementation is not the CEL of "
+                            f"its {r.kind} parameters (edited by hand?); change the parameters "
+                            "in kqlabRule, or drop kqlabRule to import the text as a cel rule")
     implied = _derived_constraints(kqlab_rules)
     foreign = list(reader.foreign)
     for path, p in reader.foreign_props:
