@@ -306,56 +306,48 @@ def encode_batches(records: pa.Table, starts: Sequence[int] | np.ndarray, *,
     return EncodedBatches(data, bounds, table)
 
 
+#: Batches-table columns that are the same for every rebuilt batch (well formed, uncompressed,
+#: CreateTime, non-idempotent, in no file, read whole: kqlab.records.DECODE_COLUMNS all clear).
+_CONSTANT_COLUMNS: dict[str, object] = {
+    "magic": 2, "compression": codec_label(Codec.NONE), "timestamp_type": 0,
+    "is_transactional": False, "is_control": False, "producer_id": -1, "producer_epoch": -1,
+    "base_sequence": -1, "partition_leader_epoch": -1, "crc_valid": True, "position": None,
+    "attributes": 0, "decode_error": None, "decode_kind": None, "decode_check": None,
+    "decode_params": None, "inplace_check": None, "inplace_params": None,
+}
+
+
 def _batches_table(records: pa.Table, s: np.ndarray, framing: str, count: np.ndarray,
                    region_size: np.ndarray, first_ts: np.ndarray, max_ts: np.ndarray,
                    crc: np.ndarray) -> pa.Table | None:
     """The batches table a decoder gives for these well-formed batches (see
-    :class:`~kqlab.kafka.batch.TableBuilder`), built from what the encoder knows; None when
-    ``BATCHES_SCHEMA`` has a column not listed here."""
+    :class:`~kqlab.kafka.batch.TableBuilder`), built from what the encoder knows, for the
+    columns ``BATCHES_SCHEMA`` has when it runs; None when it has one not known here."""
     m = len(s)
     take = pa.array(s, pa.int64())
-
-    def const(value: object, field: str) -> pa.Array:
-        return pa.repeat(pa.scalar(value, BATCHES_SCHEMA.field(field).type), m)
-
-    columns: dict[str, pa.Array | pa.ChunkedArray] = {
+    varying: dict[str, pa.Array | pa.ChunkedArray | np.ndarray] = {
         "topic": records.column("topic").take(take),
         "partition": records.column("partition").take(take),
         "batch_offset": records.column("offset").take(take),
-        "last_offset_delta": pa.array(count - 1, pa.int32()),
-        "magic": const(2, "magic"),
-        "compression": const(codec_label(Codec.NONE), "compression"),
-        "timestamp_type": const(0, "timestamp_type"),
-        "is_transactional": const(False, "is_transactional"),
-        "is_control": const(False, "is_control"),
-        "producer_id": const(-1, "producer_id"),
-        "producer_epoch": const(-1, "producer_epoch"),
-        "base_sequence": const(-1, "base_sequence"),
-        "partition_leader_epoch": const(-1, "partition_leader_epoch"),
-        "record_count": pa.array(count, pa.int32()),
-        "size_bytes": pa.array(region_size + RECORD_BATCH_OVERHEAD, pa.int64()),
-        "first_timestamp": pa.array(first_ts, pa.int64()),
-        "max_timestamp": pa.array(max_ts, pa.int64()),
-        "crc_valid": const(True, "crc_valid"),
-        "framing": const(framing, "framing"),
-        "position": const(None, "position"),  # rebuilt batches are in no file
-        "attributes": const(0, "attributes"),
-        "crc": pa.array(crc, pa.uint32()),
-        "decode_error": const(None, "decode_error"),
-        # what reading found (kqlab.records.DECODE_COLUMNS): every record, nothing wrong
-        "records_decoded": pa.array(count, pa.int32()),
-        "decode_kind": const(None, "decode_kind"),
-        "decode_check": const(None, "decode_check"),
-        "decode_params": const(None, "decode_params"),
-        "inplace_check": const(None, "inplace_check"),
-        "inplace_params": const(None, "inplace_params"),
+        "last_offset_delta": count - 1,
+        "record_count": count,
+        "size_bytes": region_size + RECORD_BATCH_OVERHEAD,
+        "first_timestamp": first_ts,
+        "max_timestamp": max_ts,
+        "framing": np.full(m, framing, dtype=object),
+        "crc": crc,
+        "records_decoded": count,
     }
-    if any(f.name not in columns for f in BATCHES_SCHEMA):
-        return None
     arrays = []
     for f in BATCHES_SCHEMA:
-        col = columns[f.name]
-        arrays.append(col if col.type == f.type else col.cast(f.type))
+        if f.name in varying:
+            col = varying[f.name]
+            arr = pa.array(col, f.type) if isinstance(col, np.ndarray) else col
+            arrays.append(arr if arr.type == f.type else arr.cast(f.type))
+        elif f.name in _CONSTANT_COLUMNS:
+            arrays.append(pa.repeat(pa.scalar(_CONSTANT_COLUMNS[f.name], f.type), m))
+        else:
+            return None
     return pa.Table.from_arrays(arrays, schema=BATCHES_SCHEMA)
 
 
