@@ -280,3 +280,14 @@ def test_demo_verify_finds_every_planted_difference(capsys):
     assert status == 0 and doc["ok"] is True
     assert doc["clean"]["drift"] is False and doc["not_found"] == []
     assert len(doc["drifted"]["differences"]) >= len(doc["planted"])
+
+
+def test_a_json_contract_validates_against_the_policys_schema(deployed, policy):
+    """For JSON the serializer validates every value against the registered schema: a
+    schema swapped by hand changes what producers may write."""
+    body = copy.deepcopy(deployed.contract.data["register"])
+    body["schema"] = json.dumps({"type": "object", "required": ["type"]})
+    deployed.registry.register_schema("orders-value", Schema.from_dict(body))
+    (d,) = verify(policy, registry=deployed.registry).differences
+    assert (d.item, d.what, d.policy) == ("schema", "schema", "{}")
+    assert json.loads(d.deployed) == {"type": "object", "required": ["type"]}
