@@ -159,6 +159,9 @@ class TopicConfig:
     inter_broker_protocol: tuple[int, int]
     min_insync_replicas: int
     raw: tuple[tuple[str, str], ...] = ()
+    #: ``transaction.partition.verification.enable`` (3.6+, on by default): whether stage F
+    #: applies the transaction-verification rules
+    transaction_verification: bool = True
 
     @classmethod
     def from_dict(cls, configs: dict[str, Any] | None = None,
@@ -239,7 +242,20 @@ class TopicConfig:
             inter_broker_protocol=ibp,
             min_insync_replicas=int(values["min.insync.replicas"]),
             raw=tuple(sorted((k, str(v)) for k, v in configs.items())),
+            transaction_verification=_as_bool(
+                "transaction.partition.verification.enable",
+                broker_only["transaction.partition.verification.enable"]),
         )
+
+
+def _as_bool(name: str, value: Any) -> bool:
+    """A boolean config as Kafka reads it (``true``/``false``, any case)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text not in ("true", "false"):
+        raise ConfigError(f"{name}={value!r} is invalid; use true or false")
+    return text == "true"
 
 
 def parse_assignments(items: list[str]) -> dict[str, str]:

@@ -169,7 +169,8 @@ def broker_verdicts(records: pa.Table, batches: pa.Table,
                     acks: int = -1, client_id: str = "kqlab",
                     transactional_id_authorized: bool = True, origin: str = "client",
                     first_offset: int | None = None, resync: bool | None = None,
-                    policy: RecordPolicy | None = None) -> pa.Table:
+                    policy: RecordPolicy | None = None,
+                    marker_transaction_version: int | None = None) -> pa.Table:
     """Batch verdicts (``BATCH_VERDICTS_SCHEMA``, one row per ``batches`` row, same order).
 
     ``policy`` injects a record policy's per-record failures where the broker would run it,
@@ -205,7 +206,8 @@ def broker_verdicts(records: pa.Table, batches: pa.Table,
     validator = PartitionValidator(
         topic, partition, cfg, now=now, source=source, produce_version=produce_version,
         acks=acks, client_id=client_id, transactional_id_authorized=transactional_id_authorized,
-        origin=origin, first_offset=first_offset, resync=resync)
+        origin=origin, first_offset=first_offset, resync=resync,
+        marker_transaction_version=marker_transaction_version)
     if raw is not None and len(raw) != nb:
         raise ValueError(f"raw has {len(raw)} batches but the batches table {nb} rows")
     if source != "log" or produce_version < 3:
@@ -272,14 +274,33 @@ def _policy_by_batch(records: pa.Table, batches: pa.Table, policy: RecordPolicy 
     if arr.null_count == len(arr):
         return out
     messages = arr.to_pylist()
+    rules = [None] * len(messages) if policy.rules is None else \
+        _strings(_rules_array(policy.rules)).to_pylist()
     n_r = records_per_batch(batches, records.num_rows).tolist()
     start = 0
     for row, k in enumerate(n_r):
         errors = {i: m for i, m in enumerate(messages[start:start + k]) if m is not None}
         if errors:
-            out[row] = PolicyErrors(policy.profile, errors)
+            named = {i: r for i, r in enumerate(rules[start:start + k])
+                     if r is not None and i in errors}
+            out[row] = PolicyErrors(policy.profile, errors, named)
         start += k
     return out
+
+
+def _rules_array(rules: Any) -> pa.Array:
+    """A policy's rule ids as one Arrow array, kept dictionary-encoded when given so (taking
+    a few failing records' rules from a million-row column stays cheap)."""
+    if isinstance(rules, pa.ChunkedArray):
+        rules = rules.combine_chunks()
+    if isinstance(rules, pa.Array) and pa.types.is_dictionary(rules.type):
+        return rules
+    return _messages_array(rules)
+
+
+def _strings(arr: pa.Array) -> pa.Array:
+    """Rule ids as plain strings (the replay hands them over dictionary-encoded)."""
+    return arr.cast(pa.string()) if pa.types.is_dictionary(arr.type) else arr
 
 
 class _Verdicts:
@@ -293,7 +314,7 @@ class _Verdicts:
         #: the policy's messages (Arrow, null = the record passes) and where they are set
         self.parr = None if policy is None else _messages_array(policy.messages)
         self.prules = None if policy is None or policy.rules is None else \
-            _messages_array(policy.rules)
+            _rules_array(policy.rules)
         if self.parr is not None and len(self.parr) != records.num_rows:
             raise ValueError(f"the policy has {len(self.parr)} messages but the records table "
                              f"{records.num_rows} rows")
@@ -333,6 +354,8 @@ class _Verdicts:
         self.v2 = (self.magic == 2) & (self.size >= _V2_MIN)
         self.ctrl_origin = np.full(n, validator.origin == "coordinator") | self.control
         self.rec_errors: pa.Array | None = None
+        #: KIP-686's pending batch decisions: (records failing the policy, their batch rows)
+        self._kip686: tuple[np.ndarray, np.ndarray] | None = None
         self.delegated: dict[int, Any] = {}
         self._rec_batch: np.ndarray | None = None
 
@@ -347,10 +370,15 @@ class _Verdicts:
         """The policy's failures inside batch ``i`` (for rows delegated to the validator)."""
         if self.policy is None or self.parr is None:
             return None
-        start = int(self.n_r[:i].sum())
-        errors = {k: m for k, m in enumerate(self.parr.slice(start, int(self.n_r[i])).to_pylist())
+        start, k = int(self.n_r[:i].sum()), int(self.n_r[i])
+        errors = {j: m for j, m in enumerate(self.parr.slice(start, k).to_pylist())
                   if m is not None}
-        return PolicyErrors(self.policy.profile, errors) if errors else None
+        if not errors:
+            return None
+        rules = {} if self.prules is None else {
+            j: r for j, r in enumerate(_strings(self.prules.slice(start, k)).to_pylist())
+            if r is not None and j in errors}
+        return PolicyErrors(self.policy.profile, errors, rules)
 
     # -- records <-> batches -------------------------------------------------------------------
     def _record_counts(self) -> np.ndarray:
@@ -549,7 +577,7 @@ class _Verdicts:
         if len(ep):
             assert self.parr is not None
             pieces.append(self.parr.take(pa.array(ep)))
-            rules = pa.concat_arrays([rules, self.prules.take(pa.array(ep))
+            rules = pa.concat_arrays([rules, _strings(self.prules.take(pa.array(ep)))
                                       if self.prules is not None else
                                       pa.nulls(len(ep), pa.string())])
         inv = np.empty(len(eidx), dtype=np.int64)
@@ -578,7 +606,7 @@ class _Verdicts:
 
     def _decide_kip686(self) -> None:
         """KIP-686: a batch with no broker record error but a policy failure: 44 for the batch."""
-        pending = getattr(self, "_kip686", None)
+        pending = self._kip686
         if pending is None:
             return
         p686, rec_batch = pending
@@ -601,7 +629,7 @@ class _Verdicts:
         bidx = self.records["batch_index"].take(pick).to_numpy(zero_copy_only=False)
         vals: dict[str, object] = {"batch_index": np.asarray(bidx, dtype=np.int64)}
         if self.prules is not None:
-            vals["rule"] = self.prules.take(pick)
+            vals["rule"] = _strings(self.prules.take(pick))
         self.cas.params.append((idx, vals))
 
     def _sizes(self, v2: np.ndarray, path_z: np.ndarray, in_place_z: np.ndarray,
@@ -756,6 +784,7 @@ class _Verdicts:
                                  policy=self._batch_policy(i))
                 self.delegated[i] = out
                 if out.error_code == 0 and not out.duplicate:
+                    assert v.next_offset is not None  # set by the append just judged
                     n = v.next_offset - out.base_offset
                     if ev_first is None:
                         ev_first, ev_first_start = i, out.base_offset

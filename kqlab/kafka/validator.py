@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,7 +87,7 @@ RecordErrorId = tuple[str, str | None, dict[str, str] | None]
 _RecordError = tuple[int, str, str, str | None, dict[str, str] | None]
 
 
-def _params(values: dict[str, object]) -> dict[str, str]:
+def _params(values: Mapping[str, object]) -> dict[str, str]:
     """A check's parameters as the verdict tables keep them (strings, Java's number form)."""
     return {k: str(v) for k, v in values.items()}
 
@@ -179,13 +179,11 @@ class _Reject(Exception):
             record_error_ids=record_error_ids or [])
 
     @classmethod
-    def of(cls, check: Check, *, returned: bool = False, **params: object) -> _Reject:
+    def of(cls, check: Check, **params: object) -> _Reject:
         """The rejection by ``check`` with ``params``: its text is rendered from the check's
-        template; ``returned`` sends it as ``error_message`` too (otherwise it is only
-        logged, spec §5.2)."""
-        text = check.render(**params)
-        return cls(check.error, check.step, text, error_message=text if returned else None,
-                   params=_params(params))
+        template and only logged (``detail``; spec §5.2: a thrown exception's text is not
+        returned to the client)."""
+        return cls(check.error, check.step, check.render(**params), params=_params(params))
 
 
 def _whole_request(check: Check, **params: object) -> _Reject:
@@ -228,6 +226,10 @@ class PartitionValidator:
     resync
         After a rejected batch, skip the sequence check of that producer's next batch, as a
         real client re-sequences (default: on for ``source="log"``, off for ``"producer"``).
+    marker_transaction_version
+        The transaction version (0, 1, 2) the coordinator's end-transaction markers were
+        written with (4.2+ judges TV2 markers by KIP-1228's rule); None when unknown, as in a
+        replayed log, which the broker judges like a follower does.
 
     Examples
     --------
@@ -244,7 +246,7 @@ class PartitionValidator:
                  source: str = "log", produce_version: int = 9, acks: int = -1,
                  client_id: str = "kqlab", transactional_id_authorized: bool = True,
                  origin: str = "client", first_offset: int | None = None,
-                 resync: bool | None = None):
+                 resync: bool | None = None, marker_transaction_version: int | None = None):
         if source not in ("log", "producer"):
             raise ValueError(f"source must be 'log' or 'producer', not {source!r}")
         if origin not in ("client", "coordinator"):
@@ -267,8 +269,10 @@ class PartitionValidator:
         self.origin = origin
         self.next_offset = first_offset
         self.resync = source == "log" if resync is None else resync
-        self.producers = ProducerStateManager(self.tp, broker_version=release.version,
-                                              epoch_bump_clients=produce_version >= 12)
+        self.producers = ProducerStateManager(
+            self.tp, broker_version=release.version, epoch_bump_clients=produce_version >= 12,
+            marker_transaction_version=marker_transaction_version,
+            verification=self.config.transaction_verification)
         self._policy: PolicyErrors | None = None
 
     # -- public -----------------------------------------------------------------------------
