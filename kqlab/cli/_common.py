@@ -29,6 +29,7 @@ __all__ = [
     "Command",
     "SubParsers",
     "add_json_flag",
+    "load_policy_file",
     "now_ms",
     "prepare_registries",
     "write_json",
@@ -89,3 +90,21 @@ def prepare_registries(policy: Policy) -> None:
         if target:
             module, _, name = target.partition(":")
             getattr(importlib.import_module(module), name)(url)
+
+
+def load_policy_file(path: str) -> Policy:
+    """The policy file ``path``, fully checked before the command does anything with it.
+
+    A malformed policy raises :class:`~kqlab.policy.PolicyError` here (``file:line[:column]:
+    key: reason``, exit status 2, no traceback), so nothing runs on a broken policy.  A policy
+    naming a schema registry is read a second time, after :func:`prepare_registries`, with
+    ``contact_registries=True``: its rules are then checked against the registry's schemas
+    too (the command reads that registry anyway).
+    """
+    from kqlab.policy import load_policy
+
+    policy = load_policy(path)
+    if any(f.schemas is not None and f.schemas.registry for f in (policy.key, policy.value)):
+        prepare_registries(policy)
+        policy = load_policy(path, contact_registries=True)
+    return policy

@@ -21,6 +21,7 @@ from kqlab.cli._common import (
     EXIT_FINDING,
     EXIT_OK,
     SubParsers,
+    load_policy_file,
     prepare_registries,
     write_json,
 )
@@ -91,7 +92,6 @@ def _client_settings(items: list[str]) -> tuple[dict[str, str], dict[str, str], 
 def cmd_gate(args: argparse.Namespace) -> int:
     """``kqlab gate ...``: build the gate, install the signal handlers, run it."""
     from kqlab.gate import Gate, GateError, GateSettings, Route, load_gate_file
-    from kqlab.policy import load_policy
 
     routes: tuple[Route, ...] = ()
     policy_path = args.policy
@@ -102,7 +102,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
         policy_path = policy_path or str(gf.policy_path)
     if policy_path is None:
         raise ValueError("--policy or --config is required")
-    policy = load_policy(policy_path)
+    policy = load_policy_file(policy_path)
     if content_hash and policy.content_hash() != content_hash:
         raise GateError(f"policy {policy_path} has content hash {policy.content_hash()[:16]}… "
                         f"but the gate config expects {content_hash[:16]}…: the policy was "

@@ -13,6 +13,7 @@ from kqlab.cli._common import (
     EXIT_OK,
     SubParsers,
     add_json_flag,
+    load_policy_file,
     prepare_registries,
     write_json,
 )
@@ -57,10 +58,9 @@ def add_parser(sub: SubParsers) -> None:
 
 def cmd_test(args: argparse.Namespace) -> int:
     """``kqlab test POLICY``: run the golden examples; exit 1 when one misbehaves."""
-    from kqlab.policy import load_policy
     from kqlab.validate.golden import check_examples
 
-    policy = load_policy(args.policy)
+    policy = load_policy_file(args.policy)
     prepare_registries(policy)
     report = check_examples(policy, now=args.now)
     if args.json:
@@ -72,10 +72,10 @@ def cmd_test(args: argparse.Namespace) -> int:
 
 def cmd_suggest(args: argparse.Namespace) -> int:
     """``kqlab suggest SAMPLE --policy P``: the suggestions, as a table or one JSON document."""
-    from kqlab.policy import load_policy, save_policy
+    from kqlab.policy import save_policy
     from kqlab.validate.rule_suggestion import suggest
 
-    policy = load_policy(args.policy)
+    policy = load_policy_file(args.policy)
     prepare_registries(policy)
     found = suggest(args.sample, policy, now=args.now, max_rejection=args.max_rejection,
                     max_examples=args.max_examples, schema=not args.no_schema)

@@ -12,7 +12,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from kqlab.cli._common import EXIT_OK, EXIT_PARTIAL, SubParsers, add_json_flag, write_json
+from kqlab.cli._common import (
+    EXIT_OK,
+    EXIT_PARTIAL,
+    SubParsers,
+    add_json_flag,
+    load_policy_file,
+    write_json,
+)
 
 if TYPE_CHECKING:
     from kqlab.policy.model import Policy
@@ -94,10 +101,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     """``kqlab replay``: the summary, or one JSON document; Parquet tables with ``--out``."""
     import orjson
 
-    from kqlab.policy import load_policy
     from kqlab.validate import replay
 
-    policy = load_policy(args.policy)
+    policy = load_policy_file(args.policy)
     if args.engine == "spark":
         return _replay_spark(args, policy)
     verdicts = replay(args.source, policy, now=args.now, framing=args.framing,

@@ -12,6 +12,7 @@ from kqlab.cli._common import (
     EXIT_OK,
     SubParsers,
     add_json_flag,
+    load_policy_file,
     prepare_registries,
     write_json,
 )
@@ -53,11 +54,10 @@ def add_parser(sub: SubParsers) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """``kqlab report SOURCE --policy P``: replay, then write the report and print its path."""
-    from kqlab.policy import load_policy
     from kqlab.reporting import report
     from kqlab.validate.replayer import Replayer
 
-    policy = load_policy(args.policy)
+    policy = load_policy_file(args.policy)
     prepare_registries(policy)
     if args.engine == "spark":
         from kqlab.spark import replay_spark

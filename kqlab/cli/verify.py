@@ -22,6 +22,7 @@ from kqlab.cli._common import (
     EXIT_OK,
     SubParsers,
     add_json_flag,
+    load_policy_file,
     prepare_registries,
     write_json,
 )
@@ -95,9 +96,8 @@ def _pairs(items: list[str], option: str) -> dict[str, str]:
 def cmd_verify(args: argparse.Namespace) -> int:
     """``kqlab verify POLICY ...``: read each target given, print the differences."""
     from kqlab.export.verify import VerifyError, verify
-    from kqlab.policy import load_policy
 
-    policy = load_policy(args.policy)
+    policy = load_policy_file(args.policy)
     if not (args.registry or args.contract or args.bootstrap or args.gate_config):
         raise VerifyError("nothing to verify: give --registry, --contract, --bootstrap or "
                           "--gate-config")

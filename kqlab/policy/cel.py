@@ -116,7 +116,10 @@ class CelSyntaxError(KqlabError, ValueError):
     def __init__(self, expr: str, detail: str, line: int | None = None,
                  column: int | None = None) -> None:
         where = f" at line {line}, column {column}" if line is not None else ""
-        super().__init__(f"CEL expression {expr!r} does not compile{where}: {detail}")
+        # a 400 KB expression must not come back whole in the message (nor in the engine's
+        # caret diagram, which repeats its line): both are cut, ``expr``/``detail`` keep all
+        super().__init__(f"CEL expression {_cut(expr, 80)!r} does not compile{where}: "
+                         f"{_cut(detail, 600)}")
         self.expr = expr
         self.detail = detail
         self.line = line
@@ -124,6 +127,11 @@ class CelSyntaxError(KqlabError, ValueError):
 
     def __reduce__(self):  # pickles across processes (Spark executors)
         return (type(self), (self.expr, self.detail, self.line, self.column))
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text``, or its first ``limit`` characters and how much was left out."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text) - limit} more characters)"
 
 
 class _NeedsCelPython(Exception):

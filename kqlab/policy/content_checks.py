@@ -28,8 +28,8 @@ from kqlab.policy.model import Format
 from kqlab.policy.patterns import pattern_problem
 from kqlab.policy.positioned_yaml import scalar_of, value_pos
 from kqlab.policy.scalar_offsets import file_position
-from kqlab.policy.shape_checks import ShapeChecker, did_you_mean
-from kqlab.policy.value_shapes import DYN, Shape, article, plural
+from kqlab.policy.shape_checks import ShapeChecker
+from kqlab.policy.value_shapes import DYN, Shape, article, nearest_field, plural
 
 __all__ = ["FIELD_KIND_ACCEPTS", "ContentChecker"]
 
@@ -120,8 +120,8 @@ class ContentChecker(ShapeChecker):
                 shown = ", ".join(fields[:12]) + (", …" if len(fields) > 12 else "")
                 self.fail_inside(f"{where} has no field {segment!r} in the declared schema "
                                  f"(its fields: {shown or 'none'}) — "
-                                 f"{did_you_mean(segment, fields) if fields else 'fix the path'}",
-                                 key, mapping, "field", offset)
+                                 f"{nearest_field(segment, fields)}", key, mapping, "field",
+                                 offset)
             else:
                 shape = shape.items or DYN
             where = f"{where}.{segment}"

@@ -38,7 +38,16 @@ from typing import TYPE_CHECKING, Protocol
 from kqlab.policy.cel import VARIABLES, CelSyntaxError, compile_cel
 from kqlab.policy.patterns import pattern_problem
 from kqlab.policy.shape_checks import did_you_mean
-from kqlab.policy.value_shapes import DYN, Shape, article, merge, of, plural, variable_shapes
+from kqlab.policy.value_shapes import (
+    DYN,
+    Shape,
+    article,
+    merge,
+    nearest_field,
+    of,
+    plural,
+    variable_shapes,
+)
 
 if TYPE_CHECKING:
     from lark import Token, Tree
@@ -80,6 +89,8 @@ _RESULTS = {"int": "int", "uint": "uint", "double": "double", "string": "string"
             "getHours": "int", "getMinutes": "int", "getSeconds": "int",
             "getMilliseconds": "int"}
 _ENGINE_POSITION = re.compile(r"^(?:ERROR: )?<input>:\d+:\d+: ")
+#: the parser's list of every token that can start an operand, said in words
+_ANY_OPERAND = re.compile(r"expecting \{[^}]*IDENTIFIER[^}]*\}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +175,8 @@ def _first_line(detail: str, expr: str) -> str:
     """The engine's message without its caret diagram (which repeats the expression)."""
     first = detail.strip().split("\n", 1)[0]
     first = _ENGINE_POSITION.sub("", first).removesuffix(" [INVALID_ARGUMENT]").strip()
+    first = _ANY_OPERAND.sub("expecting a value (a literal, a variable, '(', '-' or '!')",
+                             first)
     if not first or first.strip() == expr.strip().split("\n", 1)[0].strip():
         return "syntax error"  # cel-python's parse errors are only a diagram
     return first if len(first) <= 300 else first[:299] + "…"
@@ -200,6 +213,9 @@ class _Typer:
         self.expr = expr
         self.variables = variables
         self.scopes: list[dict[str, Shape]] = []
+        #: names some macro binds (``i`` in ``exists(i, ...)``), for the message when one is
+        #: read outside its macro
+        self.macro_variables: set[str] = set()
 
     # --- entry -----------------------------------------------------------------------------
     def condition(self, tree: Tree[Token]) -> None:
@@ -400,9 +416,7 @@ class _Typer:
             fields = sorted(shape.fields)
             shown = ", ".join(fields[:12]) + (", …" if len(fields) > 12 else "")
             raise _Found(f"{self.text(target)} has no field {name!r} in the declared schema "
-                         f"(its fields: {shown or 'none'}) — "
-                         f"{did_you_mean(name, fields) if fields else 'remove the selection'}",
-                         at)
+                         f"(its fields: {shown or 'none'}) — {nearest_field(name, fields)}", at)
         return shape.items or DYN
 
     def _member_index(self, node: Tree[Token], kids: list) -> Shape:
@@ -443,6 +457,7 @@ class _Typer:
                          "list or a map", _end(target) + 1)
         variable = _ident_name(args[0])
         assert variable is not None
+        self.macro_variables.add(variable)
         self.scopes.append({variable: element})
         try:
             bodies = [self.shape(arg) for arg in args[1:]]
@@ -512,8 +527,14 @@ class _Typer:
             return self.variables[name]
         if name in _TYPE_NAMES:
             return of("type")
-        raise _Found(f"undeclared variable {name!r} — {did_you_mean(name, VARIABLES)} "
-                     f"(a rule reads {', '.join(VARIABLES)})", token.start_pos)
+        if name in self.macro_variables:
+            hint = (f"{name!r} is a macro's variable, and exists only inside its macro: move "
+                    "the condition inside, e.g. exists(i, i.a > 0 && i.b > 0)")
+        else:
+            hint = did_you_mean(name, VARIABLES)
+            if hint.startswith("did you mean"):
+                hint += f" (a rule reads {', '.join(VARIABLES)})"
+        raise _Found(f"undeclared variable {name!r} — {hint}", token.start_pos)
 
     def _literal(self, node: Tree[Token], kids: list) -> Shape:
         kind = {"INT_LIT": "int", "UINT_LIT": "uint", "FLOAT_LIT": "double",

@@ -132,8 +132,8 @@ def _known_construct(pattern: str) -> PatternProblem | None:
             flags = pattern[i + 2:j]
             if flags and j < n and pattern[j] in ":)" and not set(flags) <= _RE2_FLAGS:
                 bad = next(f for f in flags if f not in _RE2_FLAGS)
-                return _problem(pattern, i, j - i + 1, f"an inline flag {bad!r} RE2 does not "
-                                "have", "RE2 takes the flags i, m, s and U")
+                return _problem(pattern, i, j - i + 1, "an inline flag group", f"RE2 has no "
+                                f"flag {bad!r}: it takes i, m, s and U")
         if c in "*+?}" and i + 1 < n and pattern[i + 1] == "+" and _quantifies(pattern, i):
             return _problem(pattern, i, 2, "a possessive quantifier", "RE2 never "
                             f"backtracks, so the plain quantifier is already possessive: "

@@ -247,8 +247,9 @@ def json_schema() -> dict[str, PlainData]:
             "value": {"$ref": "#/$defs/format",
                       "description": "How record values are encoded."},
             "sensitive": {"$ref": "#/$defs/sensitive"},
-            "rules": {"type": "array", "items": {"$ref": "#/$defs/rule"},
-                      "description": "The rules, in evaluation order."},
+            "rules": {"type": "array", "items": {"$ref": "#/$defs/rule"}, "minItems": 1,
+                      "description": "The rules, in evaluation order (leave the key out for "
+                                     "a policy of broker checks only)."},
             "provenance": {"$ref": "#/$defs/provenance"},
         },
         "$defs": {

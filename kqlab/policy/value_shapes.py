@@ -18,11 +18,12 @@ values, ``oneOf`` mixing records) is ``dyn``, about which nothing is claimed.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 __all__ = ["DYN", "KINDS", "Shape", "article", "avro_shape", "either", "json_schema_shape",
-           "merge", "of", "plural", "record", "variable_shapes"]
+           "merge", "nearest_field", "of", "plural", "record", "variable_shapes"]
 
 #: the CEL types a shape distinguishes
 KINDS = ("int", "uint", "double", "string", "bytes", "bool", "null", "map", "list",
@@ -75,6 +76,14 @@ def article(shape: Shape) -> str:
     """``a double``, ``an int or null``, ``a record``: a shape in a sentence."""
     text = shape.describe()
     return ("an " if text[0] in "aeiou" else "a ") + text
+
+
+def nearest_field(name: str, fields: list[str]) -> str:
+    """``did you mean 'amount'?``, or what to do when no field is close to ``name``."""
+    close = difflib.get_close_matches(name, fields, n=1, cutoff=0.6)
+    if close:
+        return f"did you mean {close[0]!r}?"
+    return "use one of its fields" if fields else "the schema declares none: remove the path"
 
 
 _PLURALS = {"int": "ints", "uint": "uints", "double": "doubles", "string": "strings",

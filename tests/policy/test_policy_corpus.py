@@ -1,5 +1,10 @@
-"""The corpus: every malformed file raises PolicyError with its message, file, line and key;
-every good file loads, round-trips and validates against the shipped JSON Schema."""
+"""The corpus: every malformed file raises PolicyError with its message, file, line and key
+(and column, for an error inside an expression, a pattern or a field path); every good file
+loads, round-trips and validates against the shipped JSON Schema.
+
+Malformed files that check rules against declared schemas name ``schemas/...`` folders of the
+corpus (relative to the working directory, as a replay reads them) or the ``mock://`` registry
+subject the ``in_corpus`` fixture fills with the same Avro schemas."""
 
 from __future__ import annotations
 
@@ -12,6 +17,22 @@ from kqlab.policy import KINDS, PolicyError, dump_policy, load_policy, loads_pol
 CORPUS = Path(__file__).parent / "corpus"
 GOOD = sorted((CORPUS / "good").glob("*.yaml"))
 BAD = sorted((CORPUS / "bad").glob("*.yaml"))
+#: the registry the ``*-registry-*`` corpus files name, and the subject they read
+REGISTRY, SUBJECT = "mock://kqlab-corpus", "orders-value"
+
+
+@pytest.fixture
+def in_corpus(monkeypatch):
+    """Run from the corpus folder, with its order schemas (two versions) in the registry."""
+    from confluent_kafka.schema_registry import Schema
+
+    from kqlab.serde.schemas import registry_client
+
+    monkeypatch.chdir(CORPUS)
+    client = registry_client(REGISTRY)
+    for version in ("1", "2"):
+        text = (CORPUS / "schemas" / "orders" / f"{version}.avsc").read_text(encoding="utf-8")
+        client.register_schema(SUBJECT, Schema(text, "AVRO"))
 
 
 def expectations(path: Path) -> dict[str, str]:
@@ -34,7 +55,7 @@ def test_corpus_is_big_enough():
 
 
 @pytest.mark.parametrize("path", BAD, ids=lambda p: p.stem)
-def test_malformed_policy_is_reported_precisely(path):
+def test_malformed_policy_is_reported_precisely(path, in_corpus):
     meta = expectations(path)
     with pytest.raises(PolicyError) as info:
         load_policy(path)
@@ -57,11 +78,21 @@ def test_malformed_policy_is_reported_precisely(path):
 
 
 @pytest.mark.parametrize("path", BAD, ids=lambda p: p.stem)
-def test_malformed_text_fails_the_same_way_from_a_string(path):
+def test_malformed_text_fails_the_same_way_from_a_string(path, in_corpus):
     with pytest.raises(PolicyError) as info:
         loads_policy(path.read_text(encoding="utf-8"), source="inline.yaml")
     assert expectations(path)["expect"] in str(info.value)
     assert str(info.value).startswith("inline.yaml")
+
+
+@pytest.mark.parametrize("path", BAD, ids=lambda p: p.stem)
+def test_every_error_is_one_short_paragraph(path, in_corpus):
+    """However long the expression or pattern, the message quotes a short excerpt of it."""
+    with pytest.raises(PolicyError) as info:
+        load_policy(path)
+    message = str(info.value)
+    assert "\n" not in message and "Traceback" not in message
+    assert len(message) < 600 + len(str(path)), message
 
 
 @pytest.mark.parametrize("path", GOOD, ids=lambda p: p.stem)

@@ -28,7 +28,7 @@ SCHEMA_REJECTS = (
     "version-missing", "version-newer", "version-text", "param-cel-empty",
     "param-field-empty-segment", "param-plugin-callable", "schemas-subject-without-registry",
     "name-empty", "rule-when-empty", "examples-unknown-key", "examples-value-and-raw",
-    "examples-timestamp",
+    "examples-timestamp", "rules-empty-list",
 )
 
 
