@@ -44,8 +44,6 @@ class Witness:
     policy: PolicyErrors | None = None
     #: how the bytes arrive: as a producer sent them, or as a broker stored them (markers)
     source: str = "producer"
-    #: the transaction version of the coordinator's markers (a replayed log does not say)
-    marker_tv: int | str | None = "unset"
     #: the check judged where the verdict's ``record_errors`` name it (record-level checks)
     record_level: bool = False
     #: the tables judge it too (source="log" from the decoded tables, produce v >= 3)
@@ -208,7 +206,8 @@ WITNESSES: dict[str, Callable[[], Witness]] = {
                                  tables=True),
     "F3/2.4": lambda: Witness([txn(0), marker(6), idempotent(1, epoch=5)], version="2.7",
                               source="log", tables=True),
-    "F3/tv": lambda: Witness([txn(0), marker(5)], version="4.2", source="log", marker_tv=2),
+    "F3/tv": lambda: Witness([txn(0), marker(5)], version="4.2", source="log",
+                             request={"marker_transaction_version": 2}, tables=True),
     "F4/tv2": lambda: Witness([txn(3, epoch=0)], version="4.1", source="log",
                               request={"produce_version": 12}, tables=True),
     "F6": lambda: Witness([txn(0), marker(5, coordinator_epoch=3), txn(1),
@@ -270,8 +269,6 @@ def _validate(w: Witness) -> list[BatchOutcome]:
         req.setdefault("resync", False)
     v = PartitionValidator(topic, 0, w.config, broker_version=w.version, now=NOW,
                            source=w.source, **req)
-    if w.marker_tv != "unset":
-        v.producers.marker_transaction_version = w.marker_tv
     return [v.validate(b, policy=w.policy if i == len(w.batches) - 1 else None)
             for i, b in enumerate(w.batches)]
 
