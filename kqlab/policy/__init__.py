@@ -6,11 +6,15 @@ file, line and key for every mistake; :func:`diff` compares two policies by rule
 :func:`json_schema` describes the file for editors.  Nothing here imports pyarrow.
 
 The modules, bottom-up: ``errors``, ``catalog`` (rule kinds), ``model`` (the frozen objects and
-their canonical plain-data form), ``positioned_yaml`` (YAML with line/column marks),
-``shape_checks`` / ``rule_checks`` / ``section_checks`` (the checker that builds the model),
-``load`` and ``dump`` (text and files), ``changes`` (:func:`diff`), ``schema`` (JSON Schema),
-``cel`` (the expression language).  Rule *suggestion* reads samples, so it lives above, in
-:mod:`kqlab.validate.rule_suggestion`.
+their canonical plain-data form), ``positioned_yaml`` (YAML with line/column marks) and
+``scalar_offsets`` (a character of a value → its file line and column), ``cel`` (the expression
+language), ``patterns`` (the one RE2/Python check of every pattern), ``value_shapes`` /
+``declared_schemas`` (what the declared Avro / JSON Schemas say values hold),
+``expression_checks`` (CEL compiled, its variables and types checked at load),
+``shape_checks`` / ``content_checks`` / ``rule_checks`` / ``section_checks`` (the checker that
+builds the model, refusing a broken policy at load time), ``load`` and ``dump`` (text and
+files), ``changes`` (:func:`diff`), ``schema`` (JSON Schema).  Rule *suggestion* reads
+samples, so it lives above, in :mod:`kqlab.validate.rule_suggestion`.
 """
 
 from kqlab.policy.catalog import KINDS, kind

@@ -6,6 +6,9 @@ parameters, invalid broker configs — becomes a ``PolicyError`` whose message r
 compiler's::
 
     orders.yaml:14: rules[2].min: expected a number, got 'ten' — write min: 10
+    orders.yaml:21:24: rules[3].expr: value.currency is a string but 5 is an int: ...
+
+(the column is shown when it points inside a value: a CEL expression, a pattern, a field path).
 """
 
 from __future__ import annotations

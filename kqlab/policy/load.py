@@ -2,10 +2,12 @@
 
 Reading composes the YAML with positions (:mod:`kqlab.policy.positioned_yaml`), then checks the
 whole document — version, keys, types, enums, rule ids, rule parameters against the catalog,
-broker configs against :class:`kqlab.kafka.configs.TopicConfig`
-(:class:`~kqlab.policy.section_checks.PolicyChecker`) — and builds the frozen
-:mod:`kqlab.policy.model` objects.  Anything wrong raises one
-:class:`~kqlab.policy.errors.PolicyError` naming the file, the line and the key.
+broker configs against :class:`kqlab.kafka.configs.TopicConfig`, and what rules say: CEL that
+compiles and fits the declared schema, patterns every engine runs, field paths that exist
+(:class:`~kqlab.policy.section_checks.PolicyChecker`, :mod:`kqlab.policy.content_checks`) — and
+builds the frozen :mod:`kqlab.policy.model` objects.  Anything wrong raises one
+:class:`~kqlab.policy.errors.PolicyError` naming the file, the line and the key (and the column,
+for a mistake inside an expression or a pattern): nothing runs on a broken policy.
 """
 
 from __future__ import annotations
