@@ -431,7 +431,12 @@ def dump_contract(contract: OpenDataContractStandard) -> str:
                                          exclude_defaults=True))
     doc = {**{k: doc[k] for k in _TOP_ORDER if k in doc},
            **{k: v for k, v in doc.items() if k not in _TOP_ORDER}}
-    return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=100)
+    text = yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=100)
+    if yaml.safe_load(text) != doc:
+        # PyYAML writes some characters (U+0085 NEXT LINE, ...) unescaped that its reader
+        # takes for line breaks: then every non-ASCII character is escaped instead
+        text = yaml.safe_dump(doc, sort_keys=False, allow_unicode=False, width=100)
+    return text
 
 
 def _section(policy: Any, side: str) -> Any:

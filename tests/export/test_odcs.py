@@ -255,6 +255,14 @@ def test_random_field_rules_round_trip(rules):
     assert_round_trip(policy)
 
 
+def test_characters_yaml_reads_as_line_breaks_survive():
+    """Found by the test above: PyYAML writes U+0085 raw and reads it back as a break."""
+    rule = Rule(id="r", kind="field_in", params={"field": "f", "values": ["\x85", "é", "\u2028"]})
+    policy = loads_policy("kqlab: 1\nname: p\nvalue: {format: json}\n").with_rules([rule])
+    assert_round_trip(policy)
+    assert "é" in odcs_text(loads_policy("kqlab: 1\nname: p\ndescription: café\n"))
+
+
 # ---------------------------------------------------------------------------- the standard
 
 def test_the_document_is_the_standards_model(every_kind):
