@@ -1,21 +1,28 @@
 """The ``kqlab export`` command: a vetted policy to the configuration of an enforcement target.
 
 ``--target all`` writes every target plus the fidelity report (``fidelity.json`` +
-``fidelity.html``); with ``--sample`` the report also runs the round-trip proofs on that
-sample.  Exit status 0 on success, 2 for a wrong request.
+``fidelity.html``).  With ``--sample`` the requested targets whose engine runs here
+(Confluent's serializer, the embedded Tansu broker, the kqlab gate) are run on that sample and
+every claim of ``exact`` is proven, withdrawn or left ``unverified``
+(:mod:`kqlab.export.fidelity`).
+
+Exit status: 0 when the export enforces the policy as vetted; 1 when a round trip contradicts
+a claim (always), or a requested target enforces a ``reject`` rule only approximately or not
+at all (unless ``--accept-approximations``); 2 for a wrong request.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
 from kqlab.cli._common import (
+    EXIT_FINDING,
     EXIT_OK,
     SubParsers,
     add_json_flag,
-    load_policy_file,
     prepare_registries,
     write_json,
 )
@@ -31,7 +38,10 @@ def add_parser(sub: SubParsers) -> None:
                         description="Translate a (vetted) policy into the configuration one "
                         "enforcement target takes, with per-rule fidelity (exact / approximate "
                         "/ not expressible) and the policy's provenance embedded. --target all "
-                        "writes every target and the fidelity report (HTML + JSON).")
+                        "writes every target and the fidelity report (HTML + JSON). With "
+                        "--sample, the targets that can run here are run on the sample and "
+                        "each claim of exact is proven or withdrawn. Exits 1 when a claim is "
+                        "contradicted or a reject rule is not enforced exactly.")
     ex.add_argument("policy", help="the policy file (YAML)")
     ex.add_argument("--target", required=True, choices=[*TARGETS, "all"],
                     help="the enforcement target, or all")
@@ -39,66 +49,93 @@ def add_parser(sub: SubParsers) -> None:
                     help="write the files under DIR (default: print a summary only)")
     add_json_flag(ex)
     ex.add_argument("--sample", default=None, metavar="PATH",
-                    help="with --target all: run the round-trip proofs on this sample "
-                    "(segment file, partition folder or snapshot)")
+                    help="run the targets' own engines on this sample (segment file, "
+                    "partition folder or snapshot) and prove or withdraw every claim")
     ex.add_argument("--now", type=int, default=None, metavar="EPOCH_MS",
                     help="clock for the round trips' replay (default: the wall clock)")
     ex.add_argument("--dlq-topic", default=None, metavar="TOPIC",
                     help="confluent: failing rules copy the record to TOPIC (onFailure DLQ)")
+    ex.add_argument("--schema", default=None, metavar="FILE.avsc",
+                    help="the Avro writer schema of the value (default: from the policy's "
+                    "schema source, registry or folder)")
+    ex.add_argument("--accept-approximations", action="store_true",
+                    help="exit 0 although a requested target enforces some reject rule only "
+                    "approximately or not at all (contradicted claims still exit 1)")
     ex.set_defaults(run=cmd_export)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     """``kqlab export POLICY --target T``: write the files, print what each rule became."""
-    from kqlab.export import export
+    from kqlab.export import TARGETS
     from kqlab.export.fidelity import fidelity_report
+    from kqlab.policy import load_policy
 
-    policy = load_policy_file(args.policy)
+    policy = load_policy(args.policy)
     prepare_registries(policy)  # the demo's in-memory registry, filled as its demo does
-    options: dict[str, Any] = {"policy_path": str(args.policy)}
+    options: dict[str, Any] = {}
     if args.dlq_topic:
         options["dlq_topic"] = args.dlq_topic
-    doc: dict[str, Any] = {"policy": policy.name, "target": args.target}
-    if args.target == "all":
-        report = fidelity_report(policy, sample=args.sample, now=args.now, **options)
-        exports = report.exports
-        doc["exports"] = {n: e.to_dict() for n, e in exports.items()}
-        doc["skipped"] = report.skipped
-        doc["roundtrips"] = [r.to_dict() for r in report.roundtrips]
-        if args.out:
-            written = [str(p) for e in exports.values() for p in e.write(args.out)]
+    if args.schema:
+        try:
+            options["schema"] = Path(args.schema).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ValueError(f"--schema {args.schema}: {exc.strerror}") from None
+    targets = list(TARGETS) if args.target == "all" else [args.target]
+    report = fidelity_report(policy, sample=args.sample, now=args.now, targets=tuple(targets),
+                             **options)
+    if args.target != "all" and args.target in report.skipped:
+        from kqlab.export import ExportError
+
+        raise ExportError(report.skipped[args.target])
+    problems = report.problems(targets, accept_approximations=args.accept_approximations)
+    doc: dict[str, Any] = {"policy": policy.name, "target": args.target,
+                           "exports": {n: e.to_dict() for n, e in report.exports.items()},
+                           "verdicts": report.counts(), "skipped": report.skipped,
+                           "warnings": report.warnings,
+                           "roundtrips": [r.to_dict() for r in report.roundtrips],
+                           "problems": problems}
+    if args.out:
+        written = [str(p) for e in report.exports.values() for p in e.write(args.out)]
+        if args.target == "all" or args.sample:
             written += [str(p) for p in report.write(args.out)]
-            doc["written"] = written
-    else:
-        import inspect
-
-        from kqlab.export import TARGETS
-
-        fn = __import__(TARGETS[args.target].module, fromlist=["build"]).build
-        accepted = inspect.signature(fn).parameters
-        e = export(policy, args.target, **{k: v for k, v in options.items() if k in accepted})
-        exports = {args.target: e}
-        doc["exports"] = {args.target: e.to_dict()}
-        if args.out:
-            doc["written"] = [str(p) for p in e.write(args.out)]
+        doc["written"] = written
+    status = EXIT_FINDING if problems else EXIT_OK
     if args.json:
         write_json(doc)
-        return EXIT_OK
-    for name, e in exports.items():
-        c = e.counts()
-        print(f"{name}: {e.title} — {c['exact']} exact, {c['approximate']} approximate, "
-              f"{c['not expressible']} not expressible")
+        return status
+    _print(report, doc)
+    for p in problems:
+        print(f"kqlab export: {p}", file=sys.stderr)
+    return status
+
+
+def _print(report: Any, doc: dict[str, Any]) -> None:
+    from kqlab.export.fidelity import verdict_of
+
+    for rid, why in report.warnings.items():
+        print(f"WARNING rule {rid}: {why}")
+    for name, e in report.exports.items():
+        rt = report.roundtrip(name)
+        c = doc["verdicts"][name]
+        print(f"{name}: {e.title} — " + ", ".join(f"{v} {k}" for k, v in c.items() if v))
         for f in e.fidelity:
-            print(f"  {f.rule:<24} {f.status:<16} {f.how}")
-    for name, why in doc.get("skipped", {}).items():
+            v = verdict_of(f, name, rt)
+            label = f.rule + (" (implicit)" if f.implicit else "")
+            print(f"  {label:<28} {v.verdict:<16} {v.why}")
+    for name, why in report.skipped.items():
         print(f"{name}: not exported — {why}")
-    for rt in doc.get("roundtrips", ()):
-        if rt["ran"]:
-            verdict = "EQUAL" if rt["equal"] else "DIFFERENT"
-            print(f"round trip {rt['target']}: {verdict} — target refused {rt['refused']}, "
-                  f"replay rejected {rt['expected']} of {rt['judged']} judged records")
-        else:
-            print(f"round trip {rt['target']}: not run — {rt['reason']}")
+    for rt in report.roundtrips:
+        if not rt.ran:
+            print(f"round trip {rt.target}: not run — {rt.reason}")
+            continue
+        verdict = "EQUAL" if rt.equal else "DIFFERENT"
+        print(f"round trip {rt.target}: {verdict} — target refused {rt.refused}, replay "
+              f"rejected {rt.expected} of {rt.judged} judged records"
+              + (f", {rt.attribution_differs} under another rule" if rt.attribution_differs
+                 else ""))
+        for rid, check in rt.checks.items():
+            said = "; ".join(check.sentences(rt.target)) or \
+                f"refused {check.refused} = rejected {check.expected} of {check.judged}"
+            print(f"  {rid:<28} {'EQUAL' if check.equal else 'DIFFERENT':<10} {said}")
     for path in doc.get("written", ()):
         print(f"  wrote {Path(path)}")
-    return EXIT_OK

@@ -114,6 +114,9 @@ class GateSettings:
     #: seconds between metric log lines (0: none)
     log_interval: float = 10.0
     json_metrics: bool = False
+    #: the final "stopped" metric line (off for gates run inside another command, e.g. the
+    #: export round trip, whose own output reports the result)
+    final_log: bool = True
 
 
 class GateMetrics:
@@ -389,7 +392,7 @@ class Gate:
         snap = self.metrics.snapshot()
         if self.settings.json_metrics:
             print(json.dumps({"event": event, **snap}), flush=True)
-        elif self.settings.log_interval or event == "stopped":
+        elif self.settings.log_interval or (event == "stopped" and self.settings.final_log):
             print(f"kqlab gate {event}: {snap['records']} records, {snap['forwarded']} "
                   f"forwarded, {snap['dead_lettered']} dead-lettered {snap['by_rule']}, "
                   f"lag {snap['lag_total']}, {snap['records_per_s']} records/s",
