@@ -334,7 +334,6 @@ def _batches_table(records: pa.Table, s: np.ndarray, framing: str, count: np.nda
         "size_bytes": region_size + RECORD_BATCH_OVERHEAD,
         "first_timestamp": first_ts,
         "max_timestamp": max_ts,
-        "framing": np.full(m, framing, dtype=object),
         "crc": crc,
         "records_decoded": count,
     }
@@ -344,8 +343,9 @@ def _batches_table(records: pa.Table, s: np.ndarray, framing: str, count: np.nda
             col = varying[f.name]
             arr = pa.array(col, f.type) if isinstance(col, np.ndarray) else col
             arrays.append(arr if arr.type == f.type else arr.cast(f.type))
-        elif f.name in _CONSTANT_COLUMNS:
-            arrays.append(pa.repeat(pa.scalar(_CONSTANT_COLUMNS[f.name], f.type), m))
+        elif f.name in _CONSTANT_COLUMNS or f.name == "framing":
+            value = framing if f.name == "framing" else _CONSTANT_COLUMNS[f.name]
+            arrays.append(pa.repeat(pa.scalar(value, f.type), m))
         else:
             return None
     return pa.Table.from_arrays(arrays, schema=BATCHES_SCHEMA)
