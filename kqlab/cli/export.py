@@ -23,6 +23,7 @@ from kqlab.cli._common import (
     EXIT_OK,
     SubParsers,
     add_json_flag,
+    load_policy_file,
     prepare_registries,
     write_json,
 )
@@ -68,9 +69,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     """``kqlab export POLICY --target T``: write the files, print what each rule became."""
     from kqlab.export import TARGETS
     from kqlab.export.fidelity import fidelity_report
-    from kqlab.policy import load_policy
 
-    policy = load_policy(args.policy)
+    policy = load_policy_file(args.policy)
     prepare_registries(policy)  # the demo's in-memory registry, filled as its demo does
     options: dict[str, Any] = {}
     if args.dlq_topic:
