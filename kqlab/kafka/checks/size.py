@@ -13,6 +13,7 @@ E1 = CHECKS.add(Check(
     "a re-encoded batch exceeds max.message.bytes", "UnifiedLog.append"))
 E2 = CHECKS.add(Check(
     "E2", "3.E", kerr.RECORD_LIST_TOO_LARGE,
-    "Message batch size is {size} bytes in append to partition {tp} which exceeds the maximum "
+    "Message batch size is {size} bytes in append to partition {tp}, which exceeds the maximum "
     "configured segment size of {segment_bytes}.",
-    "the validated bytes exceed segment.bytes", "UnifiedLog.append"))
+    "the validated bytes exceed segment.bytes", "UnifiedLog.append (the comma is Kafka's: "
+    "UnifiedLog since 2.0)"))
