@@ -35,7 +35,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from kqlab.policy.cel import VARIABLES, CelSyntaxError, compile_cel
+from kqlab.policy.cel import (
+    VARIABLES,
+    CelSyntaxError,
+    available_engines,
+    compile_cel,
+    default_engine,
+)
 from kqlab.policy.patterns import pattern_problem
 from kqlab.policy.shape_checks import did_you_mean
 from kqlab.policy.value_shapes import (
@@ -124,13 +130,7 @@ def expression_problem(expr: str, value: Shape = DYN) -> ExpressionProblem | Non
     >>> p.offset, p.message.split(" — ")[1]
     (0, "did you mean 'value'?")
     """
-    try:
-        compile_cel(expr)
-        engine_error = None
-    except CelSyntaxError as exc:
-        engine_error = exc
-    except ImportError:  # no CEL engine here: the replay will say so
-        return None
+    engine_error = _compile_error(expr)
     if engine_error is not None and not _checker_error(engine_error.detail):
         return _engine_problem(expr, engine_error)
     if len(expr) <= ANALYSED_CHARS:
@@ -152,6 +152,26 @@ def excerpt(text: str, offset: int | None, before: int = 30, after: int = 20) ->
 
 
 # --------------------------------------------------------------------------- engine errors
+def _compile_error(expr: str) -> CelSyntaxError | None:
+    """The first compile error of the engines that matter: cel-expr-python (the reference,
+    whose checker and messages are the precise ones) when it is installed, and the engine
+    that will run the rule (``KQLAB_CEL_ENGINE`` may force cel-python, whose grammar differs
+    in corners).  Both programs are cached, so the replay compiles nothing again."""
+    engines = [name for name in ("cel-expr-python",) if name in available_engines()]
+    try:
+        default = default_engine()
+    except ImportError:  # no CEL engine here: the replay will say so
+        return None
+    if default not in engines:
+        engines.append(default)
+    for engine in engines:
+        try:
+            compile_cel(expr, engine)
+        except CelSyntaxError as exc:
+            return exc
+    return None
+
+
 def _checker_error(detail: str) -> bool:
     """Whether the engine's message is its type checker's (our walk says it better)."""
     return "undeclared reference" in detail or "no matching overload" in detail

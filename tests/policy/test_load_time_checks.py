@@ -257,3 +257,21 @@ def test_errors_inside_a_value_pickle_with_their_column():
     again = pickle.loads(pickle.dumps(err))
     assert str(again) == str(err) == "a.yaml:3:9: rules[0].expr: bad"
     assert again.inside
+
+
+def test_a_json_schema_from_a_registry_subject_named_after_the_topic():
+    """No subject given: the TopicNameStrategy's ``<topic>-value`` is read."""
+    from confluent_kafka.schema_registry import Schema
+
+    from kqlab.serde.schemas import registry_client
+
+    client = registry_client("mock://kqlab-load-checks")
+    client.register_schema("clicks-value",
+                           Schema((CLICKS / "clicks.json").read_text(encoding="utf-8"), "JSON"))
+    value = "value: {format: json, schemas: {registry: 'mock://kqlab-load-checks'}}\n"
+    rule = "  - {id: p, kind: field_in, field: user.plna, values: [pro]}\n"
+    with pytest.raises(PolicyError, match="did you mean 'plan'"):
+        loads_policy(f"kqlab: 1\nname: clicks\ntopics: {{names: [clicks]}}\n{value}rules:\n"
+                     f"{rule}")
+    # another topic's subject is not registered: nothing is claimed
+    loads_policy(f"kqlab: 1\nname: clicks\ntopics: {{names: [views]}}\n{value}rules:\n{rule}")
