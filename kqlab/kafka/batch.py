@@ -705,6 +705,8 @@ class Decoded:
     records: pa.Table
     batches: pa.Table
     issues: list  # list[kqlab.kafka.log_issues.LogIssue]
+    #: each batch row's complete bytes, when the reader was asked to keep them
+    raw: list[bytes] | None = None
 
 
 def decode_batches(batches: Iterable[bytes], *, topic: str = "", partition: int = -1

@@ -139,17 +139,22 @@ READ_CHUNK = 8 << 20
 
 
 def iter_log_tables(path: str | Path, *, topic: str | None = None, partition: int | None = None,
-                    chunk_batches: int = 4096) -> Iterator:
+                    chunk_batches: int = 4096, keep_bytes: bool = False) -> Iterator:
     """Yield :class:`~kqlab.kafka.batch.Decoded` chunks of at most ``chunk_batches`` batches.
 
     Segments are read :data:`READ_CHUNK` bytes at a time and decoded in bulk (headers and CRCs
-    by one kernel call per chunk), so memory stays bounded whatever the segment size.
+    by one kernel call per chunk), so memory stays bounded whatever the segment size.  With
+    ``keep_bytes`` each chunk also carries its batches' bytes (``Decoded.raw``), cut from the
+    same reads: the byte-level validator needs them, and reading the files twice costs a
+    second scan of every segment.
     """
     from kqlab.kafka.batch import Decoded, TableBuilder
 
     t, p = topic_partition_of(path)
     builder = TableBuilder(t if topic is None else topic, p if partition is None else partition)
     issues: list[LogIssue] = []
+    #: consumed bytes per add_buffer call: (first row, end row, file position, bytes)
+    consumed: list[tuple[int, int, int, bytes]] = []
     yielded = False
     for f in segment_files(path):
         name = str(f)
@@ -159,14 +164,18 @@ def iter_log_tables(path: str | Path, *, topic: str | None = None, partition: in
             while True:
                 if need and not w.eof:
                     w.fill()
+                r0, off0 = builder.rows, w.off
                 w.off, kind, found = builder.add_buffer(
                     w.buf, w.base, start=w.off, final=w.eof, file=name,
                     max_batches=chunk_batches - builder.rows)
+                if keep_bytes and builder.rows > r0:
+                    consumed.append((r0, builder.rows, w.base + off0, w.buf[off0:w.off]))
                 issues.extend(found)
                 if builder.rows >= chunk_batches:
                     records, batches = builder.take()
-                    yield Decoded(records, batches, issues)
-                    issues, yielded = [], True
+                    yield Decoded(records, batches, issues,
+                                  _cut(batches, consumed) if keep_bytes else None)
+                    issues, consumed, yielded = [], [], True
                 if kind == STOP_CORRUPT_LENGTH:  # nothing after it can be found: reported
                     break
                 need = kind != STOP_LIMIT
@@ -174,10 +183,28 @@ def iter_log_tables(path: str | Path, *, topic: str | None = None, partition: in
                     break
     records, batches = builder.take()
     if batches.num_rows or issues or not yielded:
-        yield Decoded(records, batches, issues)
+        yield Decoded(records, batches, issues, _cut(batches, consumed) if keep_bytes else None)
 
 
-def read_log(path: str | Path, *, topic: str | None = None, partition: int | None = None):
+def _cut(batches: object, consumed: list[tuple[int, int, int, bytes]]) -> list[bytes]:
+    """Each batch row's bytes, cut from the reads that decoded it (rows and their file
+    positions come from the batches table: ``position``, ``size_bytes``)."""
+    import pyarrow as pa
+
+    assert isinstance(batches, pa.Table)
+    pos = batches.column("position").to_pylist()
+    size = batches.column("size_bytes").to_pylist()
+    out: list[bytes] = []
+    for r0, r1, start, data in consumed:
+        out.extend(data[p - start:p - start + n] for p, n in zip(pos[r0:r1], size[r0:r1],
+                                                                  strict=True))
+    if len(out) != len(pos):  # every row comes from one read: never expected
+        raise ValueError(f"{len(out)} batch byte strings for {len(pos)} rows")
+    return out
+
+
+def read_log(path: str | Path, *, topic: str | None = None, partition: int | None = None,
+             keep_bytes: bool = False):
     """Decode a segment file or partition folder into one :class:`~kqlab.kafka.batch.Decoded`.
 
     Examples
@@ -190,7 +217,9 @@ def read_log(path: str | Path, *, topic: str | None = None, partition: int | Non
 
     from kqlab.kafka.batch import Decoded
 
-    parts = list(iter_log_tables(path, topic=topic, partition=partition))
+    parts = list(iter_log_tables(path, topic=topic, partition=partition,
+                                 keep_bytes=keep_bytes))
     return Decoded(pa.concat_tables([d.records for d in parts]),
                    pa.concat_tables([d.batches for d in parts]),
-                   [i for d in parts for i in d.issues])
+                   [i for d in parts for i in d.issues],
+                   [b for d in parts for b in d.raw or ()] if keep_bytes else None)

@@ -51,14 +51,11 @@ def load_sample(source: Any, *, framing: str = "exact", linger_ms: int = 5,
 
 def _read_segments(path: str | Path) -> Sample:
     """One segment file or partition folder, decoded, with every batch's bytes."""
-    from kqlab.kafka.log import RawBatch, iter_log_batches, read_log
+    from kqlab.kafka.log import read_log
 
-    log = read_log(path)
-    raw = [b.data for b in iter_log_batches(path) if isinstance(b, RawBatch)]
-    if len(raw) != log.batches.num_rows:  # both walk the same scanner: never expected
-        raise ReplayError(f"{path}: {len(raw)} raw batches for {log.batches.num_rows} "
-                          "decoded rows")
-    return Sample(log.records, log.batches, raw, "exact", "log", list(log.issues))
+    log = read_log(path, keep_bytes=True)  # one pass: tables and every batch's bytes
+    assert log.raw is not None
+    return Sample(log.records, log.batches, log.raw, "exact", "log", list(log.issues))
 
 
 def _data_records(records: pa.Table, batches: pa.Table) -> pa.Table:
