@@ -32,6 +32,11 @@ Importing a contract kqlab did not write works too: library metrics, ``engine: k
 and check; whatever has no kqlab meaning (row counts, duplicates, SQL, text) is listed in
 :attr:`OdcsImport.skipped` with the reason, never silently dropped.
 
+Fidelity: ODCS states rules and enforces none, so a row says how the contract states the
+rule — ``exact`` when ``kqlab import odcs`` restores it identically, which :func:`build`
+checks by reading its own output back — and ``how`` says whether that is the standard's own
+vocabulary (library metrics) or a custom rule other ODCS tools show but do not run.
+
 Credentials are never written: sensitive keys of a schema source's ``config`` and user info
 in a registry URL are left out (so a policy holding them imports back without them).
 """
@@ -48,7 +53,6 @@ from kqlab.errors import KqlabError
 from kqlab.export.base import (
     APPROXIMATE,
     EXACT,
-    NOT_EXPRESSIBLE,
     Export,
     RuleFidelity,
     comment_block,
@@ -249,13 +253,15 @@ def _quality(rule: Any, position: int, canonical: dict[str, Any]) -> tuple[Any, 
     spec = kind_of(rule.kind)
     std = _standard(rule)
     carried: tuple[str, ...]
+    # ODCS states rules, it enforces none: a row says how the contract states the rule, and
+    # it is exact when the contract restores it identically (build() proves that by importing
+    # its own output); what other ODCS tools make of it is in ``how``
     if std is not None:
         body, carried = std
-        how = f"ODCS library metric {body['metric']} must be 0 on the field's property"
-        status = EXACT
+        how = (f"ODCS library metric {body['metric']} must be 0 on the field's property "
+               "(standard vocabulary: ODCS tools check it over a data set)")
         if rule.param("allow_null") is False:
-            status = APPROXIMATE
-            how += " (allow_null: false is carried for kqlab only; ODCS tools pass nulls)"
+            how += "; allow_null: false rides in kqlabRule (ODCS tools pass nulls)"
     else:
         cel = _cel_text(rule)
         if cel is not None:
@@ -268,17 +274,14 @@ def _quality(rule: Any, position: int, canonical: dict[str, Any]) -> tuple[Any, 
                     "implementation": {"kind": rule.kind, **params}}
             carried = tuple(params)
             how = "custom quality rule (engine kqlab) with the rule's parameters"
-        status = APPROXIMATE
-        how += ": kqlab imports it exactly; other ODCS tools do not run it"
+        how += ": other ODCS tools show it but do not run it"
         if not rule.exportable:
-            status = NOT_EXPRESSIBLE
-            how = "Python plugin: carried for kqlab's import only; no ODCS tool can run it"
-    if rule.when is not None and status == EXACT:
-        status = APPROXIMATE
-        how += " (the `when` precondition is carried for kqlab only)"
-    if rule.mode == "observe" and status == EXACT:
-        status = APPROXIMATE
-        how += " (observe mode is carried for kqlab only: ODCS tools report it as a check)"
+            how += " (a Python plugin: only kqlab with the module installed runs it)"
+    if rule.when is not None:
+        how += "; the `when` precondition rides in kqlabRule"
+    if rule.mode == "observe":
+        how += "; observe mode rides in kqlabRule (ODCS has no observe-only checks)"
+    status = EXACT
     rest = {k: v for k, v in canonical.items()
             if k not in ("id", "description", "severity") and k not in carried}
     dq = DataQuality(
@@ -377,12 +380,14 @@ def build(policy: Any, *, version: str = "1.0.0", today: str | None = None) -> E
     """``odcs/<policy>.odcs.yaml``: the policy as an ODCS v3 contract (provenance as a comment
     header and, for kqlab, as a custom property)."""
     contract, fid = to_odcs(policy, version=version)
+    fid = _proven(policy, contract, fid)
     prov = provenance(policy, today=today)
     head = comment_block(["Open Data Contract Standard v3, exported by kqlab; read it back "
                           "with `kqlab import odcs FILE`.", *provenance_lines(_listable(prov))])
     text = head + dump_contract(contract)
     notes = ["kqlab-only rule kinds are custom quality rules (engine: kqlab); "
-             "`kqlab import odcs` restores the identical policy (same content hash)"]
+             "`kqlab import odcs` restores the identical policy (same content hash), checked "
+             "when exporting: a rule it would not restore is marked approximate"]
     stripped = [f"{side}.schemas" for side in ("key", "value")
                 if _strip_secrets(_section(policy, side)) != _section(policy, side)]
     if stripped:
@@ -392,6 +397,24 @@ def build(policy: Any, *, version: str = "1.0.0", today: str | None = None) -> E
                   files={f"odcs/{policy.name}.odcs.yaml": text}, fidelity=fid,
                   behaviour=BEHAVIOUR, notes=tuple(notes),
                   data={"contract": contract.model_dump(by_alias=True, exclude_none=True)})
+
+
+def _proven(policy: Any, contract: Any, fid: tuple[RuleFidelity, ...]
+            ) -> tuple[RuleFidelity, ...]:
+    """``fid`` once the contract has been read back: a rule the import does not restore
+    identically is not exact (it never happens unless the mapping has a bug, and then the
+    export says so instead of claiming)."""
+    try:
+        back = {r.id: r for r in import_odcs(dump_contract(contract)).policy.rules}
+    except OdcsError as exc:
+        why = f"the contract does not read back: {exc}"
+        return tuple(RuleFidelity(rule=f.rule, kind=f.kind, mode=f.mode, status=APPROXIMATE,
+                                  how=f"{f.how}; {why}") for f in fid)
+    rules = {r.id: r for r in policy.rules}
+    return tuple(f if back.get(f.rule) == rules.get(f.rule) else
+                 RuleFidelity(rule=f.rule, kind=f.kind, mode=f.mode, status=APPROXIMATE,
+                              how=f"{f.how}; NOT restored identically by kqlab import")
+                 for f in fid)
 
 
 def _listable(prov: dict[str, Any]) -> dict[str, Any]:

@@ -325,13 +325,15 @@ def test_what_the_standard_expresses_is_its_own(every_kind):
     (amount,) = props["amount"]["quality"]
     # allow_null: false, so the CEL demands the field
     assert amount["implementation"].startswith("type(value) == map && has(value.amount) && ")
+    # every rule is stated exactly (build() read its own output back); `how` says in whose
+    # vocabulary
     ex = export(every_kind["json"], "odcs", today=TODAY)
-    assert ex.status_of("user-id").status == "exact"
-    assert ex.status_of("type").status == "exact"
-    assert ex.status_of("email").status == "approximate"  # its `when` is kqlab's only
-    assert ex.status_of("zip").status == "approximate"  # allow_null: false
-    assert ex.status_of("trace").status == "approximate"
-    assert ex.status_of("plugin").status == "not expressible"
+    assert {f.status for f in ex.fidelity} == {"exact"}
+    assert ex.status_of("user-id").how.startswith("ODCS library metric nullValues")
+    assert "`when` precondition rides in kqlabRule" in ex.status_of("email").how
+    assert "allow_null: false rides in kqlabRule" in ex.status_of("zip").how
+    assert "other ODCS tools show it but do not run it" in ex.status_of("trace").how
+    assert "Python plugin" in ex.status_of("plugin").how
 
 
 def test_credentials_never_reach_the_contract(every_kind):
