@@ -50,7 +50,8 @@ demo: setup
 	$(BIN)/kqlab demo --dir out/demo
 	@echo
 	$(BIN)/kqlab report out/demo/orders-0 --policy kqlab/sources/demo_policy.yaml --out out/demo/report.html
-	$(BIN)/kqlab export kqlab/sources/demo_policy.yaml --target all --sample out/demo/orders-0 --out out/demo/export
+	$(BIN)/kqlab export kqlab/sources/demo_policy.yaml --target all --sample out/demo/orders-0 --out out/demo/export \
+	  --accept-approximations
 	@echo "  fidelity report: out/demo/export/fidelity.html"
 	@echo
 	$(BIN)/kqlab verify kqlab/sources/demo_policy.yaml --gate-config out/demo/export/gate/gate.yaml \
