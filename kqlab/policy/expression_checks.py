@@ -140,6 +140,8 @@ def expression_problem(expr: str, value: Shape = DYN) -> ExpressionProblem | Non
                 _Typer(expr, variable_shapes(value)).condition(tree)
             except _Found as found:
                 return found.problem
+            except RecursionError:  # thousands of chained conditions: the engine checked it
+                pass
     return None if engine_error is None else _engine_problem(expr, engine_error)
 
 
@@ -253,8 +255,8 @@ class _Typer:
         piece = " ".join(self.expr[start:end].split())
         return piece if len(piece) <= limit else piece[:limit - 1] + "…"
 
-    def boolean(self, node: Tree[Token], what: str, at: int) -> None:
-        shape = self.shape(node)
+    def boolean(self, node: Tree[Token], shape: Shape, what: str, at: int) -> None:
+        """``node`` (of ``shape``, walked once by the caller) can be a bool."""
         if not shape.dyn and "bool" not in (shape.kinds or ()):
             raise _Found(f"{self.text(node)} is {article(shape)}, not a bool: {what}", at)
 
@@ -280,8 +282,8 @@ class _Typer:
 
     def _expr(self, node: Tree[Token], kids: list) -> Shape:
         cond, yes, no = kids
-        self.boolean(cond, "the condition of '? :' is true or false — compare it first",
-                     _start(cond))
+        self.boolean(cond, self.shape(cond), "the condition of '? :' is true or false — "
+                     "compare it first", _start(cond))
         return merge((self.shape(yes), self.shape(no)))
 
     def _conditionalor(self, node: Tree[Token], kids: list) -> Shape:
@@ -295,7 +297,7 @@ class _Typer:
         at = self.operator_at(_end(left), _start(right))
         for side in (left, right):
             shape = self.shape(side)
-            self.boolean(side, f"'{op}' joins conditions — compare it, e.g. "
+            self.boolean(side, shape, f"'{op}' joins conditions — compare it, e.g. "
                          f"{self.text(side, 30)} != {_example(shape)}", at)
         return of("bool")
 
@@ -304,7 +306,8 @@ class _Typer:
         operand = kids[1]
         at = _start(node)
         if op == "unary_not":
-            self.boolean(operand, "'!' negates a condition — compare it first", at)
+            self.boolean(operand, self.shape(operand), "'!' negates a condition — compare it "
+                         "first", at)
             return of("bool")
         shape = self.shape(operand)
         if shape.dyn:

@@ -275,3 +275,18 @@ def test_a_json_schema_from_a_registry_subject_named_after_the_topic():
                      f"{rule}")
     # another topic's subject is not registered: nothing is claimed
     loads_policy(f"kqlab: 1\nname: clicks\ntopics: {{names: [views]}}\n{value}rules:\n{rule}")
+
+
+def test_the_walk_is_linear_in_the_expression():
+    """Each node is typed once: a chain of 300 conditions (nested 300 deep) checks at once."""
+    chain = " || ".join(f"(value.qty == {i} && !value.currency.startsWith('X'))"
+                        for i in range(300))
+    assert expression_problem(chain, _orders_shape()) is None
+    assert expression_problem(chain + " || value.qty > 'x'", _orders_shape()) is not None
+
+
+def test_a_very_deep_expression_is_left_to_the_engine():
+    """Deeper than Python's recursion allows: compiled and checked by the engine only."""
+    chain = " || ".join(["key == 'a'"] * 1500)
+    assert expression_problem(chain, _orders_shape()) is None
+    assert expression_problem(chain + " || nope", _orders_shape()) is not None
