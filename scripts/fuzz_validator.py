@@ -94,8 +94,8 @@ from kqlab.kafka.records_parser import IMPLEMENTATION, crc32c, parse_records, sc
 from kqlab.kafka.table_checks import (
     UNDETERMINED,
     RecordPolicy,
-    _policy_by_batch,  # the split of a policy per batch, as the tests of table_checks use it
     broker_verdicts,
+    policy_by_batch,  # the split of a policy per batch, as the tests of table_checks use it
 )
 from kqlab.kafka.validator import PartitionValidator, outcomes_table, validate_batches
 from kqlab.kafka.varint import (
@@ -1123,7 +1123,7 @@ def run_log(pieces: list[bytes], setups: Sequence[tuple[str, dict[str, Any]]],
                                       now=NOW, **kw)
         else:  # validate_batches takes no policy: the same loop, each batch with its share
             v = PartitionValidator(TOPIC, PARTITION, config, now=NOW, **kw)
-            shares = _policy_by_batch(decoded.records, decoded.batches, policy)
+            shares = policy_by_batch(decoded.records, decoded.batches, policy)
             want_t = outcomes_table([v.validate(p, policy=shares[i])
                                      for i, p in enumerate(pieces)], TOPIC, PARTITION)
         got_t = broker_verdicts(decoded.records, decoded.batches, config, now=NOW, raw=pieces,

@@ -217,7 +217,7 @@ def vetted(policy: Any, *, framing: str, now: int, profile: str,
 
 def _pivot(records: pa.Table, keys: list[str]) -> pa.Table:
     t = records.select([*keys, "outcome"])
-    outcomes = OUTCOMES
+    outcomes: tuple[str, ...] = OUTCOMES
     if pc.any(pc.equal(t.column("outcome"), "undetermined")).as_py():
         outcomes = (*OUTCOMES, "undetermined")
     cols = {}

@@ -297,7 +297,7 @@ def test_declared_count_beyond_records(codec, topic_codec):
 @given(segments(), st.sampled_from(CONFIGS[:4]),
        st.sampled_from(["kip-940", "kip-729", "kip-686"]), st.randoms(use_true_random=False))
 def test_policy_parity_generated(data, config, profile, rnd):
-    from kqlab.kafka.table_checks import RecordPolicy, _policy_by_batch
+    from kqlab.kafka.table_checks import RecordPolicy, policy_by_batch
     from kqlab.kafka.validator import PartitionValidator
 
     bv, cfg = config
@@ -308,7 +308,7 @@ def test_policy_parity_generated(data, config, profile, rnd):
     got = broker_verdicts(d.records, d.batches, cfg, broker_version=bv, now=NOW,
                           raw=[b for _, b in scan_buffer(data)], policy=policy).to_pylist()
     v = PartitionValidator("t", 0, cfg, broker_version=bv, now=NOW)
-    per_batch = _policy_by_batch(d.records, d.batches, policy)
+    per_batch = policy_by_batch(d.records, d.batches, policy)
     want = [v.validate(b, position=p, policy=per_batch[i]).to_dict()
             for i, (p, b) in enumerate(scan_buffer(data))]
     keys = ("error_code", "error_name", "error_message", "check", "detail")

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from kqlab.kafka import decode_records
 from kqlab.kafka.builder import BatchBuilder, Record, rewrite_header
 from kqlab.kafka.log import scan_buffer
-from kqlab.kafka.table_checks import UNDETERMINED, RecordPolicy, _policy_by_batch, broker_verdicts
+from kqlab.kafka.table_checks import UNDETERMINED, RecordPolicy, broker_verdicts, policy_by_batch
 from kqlab.kafka.validator import PartitionValidator
 from tests.kafka.forms import with_ids
 
@@ -87,7 +87,7 @@ def check(data: bytes, config: tuple[str | None, dict], profile: str,
                                 policy=RecordPolicy(profile, alt))
         assert again.equals(got)
     v = PartitionValidator("t", 0, cfg, broker_version=bv, now=NOW)
-    per_batch = _policy_by_batch(d.records, d.batches, policy)
+    per_batch = policy_by_batch(d.records, d.batches, policy)
     want = [v.validate(b, position=p, policy=per_batch[i]).to_dict()
             for i, (p, b) in enumerate(scan_buffer(data))]
     rows = got.to_pylist()

@@ -1,0 +1,134 @@
+"""Spec §3.F over the tables: producer state in log order.  Sequential per producer, so it
+is one Python loop over only the batches that carry a producer id (and the rows delegated to
+the byte-level validator, which share the state and the next-offset counter)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from kqlab.kafka.batch import increment_sequence
+from kqlab.kafka.checks.producer import F1, EndTxnMarker, MalformedMarker, parse_end_txn_markers
+from kqlab.kafka.producer_state import BatchMetadata, ProducerCheckError
+from kqlab.kafka.table_cascade import (
+    UNDET_CODE,
+    UNDETERMINED,
+)
+from kqlab.kafka.table_state import VerdictState
+
+
+class ProducerStage(VerdictState):
+    """§3.F on the tables."""
+
+    def _producer_state(self) -> None:
+        """Stage F in log order, plus the delegated rows (they share state and offsets)."""
+        cas, v = self.cas, self.v
+        pm = v.producers
+        undet = cas.decided & (cas.code == UNDET_CODE)
+        pass_f = self.v2 & ~cas.decided
+        has_pid = self.pid > -1
+        ev_f = pass_f & has_pid
+        acc_plain = pass_f & ~has_pid
+        rejected = self.v2 & cas.decided & (cas.code != 0) & ~undet & has_pid
+        events_mask = ev_f | undet
+        if v.resync:
+            events_mask |= rejected
+        events = np.flatnonzero(events_mask).tolist()
+        if not events:
+            return
+        plain_cnt = np.where(acc_plain, self.count, 0)
+        before = np.cumsum(plain_cnt) - plain_cnt
+        plain_first = int(np.argmax(acc_plain)) if acc_plain.any() else self.n
+        # per-event values as plain Python lists
+        ev = np.asarray(events)
+        pid_l = self.pid[ev].tolist()
+        epoch_l = self.epoch[ev].tolist()
+        seq_l = self.seq[ev].tolist()
+        ld_l = self.last_delta[ev].tolist()
+        cnt_l = self.count[ev].tolist()
+        bo_l = self.batch_offset[ev].tolist()
+        maxts_l = self.max_ts[ev].tolist()
+        ctrl_l = self.control[ev].tolist()
+        txn_l = self.transactional[ev].tolist()
+        corig_l = self.ctrl_origin[ev].tolist()
+        kind_l = np.where(ev_f[ev], 0, np.where(undet[ev], 2, 1)).tolist()
+        before_l = before[ev].tolist()
+        # each control row's end-transaction marker (its first record), parsed at once;
+        # a control row without records has none (the broker skips it)
+        markers: dict[int, EndTxnMarker | MalformedMarker] = {}
+        crow = ev[self.control[ev] & ev_f[ev] & (self.n_r[ev] > 0)]
+        if len(crow):
+            first_rec = pa.array((np.cumsum(self.n_r) - self.n_r)[crow])
+            cols = parse_end_txn_markers(self.records["key"].take(first_rec),
+                                         self.records["value"].take(first_rec))
+            markers = {r: cols.marker(j) for j, r in enumerate(crow.tolist())}
+        first_offset = v.next_offset  # the caller's first_offset, or None
+        acc = 0  # records appended by event rows so far
+        ev_first: int | None = None  # index of the first appended event row
+        ev_first_start = 0
+        tainted: set[int] = set()
+        code, check, detail = cas.code, cas.check, cas.detail
+        find_duplicate, check_state, append = pm.find_duplicate, pm.check, pm.append
+        meta_type, resync = BatchMetadata, v.resync
+        for k, i in enumerate(events):
+            kind = kind_l[k]
+            pid = pid_l[k]
+            if kind == 1:  # rejected before stage F: the client re-sequences (resync)
+                pm.resync(pid)
+                continue
+            # the partition's next offset before this batch
+            if first_offset is not None:
+                start: int | None = first_offset
+            elif plain_first < i and (ev_first is None or plain_first < ev_first):
+                start = int(self.batch_offset[plain_first])
+            elif ev_first is not None:
+                start = ev_first_start
+            else:
+                start = None
+            next_offset = None if start is None else start + before_l[k] + acc
+            if kind == 2:
+                if self.raw is None:
+                    if self.v2[i] and pid > -1:
+                        tainted.add(pid)
+                    continue
+                v.next_offset = next_offset
+                out = v.validate(bytes(self.raw[i]), position=self.positions[i].as_py(),
+                                 policy=self._batch_policy(i))
+                self.delegated[i] = out
+                if out.error_code == 0 and not out.duplicate:
+                    assert v.next_offset is not None  # set by the append just judged
+                    n = v.next_offset - out.base_offset
+                    if ev_first is None:
+                        ev_first, ev_first_start = i, out.base_offset
+                    acc += n
+                continue
+            if pid in tainted:
+                code[i], check[i] = UNDET_CODE, UNDETERMINED
+                detail[i] = "producer state depends on an undetermined earlier batch"
+                continue
+            base = bo_l[k] if next_offset is None else next_offset
+            epoch, base_seq, control = epoch_l[k], seq_l[k], ctrl_l[k]
+            last_seq = increment_sequence(base_seq, ld_l[k]) if base_seq != -1 else -1
+            if not control:
+                dup = find_duplicate(pid, epoch, base_seq, last_seq)
+                if dup is not None:
+                    check[i], detail[i] = F1.step, F1.render()
+                    cas.params.append((np.array([i]), {}))
+                    continue
+            marker = markers.get(i) if control else None
+            try:
+                check_state(pid=pid, epoch=epoch, first_seq=base_seq, first_offset=base,
+                            transactional=txn_l[k], control=control, from_client=not corig_l[k],
+                            marker=marker)
+            except ProducerCheckError as exc:
+                code[i], check[i], detail[i] = exc.code, exc.check, exc.message
+                cas.params.append((np.array([i]), exc.params))
+                if resync:
+                    pm.resync(pid)
+                continue
+            n = cnt_l[k]
+            append(pid=pid, epoch=epoch, transactional=txn_l[k], control=control, marker=marker,
+                   meta=meta_type(base_seq, last_seq, base, base + n - 1, maxts_l[k]))
+            if ev_first is None:
+                ev_first, ev_first_start = i, base
+            acc += n
