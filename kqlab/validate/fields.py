@@ -618,10 +618,8 @@ def evaluate_field_rule(rule: Rule, values: pa.Array | pa.ChunkedArray | Sequenc
         measured: pa.Array
         if isinstance(v, pa.StringArray | pa.LargeStringArray):  # code points
             measured = pc.utf8_length(v)
-        elif isinstance(v, pa.BinaryArray | pa.LargeBinaryArray):
+        elif isinstance(v, pa.BinaryArray | pa.LargeBinaryArray) or isinstance(v, pa.FixedSizeBinaryArray):
             measured = pc.binary_length(v)
-        elif isinstance(v, pa.FixedSizeBinaryArray):  # pyarrow-stubs omit this input type
-            measured = pc.binary_length(v)  # type: ignore[call-overload]
         elif _is_array(t):
             measured = pc.list_value_length(v)
         else:

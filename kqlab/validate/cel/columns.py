@@ -19,7 +19,7 @@ are marked, not guessed:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -49,7 +49,7 @@ Kind = Literal["int", "double", "string", "bytes", "bool", "null", "map", "list"
                "type"]
 #: numpy (bool, int64, float64, int8 type codes), Arrow (string, bytes, struct, list), a
 #: literal's Python value, or None (null and headers values)
-Data = np.ndarray | pa.Array | LitValue
+Data: TypeAlias = np.ndarray | pa.Array | LitValue
 
 
 @dataclass(eq=False, slots=True)

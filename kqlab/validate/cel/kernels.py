@@ -163,9 +163,9 @@ def arith(op: Arith, a: Vec, b: Vec, n: int) -> Vec:
         # pyarrow-stubs type the separator (the last argument) like the strings joined; the
         # kernel takes a Python str/bytes there
         if a.kind == "string":
-            joined = pc.binary_join_element_wise(fa, fb, "")  # type: ignore[call-overload]
+            joined = pc.binary_join_element_wise(fa, fb, "")
         else:
-            joined = pc.binary_join_element_wise(  # type: ignore[call-overload]
+            joined = pc.binary_join_element_wise(
                 fa.cast(pa.binary()), fb.cast(pa.binary()), b"")
         return Vec(a.kind, joined, None, bad)
     if a.kind in ("map", "list", "headers", "type") or b.kind in ("map", "list", "type"):
@@ -365,10 +365,8 @@ def size(v: Vec, n: int) -> Vec:
     out: pa.Array
     if isinstance(arr, pa.StringArray | pa.LargeStringArray):
         out = pc.utf8_length(arr)  # code points
-    elif isinstance(arr, pa.BinaryArray | pa.LargeBinaryArray):
+    elif isinstance(arr, pa.BinaryArray | pa.LargeBinaryArray) or isinstance(arr, pa.FixedSizeBinaryArray):
         out = pc.binary_length(arr)
-    elif isinstance(arr, pa.FixedSizeBinaryArray):  # pyarrow-stubs omit this input type
-        out = pc.binary_length(arr)  # type: ignore[call-overload]
     else:
         out = pc.list_value_length(arr)
     data = out.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
