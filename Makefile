@@ -79,7 +79,8 @@ test-browser: setup setup-browser
 	$(BIN)/python -m pytest tests/browser -p no:cacheprovider $(PYTEST_ARGS)
 
 lint: setup
-	$(BIN)/ruff check kqlab tests benchmarks
+	$(BIN)/ruff check kqlab tests benchmarks scripts
+	$(BIN)/mypy
 
 lab: setup
 	$(BIN)/jupyter lab --ip 127.0.0.1 --notebook-dir notebooks

@@ -618,7 +618,8 @@ def evaluate_field_rule(rule: Rule, values: pa.Array | pa.ChunkedArray | Sequenc
         measured: pa.Array
         if isinstance(v, pa.StringArray | pa.LargeStringArray):  # code points
             measured = pc.utf8_length(v)
-        elif isinstance(v, pa.BinaryArray | pa.LargeBinaryArray) or isinstance(v, pa.FixedSizeBinaryArray):
+        elif isinstance(v, pa.BinaryArray | pa.LargeBinaryArray
+                           | pa.FixedSizeBinaryArray):
             measured = pc.binary_length(v)
         elif _is_array(t):
             measured = pc.list_value_length(v)

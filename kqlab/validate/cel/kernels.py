@@ -365,7 +365,8 @@ def size(v: Vec, n: int) -> Vec:
     out: pa.Array
     if isinstance(arr, pa.StringArray | pa.LargeStringArray):
         out = pc.utf8_length(arr)  # code points
-    elif isinstance(arr, pa.BinaryArray | pa.LargeBinaryArray) or isinstance(arr, pa.FixedSizeBinaryArray):
+    elif isinstance(arr, pa.BinaryArray | pa.LargeBinaryArray
+                         | pa.FixedSizeBinaryArray):
         out = pc.binary_length(arr)
     else:
         out = pc.list_value_length(arr)
