@@ -204,8 +204,10 @@ def rule_warnings(rules: Any, writer: Any) -> dict[str, str]:
         if r.kind in _JUDGES and cls not in _JUDGES[r.kind]:
             what = {"field_range": "a number", "field_regex": "a string",
                     "field_length": "a string, bytes or an array"}[r.kind]
-            hint = " (compare it in a cel rule, e.g. value.{p} >= timestamp('2025-01-01T00:00:00Z'))" \
-                .format(p=path) if ft.cls == "temporal" and r.kind == "field_range" else ""
+            hint = ""
+            if ft.avro.startswith(("timestamp", "local-timestamp")) and r.kind == "field_range":
+                hint = (f" (compare it in a cel rule, e.g. value.{path} >= "
+                        "timestamp('2025-01-01T00:00:00Z'))")
             out[r.id] = (f"{r.kind} on {path}, an Avro {ft.avro}, which is not {what}: every "
                          f"non-null value fails, in the replay and in every target{hint}")
         elif r.kind == "field_type" and cls not in _TYPE_CLASSES[str(r.param("type"))]:

@@ -10,10 +10,11 @@ holds no secret by construction.
 The policy travels with the config: ``gate/policy.yaml`` is the policy itself (canonical
 YAML, the hash the config pins) and ``gate.yaml`` names it relative to itself, so the folder
 runs wherever it is copied — unless its schema source holds credentials, which never enter an
-export (the note says to put the file there).  A caller may name its own copy instead (``policy_path``, relative
-to ``gate.yaml``'s folder).  Every rule is *claimed* ``exact`` — the gate runs kqlab's own
-validator per record, except Python plugins when the gate's environment lacks them — and the
-fidelity report proves it by running the gate (:mod:`kqlab.export.roundtrip_gate`).
+export (the note says to put the file there).  A caller may name its own copy instead
+(``policy_path``, relative to ``gate.yaml``'s folder).  Every rule is *claimed* ``exact`` —
+the gate runs kqlab's own validator per record, except Python plugins when the gate's
+environment lacks them — and the fidelity report proves it by running the gate
+(:mod:`kqlab.export.roundtrip_gate`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from kqlab.export.base import (
     comment_block,
     implicit_row,
     implicit_rules,
+    portable_path,
     provenance,
     provenance_lines,
     rule_lines,
@@ -76,6 +78,21 @@ def gate_config(policy: Any, *, policy_path: str | None = None, sink_suffix: str
     }
 
 
+def _portable(policy: Any) -> Any:
+    """``policy`` with the vetting sample named portably (an absolute path by its last
+    component); provenance is outside the content hash, so the copy keeps the pinned hash."""
+    from dataclasses import replace
+
+    from kqlab.policy.model import thaw
+
+    prov = policy.provenance
+    source = None if prov is None else prov.sample.get("source")
+    if not isinstance(source, str) or portable_path(source) == source:
+        return policy
+    sample = {**thaw(prov.sample), "source": portable_path(source)}
+    return replace(policy, provenance=replace(prov, sample=sample))
+
+
 def build(policy: Any, *, policy_path: str | None = None) -> Export:
     """``gate/gate.yaml`` (the config ``kqlab gate --config`` takes) and, unless
     ``policy_path`` names another copy, ``gate/policy.yaml`` (the policy it runs)."""
@@ -104,7 +121,13 @@ def build(policy: Any, *, policy_path: str | None = None) -> Export:
         notes.append(f"the policy's schema source holds credentials, so it is not copied into "
                      f"the export: put the policy file beside gate.yaml as {POLICY_FILE}")
     elif policy_path is None:
-        files[f"gate/{POLICY_FILE}"] = dump_policy(policy)
+        from kqlab.policy import PolicyError
+
+        try:
+            files[f"gate/{POLICY_FILE}"] = dump_policy(_portable(policy))
+        except PolicyError as exc:  # a policy built in Python that no file could hold
+            raise ExportError(f"the gate runs a policy file, and this policy cannot be "
+                              f"written as one: {exc}") from None
         notes.append(f"{POLICY_FILE} is the policy itself, beside gate.yaml: copy the folder")
     return Export(target="gate", title=TITLE, policy=policy.name, files=files,
                   fidelity=tuple(fid), behaviour=BEHAVIOUR, data=cfg, notes=tuple(notes))

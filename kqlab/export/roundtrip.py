@@ -195,7 +195,8 @@ class SampleView:
     # -- the replay's side ---------------------------------------------------------------
     @property
     def datums(self) -> Any:
-        """Every value decoded as the replay decodes it (:func:`kqlab.serde.datums.decode_datums`)."""
+        """Every value decoded as the replay decodes it
+        (:func:`kqlab.serde.datums.decode_datums`)."""
         if self._datums is None:
             from kqlab.serde.datums import decode_datums
 
@@ -280,8 +281,16 @@ class SampleView:
         return out
 
 
+def _plain(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray):
+        return "0x" + bytes(value).hex()
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return str(value)
+
+
 def _show(value: Any) -> str:
-    text = json.dumps(value, default=str, ensure_ascii=False, sort_keys=False)
+    text = json.dumps(value, default=_plain, ensure_ascii=False, sort_keys=False)
     return text if len(text) <= 100 else text[:97] + "..."
 
 

@@ -236,7 +236,7 @@ def roundtrip_confluent(policy: Any, sample: Any = None, *, now: int | None = No
         first |= hit_mask
     # 2. every rule on its own, run alone where the first run did not decide it
     excluded = dict(rt.excluded)
-    for j, r in enumerate(domain):
+    for r in domain:
         name = r["name"]
         todo = np.flatnonzero(judged & (verdict[name] < 0)).tolist()
         errors: dict[str, int] = {}

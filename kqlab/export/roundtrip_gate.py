@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from kqlab.export.base import DECODE_KEY, DECODE_VALUE, SCHEMA_ID
+from kqlab.export.base import DECODE_KEY, DECODE_VALUE, SCHEMA_ID, ExportError
 from kqlab.export.roundtrip import CONTROL, RoundTrip, SampleView, compare, compare_whole
 
 __all__ = ["roundtrip_gate"]
@@ -75,7 +75,11 @@ def roundtrip_gate(policy: Any, sample: Any = None, *, now: int | None = None,
     started = time.perf_counter()
     view = view or SampleView(policy, replayer_of(sample, now))
     rt = RoundTrip(target="gate", ran=True, records=view.n, serializer="kqlab.gate.Judge")
-    ex = build(policy)
+    try:
+        ex = build(policy)
+    except ExportError as exc:
+        rt.ran, rt.reason = False, f"the gate config could not be exported: {exc}"
+        return rt
     table = _as_consumed(view.records)
     bare = _attribution(Judge(policy.with_rules([]), now=view.now), table, view.now)
     for f in ex.fidelity:
@@ -127,8 +131,15 @@ def roundtrip_gate(policy: Any, sample: Any = None, *, now: int | None = None,
 def _end_to_end(rt: RoundTrip, view: SampleView, ex: Any, timeout: float) -> None:
     """Run the exported gate on the embedded broker (module docstring) and fill ``rt``'s
     whole-export comparison."""
-    from kqlab.gate import H_OFFSET, H_PARTITION, H_RULE, H_TOPIC, Gate, GateSettings
-    from kqlab.gate import load_gate_file
+    from kqlab.gate import (
+        H_OFFSET,
+        H_PARTITION,
+        H_RULE,
+        H_TOPIC,
+        Gate,
+        GateSettings,
+        load_gate_file,
+    )
     from kqlab.policy import dump_policy, load_policy
 
     with tempfile.TemporaryDirectory(prefix="kqlab-gate-roundtrip-") as tmp:

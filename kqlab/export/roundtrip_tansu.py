@@ -182,7 +182,7 @@ def _produce(view: SampleView, full: dict[str, Any],
                     e = errors.setdefault(slot, {})
                     e[err.name()] = e.get(err.name(), 0) + 1
 
-            def send(topic: str, partition: int, slot: str, i: int) -> None:
+            def send(producer: Any, topic: str, partition: int, slot: str, i: int) -> None:
                 kwargs: dict[str, Any] = {
                     "key": cols["key"][i], "value": cols["value"][i], "partition": partition,
                     "timestamp": cols["timestamp"][i],
@@ -197,10 +197,10 @@ def _produce(view: SampleView, full: dict[str, Any],
                         producer.poll(0.05)
 
             for i in np.flatnonzero(~view.control).tolist():
-                send(cols["topic"][i], cols["partition"][i], "<whole>", i)
+                send(producer, cols["topic"][i], cols["partition"][i], "<whole>", i)
             for rid, _, keep, _ in per_row:
                 for i in np.flatnonzero(keep).tolist():
-                    send(row_topics[rid], 0, rid, i)
+                    send(producer, row_topics[rid], 0, rid, i)
             producer.flush(timeout)
             del producer
     if pending[0]:

@@ -50,3 +50,35 @@ def broker():
 
     with embedded() as b:
         yield b
+
+
+# ------------------------------------------------------------------ samples built for a test
+
+def write_partition(folder: Path, records: list[dict]) -> Path:
+    """A partition folder (``<folder>/00000000000000000000.log``) holding ``records`` (dicts
+    with ``value`` and optional ``key``, ``headers``), one batch each, offsets from 0, as a
+    producer without transactions would have them stored."""
+    from kqlab.kafka.builder import BatchBuilder, Record
+
+    folder.mkdir(parents=True, exist_ok=True)
+    data = b""
+    for i, rec in enumerate(records):
+        b = BatchBuilder(base_offset=i, base_timestamp=NOW - 60_000 + i)
+        b.append(Record(value=rec.get("value"), key=rec.get("key"),
+                        headers=tuple(rec.get("headers", ()))))
+        data += b.build()
+    (folder / "00000000000000000000.log").write_bytes(data)
+    return folder
+
+
+def confluent_avro(schema: dict, datum: dict, schema_id: int = 1) -> bytes:
+    """``datum`` in the Confluent wire format (magic byte 0, schema id, Avro body)."""
+    import io
+    import struct
+
+    import fastavro
+
+    buf = io.BytesIO()
+    buf.write(b"\0" + struct.pack(">i", schema_id))
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(schema), datum)
+    return buf.getvalue()

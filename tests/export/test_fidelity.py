@@ -119,18 +119,32 @@ def test_cli_export_one_target_and_all(vetted, demo, tmp_path, capsys):
     from kqlab.policy import save_policy
 
     path = save_policy(vetted["orders"], tmp_path / "orders.yaml")
+    # the proxy cannot express most of the policy's reject rules: a finding (exit 1) ...
     assert main(["export", str(path), "--target", "kroxylicious", "--out",
-                 str(tmp_path / "k"), "--json"]) == 0
+                 str(tmp_path / "k"), "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)
     assert doc["exports"]["kroxylicious"]["counts"]["not expressible"] == 6
+    assert doc["problems"] and "kroxylicious" in doc["problems"][0]
     assert (tmp_path / "k" / "kroxylicious" / "proxy-config.yaml").is_file()
+    # ... unless approximations are accepted explicitly
+    assert main(["export", str(path), "--target", "kroxylicious", "--json",
+                 "--accept-approximations"]) == 0
+    assert json.loads(capsys.readouterr().out)["problems"] == []
     assert main(["export", str(path), "--target", "all", "--out", str(tmp_path / "all"),
-                 "--sample", str(demo / "orders"), "--now", str(NOW)]) == 0
+                 "--sample", str(demo / "orders"), "--now", str(NOW),
+                 "--accept-approximations"]) == 0
     out = capsys.readouterr().out
     assert "round trip confluent: EQUAL" in out and "round trip tansu: not run" in out
-    for name in ("fidelity.json", "fidelity.html", "gate/gate.yaml", "tansu/orders.avsc",
-                 "confluent/orders-value.register.json", "kip/kip-940.properties"):
+    assert "round trip gate: EQUAL" in out
+    for name in ("fidelity.json", "fidelity.html", "gate/gate.yaml", "gate/policy.yaml",
+                 "tansu/orders.avsc", "confluent/orders-value.register.json",
+                 "kip/kip-940.properties"):
         assert (tmp_path / "all" / name).is_file(), name
+    table = {r["rule"]: r for r in json.loads((tmp_path / "all" / "fidelity.json")
+                                              .read_text())["table"]}
+    assert table["amount-range"]["targets"]["confluent"]["verdict"] == "exact"
+    assert table["amount-range"]["targets"]["kip"]["verdict"] == "unverified"
+    assert table["traceparent"]["targets"]["gate"]["verdict"] == "exact"
 
 
 def test_cli_bad_target_is_a_usage_error(tmp_path):
