@@ -15,6 +15,7 @@ from kqlab.kafka.table_cascade import (
     UNDETERMINED,
 )
 from kqlab.kafka.table_state import VerdictState
+from kqlab.kafka.varint import to_int64
 
 
 class ProducerStage(VerdictState):
@@ -85,7 +86,7 @@ class ProducerStage(VerdictState):
                 start = ev_first_start
             else:
                 start = None
-            next_offset = None if start is None else start + before_l[k] + acc
+            next_offset = None if start is None else to_int64(start + before_l[k] + acc)
             if kind == 2:
                 if self.raw is None:
                     if self.v2[i] and pid > -1:
@@ -97,7 +98,7 @@ class ProducerStage(VerdictState):
                 self.delegated[i] = out
                 if out.error_code == 0 and not out.duplicate:
                     assert v.next_offset is not None  # set by the append just judged
-                    n = v.next_offset - out.base_offset
+                    n = to_int64(v.next_offset - out.base_offset)
                     if ev_first is None:
                         ev_first, ev_first_start = i, out.base_offset
                     acc += n
@@ -128,7 +129,7 @@ class ProducerStage(VerdictState):
                 continue
             n = cnt_l[k]
             append(pid=pid, epoch=epoch, transactional=txn_l[k], control=control, marker=marker,
-                   meta=meta_type(base_seq, last_seq, base, base + n - 1, maxts_l[k]))
+                   meta=meta_type(base_seq, last_seq, base, to_int64(base + n - 1), maxts_l[k]))
             if ev_first is None:
                 ev_first, ev_first_start = i, base
             acc += n

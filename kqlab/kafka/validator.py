@@ -493,8 +493,10 @@ class PartitionValidator:
             self.producers.append(pid=pid, epoch=epoch, transactional=transactional,
                                   control=control, marker=marker,
                                   meta=BatchMetadata(base_seq, last_seq, base,
-                                                     base + n_total - 1, max_ts))
-        self.next_offset = base + n_total
+                                                     to_int64(base + n_total - 1), max_ts))
+        # the log end offset is a Java long: it wraps (a replayed log near Long.MAX_VALUE
+        # quotes wrapped offsets in later stage-F texts, as the broker would)
+        self.next_offset = to_int64(base + n_total)
         return BatchOutcome(base_offset=base,
                             log_append_time=now if cfg.log_append_time else -1,
                             path=path_label, record_count=n_total)

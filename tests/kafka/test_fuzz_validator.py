@@ -32,10 +32,6 @@ SEEDS = HERE / "fuzz_seeds"
 #: xfail until the fix lands; the 20k run tolerates only those signatures meanwhile.  Remove
 #: an entry when its seed passes (strict: the test then fails as XPASS, as a reminder).
 KNOWN_BUGS: dict[str, tuple[str, str]] = {
-    "log-next-offset-past-long-max.json": (
-        "a log replay's next offset is not wrapped to 64 bits: stage-F texts quote offsets "
-        "beyond Long.MAX_VALUE (validator next_offset, table_checks _producer_state)",
-        r"^invalid\|.*a number beyond the 64-bit range in a message \(F\d\)$"),
 }
 
 
