@@ -265,11 +265,11 @@ class FidelityReport:
                 continue
             verdict = "EQUAL" if rt.equal else "DIFFERENT"
             out.append(f"<h3>{e(rt.target)}: {verdict}</h3><p>{e(_whole_sentence(rt))}</p><ul>")
-            for rid, c in rt.checks.items():
-                said = "; ".join(c.sentences(rt.target)) or \
-                    f"same {c.refused} of {c.judged} records refused as the replay"
-                out.append(f"<li><code>{e(rid)}</code> {'EQUAL' if c.equal else 'DIFFERENT'}"
-                           f": {e(said)}</li>")
+            for rid, check in rt.checks.items():
+                said = "; ".join(check.sentences(rt.target)) or \
+                    f"same {check.refused} of {check.judged} records refused as the replay"
+                out.append(f"<li><code>{e(rid)}</code> "
+                           f"{'EQUAL' if check.equal else 'DIFFERENT'}: {e(said)}</li>")
             out.append("</ul>")
             extra = [*rt.notes, *(f"{k}: {v}" for k, v in rt.other_errors.items()),
                      *(f"excluded, {k}: {v}" for k, v in rt.excluded.items())]

@@ -235,9 +235,11 @@ def _run_gate(broker: Any, view: SampleView, gf: Any, policy: Any, timeout: floa
                          "enable.idempotence": True, "logger": _quiet()})
     where: dict[tuple[str, int, int], int] = {}
 
-    def delivered(err: Any, msg: Any, i: int) -> None:
-        if err is None:
-            where[(msg.topic(), msg.partition(), msg.offset())] = i
+    def delivered(i: int) -> Any:
+        def report(err: Any, msg: Any) -> None:
+            if err is None:
+                where[(msg.topic(), msg.partition(), msg.offset())] = i
+        return report
 
     gated = {r.source for r in routes}
     n_sent = 0
@@ -251,7 +253,7 @@ def _run_gate(broker: Any, view: SampleView, gf: Any, policy: Any, timeout: floa
                                  partition=cols["partition"][i],
                                  timestamp=cols["timestamp"][i],
                                  headers=[(h["key"], h["value"]) for h in cols["headers"][i]],
-                                 on_delivery=lambda e, m, i=i: delivered(e, m, i))
+                                 on_delivery=delivered(i))
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -296,7 +298,10 @@ def _run_gate(broker: Any, view: SampleView, gf: Any, policy: Any, timeout: floa
             if msgs:
                 idle = time.monotonic()
             for m in msgs:
-                h = dict(m.headers() or ())
+                h: dict[str, bytes] = {}
+                for pair in m.headers() or ():
+                    name, raw = pair[0], pair[1]
+                    h[str(name)] = raw if isinstance(raw, bytes) else str(raw or "").encode()
                 key = (h[h_topic].decode(), int(h[h_part]), int(h[h_off]))
                 if key in where:
                     dead[where[key]] = h[h_rule].decode()
