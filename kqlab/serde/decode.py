@@ -51,11 +51,12 @@ from fastavro import schemaless_reader
 
 from kqlab.errors import KqlabError
 from kqlab.serde.avro_arrow import to_json_text
+from kqlab.serde.avro_faults import explain
 from kqlab.serde.schemas import ParsedSchema, SchemaNotFound, SchemaResolver
 from kqlab.serde.wire import HEADER_SIZE, WireInfo, as_binary, parse_wire
 
 __all__ = ["FORMATS", "WIRES", "DecodeConfigError", "DecodePass", "DecodeStage",
-           "DecodedColumn", "decode", "decode_pass"]
+           "DecodedColumn", "avro_error", "decode", "decode_pass"]
 
 FORMATS = ("none", "bytes", "string", "json", "avro")
 WIRES = ("raw", "confluent")
@@ -246,8 +247,12 @@ def _decode_json(values: pa.Array, info: WireInfo | None, errors: list[str | Non
 
 def _read_group(reader_data: io.BytesIO, ps: ParsedSchema, label: str, rows: np.ndarray,
                 starts: np.ndarray, ends: np.ndarray, out: list[object],
-                errors: list[str | None]) -> int:
-    """Decode the values at ``rows`` with one writer schema; returns how many decoded."""
+                errors: list[str | None], header: int) -> int:
+    """Decode the values at ``rows`` with one writer schema; returns how many decoded.
+
+    ``header`` is how many bytes of each value precede ``starts`` (the Confluent header), so
+    error messages count bytes from the start of the value.
+    """
     seek, tell = reader_data.seek, reader_data.tell
     parsed = ps.parsed
     done = 0
@@ -256,39 +261,54 @@ def _read_group(reader_data: io.BytesIO, ps: ParsedSchema, label: str, rows: np.
         try:
             rec = schemaless_reader(reader_data, parsed)
         except Exception:  # any fastavro failure on bad bytes is a decode error
-            errors[i] = _isolated_error(reader_data.getbuffer(), s, e, parsed, label)
+            errors[i] = _isolated_error(reader_data.getbuffer(), s, e, parsed, label, header)
             continue
         end = tell()
         if end < e:
-            errors[i] = f"invalid Avro payload for {label}: {e - end} unread bytes after the datum"
+            errors[i] = avro_error(label, f"{e - end} unread bytes after the datum (it ends at "
+                                          f"byte {end - s + header} of {e - s + header})")
             continue
         if end > e:
-            errors[i] = _isolated_error(reader_data.getbuffer(), s, e, parsed, label)
+            errors[i] = _isolated_error(reader_data.getbuffer(), s, e, parsed, label, header)
             continue
         out[i] = rec
         done += 1
     return done
 
 
+def avro_error(label: str, what: str) -> str:
+    """The one wording of an Avro payload that does not read (the replay's ``decode:value``
+    and ``avro_valid`` messages, the export round trips' datums and both engines share it)."""
+    return f"invalid Avro payload for {label}: {what}"
+
+
 #: what a value that runs past its end reads instead of its neighbours (see _isolated_error)
 _PAD = bytes(65_536)
 
 
-def _isolated_error(data: memoryview, s: int, e: int, parsed: Any, label: str) -> str:
-    """The error of the value at ``[s, e)`` decoded on its own, followed by zero bytes.
+def _isolated_error(data: memoryview, s: int, e: int, parsed: Any, label: str,
+                    header: int) -> str:
+    """Why the value at ``[s, e)`` does not read, from its own bytes only.
 
+    First :func:`~kqlab.serde.avro_faults.explain`: the field and byte at fault, in an
+    analyst's words.  When that walk finds nothing (fastavro refused something the encoding
+    allows), fastavro's own message from decoding the value alone, followed by zero bytes.
     Values are read from one shared buffer for speed, so a value that runs past its end reads
     its neighbours' bytes; its error would then depend on which records share the sample (a
-    Spark task holds one partition, a local replay all of them).  Decoding it again alone
-    makes the message a function of the value only.
+    Spark task holds one partition, a local replay all of them).  Both ways make the message
+    a function of the value only.
     """
-    reader = io.BytesIO(bytes(data[s:e]) + _PAD)
+    value = bytes(data[s:e])
+    why = explain(value, parsed, offset=header)
+    if why is not None:
+        return avro_error(label, why)
+    reader = io.BytesIO(value + _PAD)
     try:
         schemaless_reader(reader, parsed)
     except Exception as ex:
-        return f"invalid Avro payload for {label}: {_describe(ex)}"
-    return (f"invalid Avro payload for {label}: datum runs {reader.tell() - (e - s)} bytes "
-            f"past the end of the value")
+        return avro_error(label, _describe(ex))
+    return avro_error(label, f"datum runs {reader.tell() - (e - s)} bytes past the end of "
+                             "the value")
 
 
 def _unify(types: list[pa.DataType]) -> pa.DataType | None:
@@ -342,7 +362,8 @@ def _decode_avro(values: pa.Array, info: WireInfo | None, errors: list[str | Non
     types: list[pa.DataType] = []  # Arrow types of the schemas that decoded at least one value
     convert: list[tuple[Callable[[Any], Any], np.ndarray]] = []
     for ps, label, rows in groups:
-        if _read_group(buf, ps, label, rows, starts, ends, out, errors):
+        if _read_group(buf, ps, label, rows, starts, ends, out, errors,
+                       0 if info is None else HEADER_SIZE):
             types.append(ps.arrow_type)
         if ps.arrow.converter is not None:
             convert.append((ps.arrow.converter, rows))

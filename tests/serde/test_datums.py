@@ -155,7 +155,7 @@ def test_avro_unframed_from_a_folder(tmp_path):
     assert d.values[:5] == [rich(i) for i in range(4)] + [None]
     assert d.stages == [None] * 5 + ["payload"] * 3
     assert d.errors[6] == f"invalid Avro payload for schema {tmp_path / 'order.avsc'}: " \
-                          "1 unread bytes after the datum"
+                          "1 unread bytes after the datum (it ends at byte 113 of 114)"
 
 
 def test_avro_failures_agree_with_decode_record_for_record(registry):

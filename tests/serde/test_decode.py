@@ -69,7 +69,8 @@ def test_unknown_id_and_corrupt_payload_are_error_rows(registry):
     assert e[0] is None and e[-1] is None and e[-2] is None
     assert e[1] == f"schema id 999 not found in {url}"
     assert e[2].startswith(f"invalid Avro payload for schema id {sid}: ")
-    assert e[3] == f"invalid Avro payload for schema id {sid}: 2 unread bytes after the datum"
+    assert e[3] == (f"invalid Avro payload for schema id {sid}: 2 unread bytes after the datum "
+                    f"(it ends at byte {5 + len(good)} of {7 + len(good)})")
     assert e[4].startswith(f"invalid Avro payload for schema id {sid}: ")
     assert e[5] == "not in the Confluent wire format: magic byte 1, expected 0"
     assert e[6] == "too short for the Confluent wire format: 2 bytes, need at least 5"
@@ -88,7 +89,8 @@ def test_truncated_datum_does_not_read_into_the_next_value(registry):
         {"type": "record", "name": "R", "fields": [{"name": "s", "type": "string"}]},
         {"s": "0123456789"}))])
     col = decode(values, AVRO, SchemaResolver(registry=url))
-    assert col.errors.to_pylist()[0].endswith("bytes past the end of the value")
+    assert col.errors.to_pylist()[0] == (f"invalid Avro payload for schema id {sid}: truncated: "
+                                         "field 's' declares 10 bytes but only 2 remain (byte 5)")
     assert col.values.to_pylist() == [None, {"s": "0123456789"}]
 
 
@@ -302,7 +304,9 @@ def test_error_text_depends_on_the_value_alone(registry):
             col = decode(pa.array([value, *neighbours]), AVRO, SchemaResolver(registry=url))
             assert col.errors.to_pylist()[0] == alone.errors.to_pylist()[0]
     assert decode(pa.array([short]), AVRO, SchemaResolver(registry=url)).errors.to_pylist()[
-        0].endswith("bytes past the end of the value")
+        0].endswith("truncated: field 's' declares 10 bytes but only 2 remain (byte 5)")
+    assert decode(pa.array([bad]), AVRO, SchemaResolver(registry=url)).errors.to_pylist()[
+        0].endswith("field 's' declares a negative length (-62) at byte 5")
 
 
 def test_misaligned_neighbours_are_two_errors_in_groups_of_any_size(tmp_path):
@@ -313,8 +317,9 @@ def test_misaligned_neighbours_are_two_errors_in_groups_of_any_size(tmp_path):
     (tmp_path / "r.avsc").write_text(orjson.dumps(schema).decode())
     fmt = Format(format="avro", wire="raw", schemas=SchemaSource(path=str(tmp_path)))
     alone = [decode(pa.array([v]), fmt).errors.to_pylist()[0] for v in (b"\x02\x04", b"")]
-    assert alone[0].endswith("1 unread bytes after the datum")
-    assert alone[1].endswith("datum runs 1 bytes past the end of the value")
+    assert alone[0].endswith("1 unread bytes after the datum (it ends at byte 1 of 2)")
+    assert alone[1].endswith("truncated: field 'n' needs a long at byte 0 but the value ends "
+                             "there")
     for good in (1, 63, 64, 500):
         col = decode(pa.array([b"\x02\x04", b""] + [b"\x02"] * good), fmt)
         assert col.errors.to_pylist() == alone + [None] * good, good
