@@ -70,6 +70,9 @@ def test_fuzz_20k_cases() -> None:
     # every input ended as a verdict of the primary setup, with a known code
     assert sum(result["verdicts"].values()) == 20_000
     assert set(result["checks"]) >= DEEP_CHECKS, set(result["checks"])
+    # the metamorphic relations applied to thousands of cases (and held: no mismatch above)
+    assert min(result["metamorphic"].values()) > 1000, result["metamorphic"]
+    assert len(result["metamorphic"]) == len(fuzz.METAMORPHIC)
     # the differential compared far more batch rows than cases (several setups per group)
     assert result["log_rows"] > 3 * 20_000
     assert {"0 NONE", "2 CORRUPT_MESSAGE", "87 INVALID_RECORD", "32 INVALID_TIMESTAMP",
@@ -134,6 +137,25 @@ def test_a_slow_engine_is_a_hang(monkeypatch: pytest.MonkeyPatch) -> None:
     result = fuzz.run_fuzz(16, seed=5, jobs=1)
     assert result["hangs"] >= 1
     assert result["cases"] == 16
+
+
+def test_a_verdict_that_reads_an_unvalidated_field_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The metamorphic oracle: changing partitionLeaderEpoch must not change a verdict."""
+    real = fuzz.PartitionValidator.validate
+
+    def peeking(self, data, *args, **kwargs):
+        out = real(self, data, *args, **kwargs)
+        if len(data) > 16 and data[16] == 2 and data[12:16] != b"\xff" * 4:
+            out.detail = "looked at the partition leader epoch"
+        return out
+
+    monkeypatch.setattr(fuzz.PartitionValidator, "validate", peeking)
+    monkeypatch.setattr(fuzz, "LOG_PER_GROUP", 0)  # the stream differential would see it too
+    result = fuzz.run_fuzz(512, seed=6, jobs=1)
+    assert result["metamorphic"]["partition-leader-epoch"] > 10
+    assert any(s["signature"].startswith("metamorphic|partition-leader-epoch|")
+               for s in result["signatures"])
 
 
 def test_cases_are_reproducible() -> None:
