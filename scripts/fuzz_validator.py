@@ -1048,6 +1048,7 @@ METAMORPHIC = [
     ("max-timestamp", "maxTimestamp is not validated without the LogAppendTime bit (1.2)"),
     ("delete-horizon-bit", "the delete-horizon attribute bit is passed through (1.3)"),
     ("unused-attribute-bits", "attribute bits 7-15 are ignored (1.3)"),
+    ("record-attributes", "a record's attributes byte is unused, any value accepted (1.4)"),
 ]
 _VERDICT_FIELDS = ("error_code", "error_name", "error_message", "record_errors", "check",
                    "detail")
@@ -1075,6 +1076,18 @@ def metamorphic_variant(data: bytes, relation: str, rng: random.Random) -> bytes
                                                   rng.randrange(LONG_MIN, LONG_MAX)]))
     elif relation == "delete-horizon-bit":
         b[22] ^= 0x40
+    elif relation == "record-attributes":  # the first record of an uncompressed batch
+        if b[22] & 0x07:
+            return None
+        try:
+            _, pos = decode_varint(b, 61, end)
+        except VarintError:
+            return None
+        if pos >= end:
+            return None
+        b[pos] = rng.choice([b[pos] ^ 0xFF, 0x01, 0x80, rng.randrange(256)])
+        if b == bytearray(data):
+            return None
     else:
         if rng.random() < 0.5:
             b[22] ^= 0x80
