@@ -28,17 +28,23 @@ Every case goes through:
    topic configs / broker versions / request parameters;
 2. the scan (``scan_buffer``), ``decode_batches`` and ``decode_records`` (which must agree),
    then ``validate_batches(source="log"...)`` against ``broker_verdicts`` with ``raw=`` (equal
-   row for row) and without (equal, or marked undetermined) on more configs.  Cases are
+   row for row) and without (equal, or marked undetermined) on more configs, some with a
+   record policy (KIP-940/729/686 profiles) injected into both engines.  Cases are
    processed in groups of :data:`GROUP` so the decode and ``broker_verdicts`` calls are
    amortised; producer state then carries from case to case inside a group, which both
    engines see identically;
-3. now and then the C kernels against their pure-Python references, and ``read_log`` on a
+3. a metamorphic relation (one per case, rotating): the same input with a field the broker
+   never validates changed — partitionLeaderEpoch, maxTimestamp without the LogAppendTime
+   bit, the delete-horizon or unused attribute bits, a record's attributes byte — must get
+   the same verdict.  This oracle trusts neither engine (they share much of their code);
+4. now and then the C kernels against their pure-Python references, and ``read_log`` on a
    segment file against ``decode_records`` on the same bytes.
 
 A Python exception anywhere is a *crash*; more than :data:`CASE_SECONDS` on one case is a
 *hang* (a SIGALRM deadline, plus a watchdog in the parent for code stuck in C or a dead
-worker); engines that disagree are a *mismatch*; a verdict without a known error code (or an
-explicit ``undetermined``) is an *invalid verdict*.  Findings are deduplicated by signature;
+worker); engines that disagree (or a broken metamorphic relation) are a *mismatch*; a verdict
+without a known error code (or an explicit ``undetermined``), or whose text quotes a number no
+Java ``long`` can hold, is an *invalid verdict*.  Findings are deduplicated by signature;
 ``--save-dir`` keeps replayable JSON files (``--replay FILE`` re-runs one).
 
 Usage::
