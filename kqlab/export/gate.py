@@ -37,11 +37,11 @@ from kqlab.export.base import (
     rule_lines,
     secrets_of,
 )
+from kqlab.gate._config import GATE_VERSION
 
 __all__ = ["GATE_VERSION", "POLICY_FILE", "build", "gate_config"]
 
 TITLE = "kqlab validating gate config"
-GATE_VERSION = 1
 #: the policy copy written beside ``gate.yaml`` when no ``policy_path`` is given
 POLICY_FILE = "policy.yaml"
 

@@ -29,11 +29,13 @@ class GateFile:
             path, policy_path, content_hash, routes
 
 
+#: the gate config format this gate reads (``kqlab export --target gate`` writes it)
+GATE_VERSION = 1
+
+
 def load_gate_file(path: str | Path) -> GateFile:
     """Parse and check ``path``; a relative policy path is relative to the file's folder
     (else, when nothing is there, to the working directory)."""
-    from kqlab.export.gate import GATE_VERSION
-
     p = Path(path)
     try:
         doc: Any = yaml.safe_load(p.read_text(encoding="utf-8"))

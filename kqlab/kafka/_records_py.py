@@ -74,19 +74,6 @@ class ParseErrorKind(enum.IntEnum):
     BODY_TOO_LARGE = 15  # STREAM: the body buffer cannot be allocated; a = size
 
 
-def render_parse_error(kind: int, a: int, b: int, *, stream: bool = False) -> str:
-    """The broker's exception text for a structural error (logged, never returned).
-
-    ``stream`` picks the compressed readers' wording where it differs; the text comes from the
-    check's template (:func:`kqlab.kafka.checks.structure.reading_check`).
-    """
-    from kqlab.kafka.checks.structure import reading_check
-
-    mode = ReadMode.STREAM if stream else ReadMode.BUFFER
-    check, params = reading_check(kind, a, b, mode)
-    return check.render(**params)
-
-
 class ParsedRecords(NamedTuple):
     """Flat columns for the records of several batches (``N`` records, ``H`` headers)."""
 

@@ -15,7 +15,6 @@ from kqlab.kafka._records_py import (
     ParsedRecords,
     ParseErrorKind,
     ReadMode,
-    render_parse_error,
 )
 from kqlab.kafka._records_py import parse_records as parse_records_py
 from kqlab.kafka._scan_py import crc32c as crc32c_py
@@ -52,7 +51,6 @@ __all__ = [
     "crc32c",
     "parse_records",
     "parse_records_py",
-    "render_parse_error",
     "scan_batches",
     "scan_batches_py",
 ]

@@ -14,7 +14,7 @@ is its batch's: the reason of the batch's first culprit (rejected record with a 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -35,9 +35,28 @@ from kqlab.validate.view import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import Column, DataFrame, SparkSession
 
-    from kqlab.spark.verdicts import SparkVerdicts
+
+class SparkFrames(Protocol):
+    """What the aggregations read of a Spark replay's verdicts (``SparkVerdicts`` is one):
+    the verdict DataFrames and a few counts, so this module stays below the verdicts class."""
+
+    spark: SparkSession
+    framing: str
+    n_records: int
+    n_batches: int
+
+    @property
+    def raw_records(self) -> DataFrame: ...
+
+    @property
+    def raw_batches(self) -> DataFrame: ...
+
+    @property
+    def records(self) -> DataFrame: ...
+
+    def by_outcome(self) -> dict[str, int]: ...
 
 #: up to this many records the timeline's bucket comes from exact percentiles (the local
 #: engine's, so both draw the same figure); above, from approximate ones (bounded memory)
@@ -56,7 +75,7 @@ def _label() -> Column:
     return sf.concat(sf.col("topic"), sf.lit("-"), sf.col("partition").cast("string"))
 
 
-def reasoned(sv: SparkVerdicts) -> DataFrame:
+def reasoned(sv: SparkFrames) -> DataFrame:
     """Per record: unit, seq, topic, partition, offset, timestamp, outcome, ``batch`` (its run
     number within the unit) and ``reason`` (null for accepted records and rejections without
     an enforced failure)."""
@@ -81,7 +100,7 @@ def reasoned(sv: SparkVerdicts) -> DataFrame:
                      "batch", reason.alias("reason"))
 
 
-def reason_labels(sv: SparkVerdicts) -> list[str]:
+def reason_labels(sv: SparkFrames) -> list[str]:
     """Every rule or check among the failures, in order of first appearance (log order, then
     place in the record's failures): the local engine's label order."""
     from pyspark.sql import functions as sf
@@ -92,7 +111,7 @@ def reason_labels(sv: SparkVerdicts) -> list[str]:
     return [r["rule"] for r in sorted(rows, key=lambda r: tuple(r["at"]))]
 
 
-def by_reason(sv: SparkVerdicts) -> pa.Table:
+def by_reason(sv: SparkFrames) -> pa.Table:
     """The reasons table: culprits per enforced rule (distinct records), failures not
     enforced, collateral records per batch reason; ordered as the local engine orders it."""
     from pyspark.sql import functions as sf
@@ -118,7 +137,7 @@ def by_reason(sv: SparkVerdicts) -> pa.Table:
                     schema=REASONS_SCHEMA)
 
 
-def spans(sv: SparkVerdicts, max_spans: int = 2000, max_points: int = 0) -> Spans:
+def spans(sv: SparkFrames, max_spans: int = 2000, max_points: int = 0) -> Spans:
     """Runs of rejected batches per partition: batches and their runs found with window
     functions, one row per run collected (then coarsened like the local engine's)."""
     from pyspark.sql import Window
@@ -200,7 +219,7 @@ def _ints(t: pa.Table, name: str) -> np.ndarray:
     return t.column(name).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
-def timeline_bucket(sv: SparkVerdicts, max_buckets: int) -> int:
+def timeline_bucket(sv: SparkFrames, max_buckets: int) -> int:
     """The local engine's bucket choice as Spark aggregations: a round bucket for the
     0.1–99.9 % timestamp range, the full range when that leaves too many buckets."""
     from pyspark.sql import functions as sf
@@ -222,7 +241,7 @@ def timeline_bucket(sv: SparkVerdicts, max_buckets: int) -> int:
     return bucket_ms
 
 
-def timeline(sv: SparkVerdicts, bucket_ms: int | None = None, max_buckets: int = 300,
+def timeline(sv: SparkFrames, bucket_ms: int | None = None, max_buckets: int = 300,
              max_reasons: int = 8) -> tuple[pa.Table, int]:
     """Records per bucket, rejected ones per top reason (by their first enforced failure,
     ties by name; the rest as ``other``), collateral as one series; and the bucket size."""
@@ -263,7 +282,7 @@ def timeline(sv: SparkVerdicts, bucket_ms: int | None = None, max_buckets: int =
     return pa.table(cols), bucket_ms
 
 
-def producer_outcomes(sv: SparkVerdicts, sample_batches: pa.Table | None = None
+def producer_outcomes(sv: SparkFrames, sample_batches: pa.Table | None = None
                       ) -> OutcomeGroups:
     """Records per outcome per producer label (the local engine's labels): each record
     joined to its batch's verdict on (unit, topic, partition, batch offset), the first such
@@ -302,7 +321,7 @@ def producer_outcomes(sv: SparkVerdicts, sample_batches: pa.Table | None = None
     return OutcomeGroups(labels, counts)
 
 
-def record_reasons(sv: SparkVerdicts) -> RecordReasons:
+def record_reasons(sv: SparkFrames) -> RecordReasons:
     """Per record, in log order: coordinates, outcome code, reason code (one collect of four
     integer columns per record — the one record-level answer)."""
     import pyarrow.compute as pc
@@ -320,7 +339,7 @@ def record_reasons(sv: SparkVerdicts) -> RecordReasons:
                          labels)
 
 
-def top_failures(sv: SparkVerdicts, limit: int = 50, masked: Mapping[str, str] | None = None
+def top_failures(sv: SparkFrames, limit: int = 50, masked: Mapping[str, str] | None = None
                  ) -> pa.Table:
     """The most frequent (rule, code, message): one Spark aggregation, ``limit`` rows
     collected.  ``masked`` replaces a rule's messages before grouping (a CASE on the rule
@@ -370,7 +389,7 @@ def query_filter(query: RecordQuery) -> Column:
     return cond
 
 
-def find(sv: SparkVerdicts, query: RecordQuery, start: int, limit: int,
+def find(sv: SparkFrames, query: RecordQuery, start: int, limit: int,
          matches: int | None) -> RecordPage:
     """A page of the refused records matching ``query`` in log order (a filter, an ordered
     ``offset``/``limit``, and a count unless ``matches`` is known)."""
@@ -386,7 +405,7 @@ def find(sv: SparkVerdicts, query: RecordQuery, start: int, limit: int,
     return RecordPage(rows, matches)
 
 
-def lookup(sv: SparkVerdicts, partition: int, offset: int, topic: str | None = None
+def lookup(sv: SparkFrames, partition: int, offset: int, topic: str | None = None
            ) -> RecordLookup | None:
     """One record's verdict (the first in log order at these coordinates), its batch's
     verdict and the failures of its batch: three filtered collects of a few rows."""

@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kqlab.validate.verdict_tables import RECORD_VERDICTS_SCHEMA, batch_ids
 from kqlab.validate.view import (
     OUTCOME_CODES,
     REASONS_SCHEMA,
@@ -143,8 +144,6 @@ class LocalAggregates:
         batch, so a change of topic, partition or batch offset starts the next one)."""
         if self.codes is not None:
             return self.codes.batch_ids()
-        from kqlab.validate.verdicts import batch_ids
-
         return batch_ids(self.table)
 
     @cached_property
@@ -401,8 +400,6 @@ class LocalAggregates:
     def examples(self, rule: str | None = None, limit: int = 10) -> pa.Table:
         """Up to ``limit`` failing records per rule (or of ``rule``) in log order: the record
         verdict columns plus ``example_rule``, ordered by rule then log order."""
-        from kqlab.validate.verdicts import RECORD_VERDICTS_SCHEMA
-
         schema = pa.schema([*RECORD_VERDICTS_SCHEMA, ("example_rule", pa.string())])
         parents, rules, _, _ = self.failures
         valid = pc.is_valid(rules) if len(rules) else pa.array([], pa.bool_())
