@@ -109,6 +109,12 @@ class Replayer:
             self._rule_cache.clear()
         return self._ctx
 
+    def context(self, policy: Policy) -> EvalContext:
+        """The evaluation context of ``policy``'s key/value formats (decoded columns cached
+        with the sample): rule suggestion reads its statistics here, so the replay that rates
+        the suggestions decodes nothing twice."""
+        return self._context(policy)
+
     def evaluate(self, policy: Policy) -> dict[str, RuleResult]:
         """Every rule's result, reusing cached results for rules that did not change."""
         ctx = self._context(policy)

@@ -1,23 +1,27 @@
-"""Rule suggestion: propose a starting policy from a sample, each rule with its rejection rate.
+"""Rule suggestion: propose a starting policy from a sample, each rule with the replay's counts.
 
-:func:`suggest` takes statistics of a sample (a records table, a
-:class:`~kqlab.validate.Sample`, a snapshot folder or log segments) decoded with a policy's
-key/value formats and proposes
-catalog rules — the sample's invariants, each *evaluated with the real validator* on that same
-sample so it carries the number of records it would reject and up to ``max_examples`` of them
-(partition, offset, message).  With an Avro schema source it also derives rules from the
-registered schema (non-null fields, types, enums, logical types).  :meth:`Suggestions.accept`
-appends the chosen ones to a policy as normal rules.
+:func:`suggest` takes statistics of a sample — whatever ``kqlab replay`` reads: a records
+table, a :class:`~kqlab.validate.Sample` or :class:`~kqlab.validate.Replayer`, a snapshot
+folder, log segments or a log directory — decoded with a policy's key/value formats, proposes
+catalog rules (the sample's invariants), then **replays** the policy with every candidate
+appended: the numbers a suggestion carries (records failing it, rejected, evaluation errors,
+up to ``max_examples`` failing records with their message) are the verdict core's own, the
+ones ``kqlab replay`` prints for the written policy, never a re-derivation.  With an Avro
+schema source it also derives rules from the registered schema (non-null fields, types,
+enums, logical types).  Candidates equivalent to a rule the policy already has are not
+proposed (:func:`~kqlab.validate.suggestions.equivalent`; they are listed as duplicates).
+:meth:`Suggestions.accept` appends the chosen ones to a policy as normal rules.
 
 What is proposed, and the thresholds (the defaults; all are parameters):
 
 * **presence** — ``key_required`` (``allow_empty: false`` when no key is empty) and
   ``value_required`` when at most ``max_rejection`` of the records lack one;
 * **wire** — ``magic_byte`` when values are Confluent-framed, ``schema_id_registered`` (with
-  a schema source) and ``schema_id_allowed`` listing the ids seen at least ``min_support``
-  times (and registered, when a source can say);
+  a schema source) and ``schema_id_allowed`` listing the ids of the value set (below; and
+  registered, when a source can say);
 * **headers** — ``header_required`` for every header name on all but ``max_rejection`` of the
-  records; ``header_values`` for headers with at most ``max_categories`` values that recur;
+  records; ``header_values`` for headers whose value set has at most ``max_categories``
+  values;
 * **sizes** — ``key_size`` / ``value_size`` / ``headers_size`` with ``max`` = twice the
   (1 - ``max_rejection``) quantile rounded up to a power of two: head-room for growth, while
   the rare outliers (a 70 KB value among 100-byte ones) are exactly what it rejects;
@@ -27,36 +31,39 @@ What is proposed, and the thresholds (the defaults; all are parameters):
   the next power of ten above the (1 - ``max_rejection``) quantile — an order of magnitude of
   head-room, so only unit mix-ups and corrupt values fail — and no ``max`` for identifiers and
   times (names like ``*_id``, ``*_at``, ``ts``, or integers above 1e9), which only grow;
-  ``field_in`` for text fields whose values seen at least ``min_support`` times number at
-  most ``max_categories``;
+  ``field_in`` for text fields whose value set has at most ``max_categories`` values;
 * **schema** (Avro) — ``field_not_null`` for non-nullable fields, ``field_type`` for
   non-nullable fields (a nullable one cannot say "string or null"), ``field_in`` for enums,
   ``field_regex`` for ``uuid``, ``field_range`` for ``decimal``; dates and times decode to
   temporal values that have no JSON type, so they get ``field_not_null`` only.
 
+A **value set** holds the values seen at least ``min_support`` times *and* carried by at least
+``min_share`` of the records that have the field (header, schema id): a value a sliver of the
+sample carries is more often a defect than a category, and allowing it would bless the very
+records a rule should catch.  What is left out, how often it was seen and why, is listed on
+the suggestion (``left_out``) and in its evidence.
+
 A sample-derived suggestion that would reject more than ``max_rejection`` of the sample is
-dropped: such a rule describes a different population, not a defect.  Schema-derived ones are
-kept whatever their rate (the schema is the contract; the rate says how far the data is from
-it).  Order is fixed — presence, wire, headers, sizes, then fields by path — and ids are
-derived from content (``suggest.field_range.amount``), so the same sample always gives the
-same suggestions, in the same order, with the same numbers.
+dropped (and a note says so): such a rule describes a different population, not a defect.
+Schema-derived ones are kept whatever their rate (the schema is the contract; the rate says
+how far the data is from it).  Order is fixed — presence, wire, headers, sizes, then fields by
+path — and ids are derived from content (``suggest.field_range.amount``), so the same sample
+always gives the same suggestions, in the same order, with the same numbers.
 
 How: statistics come from Arrow/numpy kernels (:mod:`kqlab.validate.sample_stats`) over the
-records table and the decoded value column (one :class:`~kqlab.validate.context.EvalContext`,
-so values are decoded once); every candidate rule is then evaluated with the validator's own
-kernels (:func:`kqlab.validate.rules.evaluate_rule`) on that context — the rate a suggestion
-carries is the validator's verdict, never a re-derivation from the statistics.  The results
-are plain data (:mod:`kqlab.validate.suggestions`).  This sits above the policy model: the
-policy package declares rules, this reads samples to propose them.
+replay's own evaluation context (one :class:`~kqlab.validate.Replayer`, so values are decoded
+once and every rule result is cached for the replay that follows), restricted to the records
+a client produced (transaction markers are the coordinator's).  The results are plain data
+(:mod:`kqlab.validate.suggestions`).  This sits above the policy model: the policy package
+declares rules, this reads samples to propose them.
 """
 
 from __future__ import annotations
 
 import re
-import time
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -64,23 +71,37 @@ import pyarrow.compute as pc
 
 from kqlab.policy.model import Policy, Rule
 from kqlab.policy.plain_data import PlainData
-from kqlab.validate.context import EvalContext
-from kqlab.validate.rules import RuleEvaluationError, decodes, evaluate_rule
+from kqlab.validate.replayer import Replayer
+from kqlab.validate.rules import RuleEvaluationError, decodes
 from kqlab.validate.sample_stats import (
+    DataView,
+    ValueSet,
     as_number,
+    data_mask,
     pow2_ceil,
     pow10_ceil,
     quantiles,
-    recurring,
-    sample_records,
+    value_set,
 )
-from kqlab.validate.suggestions import RecordRef, Suggestion, Suggestions, suggestion_id
+from kqlab.validate.suggestions import (
+    Duplicate,
+    LeftOut,
+    RecordRef,
+    Suggestion,
+    Suggestions,
+    equivalent,
+    suggestion_id,
+)
 
 if TYPE_CHECKING:
     from kqlab.serde.schemas import ParsedSchema, SchemaResolver
     from kqlab.validate.sample_stats import SampleLike
+    from kqlab.validate.verdicts import Verdicts
 
-__all__ = ["suggest"]
+#: ``progress(stage)``: told when each stage of :func:`suggest` starts (the CLI's display)
+SuggestProgress = Callable[[str], None]
+
+__all__ = ["SuggestProgress", "suggest"]
 
 # Bounds are read at the (1 - max_rejection) quantile, so a bound never rejects more than the
 # share the caller accepts, on any sample size (a fixed 99.9th percentile is the maximum of a
@@ -106,6 +127,7 @@ class _Candidate:
     source: str
     evidence: str
     target: str = ""
+    left_out: tuple[LeftOut, ...] = field(default_factory=tuple)
 
     @property
     def order(self) -> tuple:
@@ -119,20 +141,39 @@ class _Candidate:
 class _Proposer:
     """Reads the sample's statistics section by section and collects candidate rules."""
 
-    def __init__(self, ctx: EvalContext, policy: Policy, *, max_rejection: float,
-                 max_categories: int, min_support: int) -> None:
+    def __init__(self, ctx: DataView, policy: Policy, resolver: SchemaResolver | None, *,
+                 max_rejection: float, max_categories: int, min_support: int,
+                 min_share: float) -> None:
         self.ctx = ctx
         self.policy = policy
+        self.resolver = resolver
         self.max_rejection = max_rejection
         self.max_categories = max_categories
         self.min_support = min_support
+        self.min_share = min_share
         self.out: list[_Candidate] = []
         self.notes: list[str] = []
 
     def add(self, kind: str, params: dict[str, PlainData], evidence: str,
-            target: str | None = None, source: str = "sample") -> None:
+            target: str | None = None, source: str = "sample",
+            left_out: tuple[LeftOut, ...] = ()) -> None:
         rule = Rule(id=suggestion_id(kind, target), kind=kind, params=params)
-        self.out.append(_Candidate(rule, source, evidence, target or ""))
+        self.out.append(_Candidate(rule, source, evidence, target or "", left_out))
+
+    def value_set(self, arr: pa.Array) -> ValueSet:
+        return value_set(arr, self.min_support, self.min_share)
+
+    def value_set_evidence(self, what: str, vs: ValueSet) -> tuple[str, tuple[LeftOut, ...]]:
+        """The evidence of a value-set rule (how many values, which left out, why)."""
+        left = tuple(LeftOut(value=v, count=c, reason=r) for v, c, r in vs.left_out)
+        text = (f"{what}: {vs.distinct} distinct value(s) in {vs.total}, {len(vs.keep)} seen "
+                f"at least {self.min_support} times on at least {100 * self.min_share:g} % "
+                "of them")
+        if left:
+            shown = ", ".join(f"{v.value!r} ({v.reason})" for v in left[:5])
+            more = f" and {len(left) - 5} more" if len(left) > 5 else ""
+            text += f"; left out as rare: {shown}{more}"
+        return text, left
 
     def share(self, mask: np.ndarray) -> float:
         return float(mask.mean()) if len(mask) else 0.0
@@ -183,15 +224,15 @@ class _Proposer:
                 self.add("header_required", {"name": name},
                          f"{carriers} of {n} records carry header {name!r}", name)
             values = h.values.filter(pa.array(mask))
-            text = pc.cast(values, pa.string(), safe=False) if len(values) else values
             try:
-                keep, k, total = recurring(text, self.min_support)
+                text = pc.cast(values, pa.string()) if len(values) else values
+                vs = self.value_set(text)
             except (pa.ArrowInvalid, pa.ArrowTypeError):
-                continue
-            if 0 < k <= self.max_categories and k < len(values):
-                self.add("header_values", {"name": name, "values": keep},
-                         f"header {name!r}: {total} distinct value(s), {k} seen at least "
-                         f"{self.min_support} times", name)
+                continue  # binary header values: no text value set
+            if 0 < len(vs.keep) <= self.max_categories and len(vs.keep) < len(values):
+                evidence, left = self.value_set_evidence(f"header {name!r}", vs)
+                self.add("header_values", {"name": name, "values": vs.keep}, evidence, name,
+                         left_out=left)
 
     def wire(self) -> None:
         fmt = self.policy.value
@@ -202,45 +243,42 @@ class _Proposer:
         if not present.any():
             return
         info = ctx.wire("value")
-        framed = np.asarray(info.framed, dtype=bool)
+        framed = info.framed & present
         n = int(present.sum())
-        share_unframed = 1 - int((framed & present).sum()) / n
-        if share_unframed > self.max_rejection:
+        if 1 - int(framed.sum()) / n > self.max_rejection:
             return
-        self.add("magic_byte", {}, f"{int((framed & present).sum())} of {n} values start with "
-                 "the Confluent magic byte")
-        ids = info.schema_id.fill_null(-1).to_numpy(zero_copy_only=False) \
-            if isinstance(info.schema_id, pa.Array) else np.asarray(info.schema_id)
-        ids = ids[framed & present].astype(np.int64)
+        self.add("magic_byte", {}, f"{int(framed.sum())} of {n} values start with the "
+                 "Confluent magic byte")
+        ids = info.schema_id[framed]
         seen, counts = np.unique(ids, return_counts=True)
-        usable = [int(i) for i, c in zip(seen.tolist(), counts.tolist(), strict=True)
-                  if c >= self.min_support]
         subject = fmt.schemas.subject if fmt.schemas is not None else None
-        if ctx.resolver is not None:
+        if self.resolver is not None:
             self.add("schema_id_registered", {"subject": subject} if subject else {},
                      f"schema ids seen: {', '.join(map(str, seen.tolist()))}")
-            usable = [i for i in usable if ctx.resolver.is_registered(i, subject)]
+        vs = self.value_set(pa.array([str(i) for i in ids.tolist()], pa.string()))
+        left = list(vs.left_out)
+        usable = sorted(int(i) for i in vs.keep)
+        if self.resolver is not None:
+            unregistered = [i for i in usable if not self.resolver.is_registered(i, subject)]
+            left += [(str(i), int(counts[seen == i][0]), "not registered"
+                      + (f" under {subject}" if subject else "")) for i in unregistered]
+            usable = [i for i in usable if i not in unregistered]
         if usable and len(usable) <= self.max_categories:
-            self.add("schema_id_allowed", {"ids": usable},
-                     "schema ids seen: " + ", ".join(f"{i} ({c})" for i, c in
-                                                     zip(seen.tolist(), counts.tolist(),
-                                                         strict=True)))
+            evidence, left_out = self.value_set_evidence(
+                "schema ids", ValueSet([str(i) for i in usable], left, vs.distinct, vs.total))
+            self.add("schema_id_allowed", {"ids": usable}, evidence, left_out=left_out)
 
     # -- fields -----------------------------------------------------------------------------
     def fields(self) -> None:
         fmt = self.policy.value
         if fmt.format not in ("json", "avro") or not decodes(fmt):
             return
-        ctx = self.ctx
-        decoded = ctx.decoded("value")
-        if decoded.fallback:
-            self.notes.append(f"value fields not measured: {decoded.fallback}")
+        records, fallback = self.ctx.decoded_values("value")
+        if records is None:
+            self.notes.append(f"value fields not measured: {fallback}")
             return
-        ok = ~ctx.decode_failed("value") & (ctx.value_size >= 0)
-        values = decoded.values
-        if not pa.types.is_struct(values.type) or not ok.any():
+        if not pa.types.is_struct(records.type) or not len(records):
             return
-        records = values.filter(pa.array(ok))
         if isinstance(records, pa.StructArray):  # it is: a struct type makes a StructArray
             self._walk(records, "", 1)
 
@@ -265,11 +303,11 @@ class _Proposer:
                 and nulls < n:
             self._range(arr, path)
         elif pa.types.is_string(t) or pa.types.is_large_string(t):
-            keep, k, total = recurring(arr, self.min_support)
-            if 0 < k <= self.max_categories and k < n - nulls:
-                self.add("field_in", {"field": path, "values": keep},
-                         f"{path}: {total} distinct value(s), {k} seen at least "
-                         f"{self.min_support} times", path)
+            vs = self.value_set(arr)
+            if 0 < len(vs.keep) <= self.max_categories and len(vs.keep) < n - nulls:
+                evidence, left = self.value_set_evidence(path, vs)
+                self.add("field_in", {"field": path, "values": vs.keep}, evidence, path,
+                         left_out=left)
 
     def _range(self, arr: pa.Array, path: str) -> None:
         values = pc.cast(arr.drop_null(), pa.float64()).to_numpy(zero_copy_only=False)
@@ -294,7 +332,7 @@ class _Proposer:
 
     # -- the registered schema --------------------------------------------------------------
     def schema(self) -> None:
-        fmt, resolver = self.policy.value, self.ctx.resolver
+        fmt, resolver = self.policy.value, self.resolver
         if fmt.format != "avro" or resolver is None:
             return
         from kqlab.serde.schemas import SchemaNotFound, SchemaSourceError
@@ -320,12 +358,11 @@ class _Proposer:
             self._schema_record(schema, "", 1, what)
 
     def _most_used_schema(self) -> ParsedSchema | None:
-        resolver = self.ctx.resolver
+        resolver = self.resolver
         if resolver is None:
             return None
         info = self.ctx.wire("value")
-        framed = np.asarray(info.framed, dtype=bool)
-        ids = info.schema_id.fill_null(-1).to_numpy(zero_copy_only=False)[framed]
+        ids = info.schema_id[info.framed]
         for sid in np.unique(ids)[np.argsort(-np.unique(ids, return_counts=True)[1],
                                              kind="stable")].tolist():
             if resolver.is_registered(int(sid)):
@@ -407,38 +444,48 @@ def _merge(candidates: list[_Candidate]) -> list[_Candidate]:
             continue
         keep, other = (c, old) if c.source == "schema" else (old, c)
         by_id[c.rule.id] = _Candidate(keep.rule, "schema+sample",
-                                      f"{keep.evidence}; {other.evidence}", keep.target)
+                                      f"{keep.evidence}; {other.evidence}", keep.target,
+                                      keep.left_out)
     return sorted(by_id.values(), key=lambda c: (c.order, c.rule.id))
 
 
 def suggest(sample: SampleLike, policy: Policy | None = None, *, now: int | None = None,
-            resolver: SchemaResolver | None = None, max_rejection: float = 0.01,
-            max_examples: int = 5,
-            max_categories: int = 20, min_support: int = 2, schema: bool = True
-            ) -> Suggestions:
+            resolver: SchemaResolver | None = None, framing: str | None = None,
+            max_rejection: float = 0.01, max_examples: int = 5, max_categories: int = 20,
+            min_support: int = 2, min_share: float = 0.02, schema: bool = True,
+            progress: SuggestProgress | None = None) -> Suggestions:
     """Propose rules from ``sample`` decoded with ``policy``'s formats (see the module doc).
 
     Parameters
     ----------
     sample
-        A records table, a :class:`~kqlab.validate.Sample`, a snapshot folder, or a log
-        segment file / partition folder.  Records of transaction-marker batches are left out.
+        Whatever :func:`~kqlab.validate.replay` reads: a log segment file, a partition
+        folder, a log directory, a snapshot folder, a records table, a
+        :class:`~kqlab.validate.Sample` — or a :class:`~kqlab.validate.Replayer`, whose
+        decoded columns and cached rule results are then shared.
     policy
-        Supplies the key/value formats (and schema source) the values are decoded with;
-        ``None``: bytes, nothing decoded (no field suggestions).
+        Supplies the key/value formats (and schema source) the values are decoded with, and
+        the rules the suggestions are replayed with (a candidate equivalent to one of them is
+        not proposed); ``None``: bytes, nothing decoded (no field suggestions).
     now
-        The clock for rules that read it (default: the wall clock).
+        The broker clock of the replay (default: the wall clock).
     resolver
         A :class:`~kqlab.serde.SchemaResolver` (default: from ``policy.value.schemas``).
+    framing
+        The replay's framing (``exact``, ``single``, ``linger``); default ``exact``, or
+        ``single`` for a records table or a snapshot of records read through a consumer.
     max_rejection
         Sample-derived suggestions that would reject a larger share are dropped.
     max_examples
-        How many rejected records each suggestion names.
-    max_categories, min_support
-        ``field_in`` / ``header_values`` / ``schema_id_allowed`` list values seen at least
-        ``min_support`` times, and only when there are at most ``max_categories`` of them.
+        How many failing records each suggestion names.
+    max_categories, min_support, min_share
+        ``field_in`` / ``header_values`` / ``schema_id_allowed`` allow the values seen at
+        least ``min_support`` times and on at least ``min_share`` of the records that carry
+        one, and are proposed only when there are at most ``max_categories`` of them.
     schema
         Also derive rules from the registered Avro schema.
+    progress
+        Called with the name of each stage as it starts (for a progress display).
 
     Examples
     --------
@@ -458,25 +505,33 @@ def suggest(sample: SampleLike, policy: Policy | None = None, *, now: int | None
     """
     if not 0 <= max_rejection <= 1:
         raise ValueError(f"max_rejection is a share of the sample, 0 to 1, not {max_rejection}")
+    if not 0 <= min_share <= 1:
+        raise ValueError(f"min_share is a share of the values, 0 to 1, not {min_share}")
     if max_examples < 0 or max_categories < 1 or min_support < 1:
         raise ValueError("max_examples must be >= 0, max_categories and min_support >= 1")
     policy = policy or Policy(name="suggested")
-    records = sample_records(sample)
+    step = progress or (lambda _stage: None)
+    step("reading the sample")
+    replayer = sample if isinstance(sample, Replayer) else Replayer(
+        sample, now=now, framing=_framing_of(sample, framing), resolver=resolver)
+    if resolver is None:
+        resolver = replayer.resolver
     if resolver is None and policy.value.schemas is not None:
         from kqlab.serde.schemas import SchemaResolver
 
         resolver = SchemaResolver.from_source(policy.value.schemas)
-    now = int(time.time() * 1000) if now is None else int(now)
-    ctx = EvalContext(records, now, None, value_format=policy.value, key_format=policy.key,
-                      resolver=resolver)
     settings: dict[str, PlainData] = {
         "max_rejection": max_rejection, "max_examples": max_examples,
-        "max_categories": max_categories, "min_support": min_support}
-    n = ctx.n
-    if not n:
-        return Suggestions((), 0, settings, ("the sample has no records",))
-    proposer = _Proposer(ctx, policy, max_rejection=max_rejection,
-                         max_categories=max_categories, min_support=min_support)
+        "max_categories": max_categories, "min_support": min_support, "min_share": min_share,
+        "framing": replayer.sample.framing, "now": replayer.now}
+    smp = replayer.sample
+    view = DataView(replayer.context(policy), data_mask(smp.records, smp.batches))
+    if not view.n:
+        return Suggestions((), smp.records.num_rows, settings, ("the sample has no records",))
+    step("measuring the sample")
+    proposer = _Proposer(view, policy, resolver, max_rejection=max_rejection,
+                         max_categories=max_categories, min_support=min_support,
+                         min_share=min_share)
     proposer.presence()
     proposer.wire()
     proposer.headers()
@@ -484,23 +539,100 @@ def suggest(sample: SampleLike, policy: Policy | None = None, *, now: int | None
     proposer.fields()
     if schema:
         proposer.schema()
-    topic = records.column("topic")
-    part = records.column("partition")
-    offset = records.column("offset")
-    out: list[Suggestion] = []
-    for c in _merge(proposer.out):
-        try:
-            result = evaluate_rule(ctx, c.rule)
+    candidates, duplicates = _new_candidates(_merge(proposer.out), policy, proposer.notes)
+    step("evaluating the candidate rules")
+    usable = []
+    for c in candidates:
+        try:  # each alone first: one that cannot run must not stop the replay of the others
+            replayer.evaluate(policy.with_rules([c.rule]))
         except RuleEvaluationError as exc:
             proposer.notes.append(f"{c.rule.id} not suggested: {exc}")
             continue
-        rejected = result.count
-        if c.source == "sample" and rejected / n > max_rejection:
+        usable.append(c)
+    step("replaying the policy with the suggestions")
+    trial = replayer.run(policy.with_rules([*policy.rules, *(c.rule for c in usable)]))
+    counts = {r["rule"]: r for r in trial.rules.to_pylist()}
+    n = trial.records.num_rows
+    kept = []
+    for c in usable:
+        failed = counts[c.rule.id]["failed_records"]
+        if c.source == "sample" and n and failed / n > max_rejection:
+            proposer.notes.append(
+                f"{c.rule.id} not suggested: it fails {failed} of {n} records "
+                f"({100 * failed / n:.2g} %, more than max_rejection {100 * max_rejection:g} %)")
             continue
-        idx = result.failing[:max_examples].tolist()
-        examples = tuple(RecordRef(topic=topic[i].as_py(), partition=part[i].as_py(),
-                                   offset=offset[i].as_py(), message=result.messages[k])
-                         for k, i in enumerate(idx))
+        kept.append(c)
+    final = trial if len(kept) == len(usable) else replayer.run(
+        policy.with_rules([*policy.rules, *(c.rule for c in kept)]))
+    baseline = replayer.run(policy).by_outcome() if kept else final.by_outcome()
+    return Suggestions(_rated(kept, final, max_examples), final.records.num_rows, settings,
+                       tuple(proposer.notes), duplicates, final.by_outcome(), baseline)
+
+
+def _framing_of(sample: Any, framing: str | None) -> str:
+    """The framing asked for, or the one a sample has: records tables and snapshots of
+    consumed records have no batches of their own (rebuilt one record per batch)."""
+    if framing is not None:
+        return framing
+    if isinstance(sample, pa.Table):
+        return "single"
+    from pathlib import Path
+
+    from kqlab.sources.files import Snapshot, is_snapshot
+
+    if isinstance(sample, str | Path) and is_snapshot(sample):
+        sample = Snapshot.open(sample)
+    if isinstance(sample, Snapshot) and sample.framing != "exact":
+        return "single"
+    return "exact"
+
+
+def _new_candidates(candidates: list[_Candidate], policy: Policy, notes: list[str]
+                    ) -> tuple[list[_Candidate], tuple[Duplicate, ...]]:
+    """The candidates the policy does not check yet; the others as duplicates (equivalent to
+    one of its rules) or notes (an accepted suggestion's id, since edited)."""
+    have = {r.id for r in policy.rules}
+    out, duplicates = [], []
+    for c in candidates:
+        twin = next((r for r in policy.rules if equivalent(r, c.rule)), None)
+        if twin is not None:
+            duplicates.append(Duplicate(id=c.rule.id, rule=twin.id))
+        elif c.rule.id in have:
+            notes.append(f"{c.rule.id} not suggested: the policy has a rule with this id that "
+                         f"checks something else (the sample suggests {_params(c.rule)})")
+        else:
+            out.append(c)
+    return out, tuple(duplicates)
+
+
+def _params(rule: Rule) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in rule.to_dict().items() if k not in ("id", "kind"))
+
+
+def _rated(kept: list[_Candidate], verdicts: Verdicts, max_examples: int
+           ) -> tuple[Suggestion, ...]:
+    """Each kept candidate with the replay's counts and its first failing records."""
+    counts = {r["rule"]: r for r in verdicts.rules.to_pylist()}
+    n = verdicts.records.num_rows
+    records = verdicts.records
+    failures = records.column("failures").combine_chunks()
+    flat = pc.list_flatten(failures)
+    parent = pc.list_parent_indices(failures).to_numpy(zero_copy_only=False)
+    ids = [c.rule.id for c in kept]
+    which = pc.index_in(flat.field("rule"), value_set=pa.array(ids, pa.string())
+                        ).fill_null(-1).to_numpy(zero_copy_only=False)
+    messages = flat.field("message")
+    topic, part, offset = (records.column(c) for c in ("topic", "partition", "offset"))
+    out = []
+    for k, c in enumerate(kept):
+        rows = np.flatnonzero(which == k)[:max_examples]
+        examples = tuple(RecordRef(topic=topic[int(parent[i])].as_py(),
+                                   partition=part[int(parent[i])].as_py(),
+                                   offset=offset[int(parent[i])].as_py(),
+                                   message=messages[int(i)].as_py()) for i in rows)
+        row = counts[c.rule.id]
         out.append(Suggestion(rule=c.rule, source=c.source, evidence=c.evidence, records=n,
-                              rejected=rejected, examples=examples))
-    return Suggestions(tuple(out), n, settings, tuple(proposer.notes))
+                              failed=row["failed_records"], rejected=row["rejected_records"],
+                              evaluation_errors=row["evaluation_errors"], examples=examples,
+                              left_out=c.left_out))
+    return tuple(out)

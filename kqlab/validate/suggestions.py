@@ -1,11 +1,14 @@
 """Rule suggestions as data: a proposed rule with what it would do to the sample it came from.
 
 :func:`kqlab.validate.rule_suggestion.suggest` computes them from a sample (statistics by Arrow
-kernels, each candidate rated by the validator's own rule kernels); this module holds only the
-results — :class:`Suggestion`, :class:`Suggestions`, the rejected :class:`RecordRef` examples —
-and :func:`accept`, which appends chosen suggestions to a policy as ordinary rules.  Ids are
-derived from content (:func:`suggestion_id`), so the same sample always gives the same ids.
-Nothing here imports pyarrow: a widget or a JSON report can hold suggestions without it.
+kernels, then the policy with every candidate *replayed*, so each count is the verdict core's
+own, the number ``kqlab replay`` prints for that rule); this module holds only the results —
+:class:`Suggestion`, :class:`Suggestions`, the rejected :class:`RecordRef` examples, the rare
+values a value set left out (:class:`LeftOut`), the candidates the policy already has
+(:class:`Duplicate`, found by :func:`equivalent`) — and :func:`accept`, which appends chosen
+suggestions to a policy as ordinary rules.  Ids are derived from content
+(:func:`suggestion_id`), so the same sample always gives the same ids.  Nothing here imports
+pyarrow: a widget or a JSON report can hold suggestions without it.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from dataclasses import dataclass, field
 from kqlab.policy.model import Policy, Rule, thaw
 from kqlab.policy.plain_data import PlainData
 
-__all__ = ["RecordRef", "Suggestion", "Suggestions", "accept", "suggestion_id"]
+__all__ = ["Duplicate", "LeftOut", "RecordRef", "Suggestion", "Suggestions", "accept",
+           "equivalent", "suggestion_id"]
 
 #: what a suggestion's id starts with (rule ids of accepted suggestions keep it)
 ID_PREFIX = "suggest"
@@ -62,13 +66,42 @@ class RecordRef:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LeftOut:
+    """A value a suggested value set does not allow because the sample barely carries it."""
+
+    value: str
+    count: int
+    reason: str
+
+    def to_dict(self) -> dict[str, PlainData]:
+        """Plain data for JSON output."""
+        return {"value": self.value, "count": self.count, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Duplicate:
+    """A candidate not proposed because the policy's rule ``rule`` already checks the same."""
+
+    id: str
+    rule: str
+
+    def to_dict(self) -> dict[str, PlainData]:
+        """Plain data for JSON output."""
+        return {"id": self.id, "rule": self.rule}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Suggestion:
     """A proposed rule, with what it would do to the sample it came from.
 
     ``rule`` is a normal catalog :class:`~kqlab.policy.model.Rule` with a stable id;
     ``source`` says where it came from (``sample``, ``schema`` or ``schema+sample``) and
-    ``evidence`` what was observed; ``rejected`` of ``records`` fail it (evaluated by the
-    validator's own rule kernels), ``examples`` are the first of them in sample order.
+    ``evidence`` what was observed.  The counts are the replay's, for the policy with the
+    suggestions appended (its ``rules`` table, what ``kqlab replay`` prints): ``failed`` of
+    the ``records`` replayed fail the rule, ``rejected`` of those were rejected,
+    ``evaluation_errors`` could not be judged; ``examples`` are the first failing records in
+    log order, with the replay's message.  ``left_out`` lists the rare values a value set
+    (``field_in``, ``header_values``, ``schema_id_allowed``) does not allow, and why.
     """
 
     rule: Rule
@@ -76,7 +109,14 @@ class Suggestion:
     evidence: str
     records: int
     rejected: int
+    failed: int | None = None
+    evaluation_errors: int = 0
     examples: tuple[RecordRef, ...] = ()
+    left_out: tuple[LeftOut, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.failed is None:
+            object.__setattr__(self, "failed", self.rejected)
 
     @property
     def id(self) -> str:
@@ -91,19 +131,30 @@ class Suggestion:
     def to_dict(self) -> dict[str, PlainData]:
         """Plain data for ``kqlab suggest --json``."""
         return {"id": self.id, "rule": thaw(self.rule.to_dict()), "source": self.source,
-                "evidence": self.evidence, "records": self.records, "rejected": self.rejected,
+                "evidence": self.evidence, "records": self.records, "failed": self.failed,
+                "rejected": self.rejected, "evaluation_errors": self.evaluation_errors,
                 "rejection_rate": round(self.rejection_rate, 6),
-                "examples": [e.to_dict() for e in self.examples]}
+                "examples": [e.to_dict() for e in self.examples],
+                "left_out": [v.to_dict() for v in self.left_out]}
 
 
 @dataclass(frozen=True, slots=True)
 class Suggestions:
-    """The suggestions for one sample, in their fixed order (iterable, indexable by id)."""
+    """The suggestions for one sample, in their fixed order (iterable, indexable by id).
+
+    ``records`` is how many records the replay judged; ``outcomes`` the replay's outcome
+    counts for the policy with every suggestion appended and ``baseline`` for the policy as
+    given (both ``Verdicts.by_outcome()``); ``duplicates`` the candidates the policy already
+    checks; ``notes`` what was measured or dropped, and why.
+    """
 
     items: tuple[Suggestion, ...]
     records: int
     settings: dict[str, PlainData] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    duplicates: tuple[Duplicate, ...] = ()
+    outcomes: dict[str, int] = field(default_factory=dict)
+    baseline: dict[str, int] = field(default_factory=dict)
 
     def __iter__(self) -> Iterator[Suggestion]:
         return iter(self.items)
@@ -140,7 +191,10 @@ class Suggestions:
     def to_dict(self) -> dict[str, PlainData]:
         """The ``kqlab suggest --json`` document."""
         return {"records": self.records, "settings": dict(self.settings),
-                "suggestions": [s.to_dict() for s in self.items], "notes": list(self.notes)}
+                "suggestions": [s.to_dict() for s in self.items],
+                "duplicates": [d.to_dict() for d in self.duplicates],
+                "outcomes": dict(self.outcomes), "baseline": dict(self.baseline),
+                "notes": list(self.notes)}
 
 
 def accept(policy: Policy, suggestions: Iterable[Suggestion], ids: Iterable[str] | None = None
@@ -171,3 +225,39 @@ def accept(policy: Policy, suggestions: Iterable[Suggestion], ids: Iterable[str]
         items = [s for s in items if s.id in chosen]
     have = {r.id for r in policy.rules}
     return policy.with_rules([*policy.rules, *(s.rule for s in items if s.id not in have)])
+
+
+#: parameters whose value is a set (order and repetition carry no meaning)
+_SET_PARAMS = frozenset({"values", "ids"})
+
+
+def equivalent(a: Rule, b: Rule) -> bool:
+    """True when ``a`` and ``b`` check the same thing: same kind, same precondition, same
+    parameters (catalog defaults filled in, value sets compared as sets).  Ids, messages,
+    severity, mode and examples do not change what is checked.
+
+    Examples
+    --------
+    >>> status = Rule(id="status-known", kind="field_in",
+    ...               params={"field": "status", "values": ["NEW", "PAID"]})
+    >>> equivalent(status, Rule(id="suggest.field_in.status", kind="field_in",
+    ...                         params={"field": "status", "values": ["PAID", "NEW"]}))
+    True
+    >>> equivalent(status, Rule(id="x", kind="field_in",
+    ...                         params={"field": "status", "values": ["NEW"]}))
+    False
+    """
+    if a.kind != b.kind or (a.when or None) != (b.when or None):
+        return False
+    names = {p.name for p in a.spec.params} | set(a.params) | set(b.params)
+    return all(_same(name, a.param(name), b.param(name)) for name in names)
+
+
+def _same(name: str, x: PlainData, y: PlainData) -> bool:
+    if name in _SET_PARAMS and isinstance(x, list | tuple) and isinstance(y, list | tuple):
+        return {repr(v) for v in x} == {repr(v) for v in y}
+    if isinstance(x, list | tuple) and isinstance(y, list | tuple):
+        return len(x) == len(y) and all(_same("", u, v) for u, v in zip(x, y, strict=True))
+    if isinstance(x, bool) or isinstance(y, bool):
+        return x is y
+    return x == y

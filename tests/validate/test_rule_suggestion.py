@@ -71,9 +71,14 @@ def test_the_planted_demo_faults_are_what_suggestions_reject(demo, found):
     assert (amount.rule.param("min"), amount.rule.param("max")) == (0, 1000)
     assert [json.loads(_value_at(folder, e.offset)[0])["amount"] for e in amount.examples] \
         == [-4.99]
-    status = found["suggest.field_in.status"]
+    # the policy's status-known allows these very values: not proposed again ...
+    assert "suggest.field_in.status" not in found.ids
+    assert {d.id: d.rule for d in found.duplicates}["suggest.field_in.status"] == "status-known"
+    # ... but proposed from the same sample without the policy's rules
+    status = suggest(folder, demo[1].with_rules([]), now=NOW)["suggest.field_in.status"]
     assert status.rule.param("values") == ("CANCELLED", "NEW", "PAID", "SHIPPED")
     assert b'"REFUNDED"' in _value_at(folder, status.examples[0].offset)[0]
+    assert [(v.value, v.count) for v in status.left_out] == [("REFUNDED", 1)]
     key = found["suggest.key_required"]
     assert key.rejected == 1 and _value_at(folder, key.examples[0].offset)[1] is None
     assert key.examples[0].message == "record has no key"
@@ -118,9 +123,15 @@ def test_avro_topic_suggestions_include_schema_ids_and_the_registered_schema(tmp
     v1, v2 = demo.schema_ids["v1"], demo.schema_ids["v2"]
     allowed = got["suggest.schema_id_allowed"]
     assert allowed.rule.param("ids") == (v1, v2)
-    registered = got["suggest.schema_id_registered"]
+    # the policy's own schema-registered rule checks that already: not proposed again
+    assert {d.id: d.rule for d in got.duplicates}["suggest.schema_id_registered"] == \
+        "schema-registered"
+    registered = suggest(demo.folders["orders-0"], policy.with_rules([]), now=NOW)[
+        "suggest.schema_id_registered"]
     assert registered.rule.param("subject") == "orders-value"
     assert [e.message for e in registered.examples] == ["schema id 4243 is not registered"]
+    # the unregistered id is left out of the allowed ids, and the suggestion says why
+    assert [(v.value, v.count) for v in allowed.left_out] == [("4243", 1)]
     assert got["suggest.field_not_null.order_id"].source == "schema+sample"
     assert got["suggest.field_type.amount"].source == "schema"
     assert "suggest.field_type.customer_id" not in got.ids  # nullable: no single type
@@ -207,9 +218,14 @@ def test_snapshots_and_tables_give_the_same_suggestions(demo, found, tmp_path):
     snap = snapshot_from_segments(folder, tmp_path / "snap")
     assert suggest(snap.path, policy, now=NOW).to_dict() == found.to_dict()
     log = read_log(folder)
-    # a raw records table keeps the transaction markers: the markers have no key
+    # a raw records table has no batches to say which records are transaction markers: the
+    # replay (one record per rebuilt batch) judges the 2 markers as data, without headers
     table = suggest(log.records, policy, now=NOW)
-    assert table.records == found.records + 2
+    assert table.records == found.records == log.records.num_rows == 352
+    assert table.settings["framing"] == "reconstructed:single"
+    assert found.settings["framing"] == "exact"
+    source = "suggest.header_required.source"
+    assert table[source].failed == found[source].failed + 2
 
 
 def test_empty_sample_and_helpers():
@@ -225,10 +241,101 @@ def test_cli_suggest_json_text_and_write(demo, tmp_path, capsys):
     assert main(["suggest", str(folder), "--policy", policy, "--now", str(NOW), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     ids = [s["id"] for s in doc["suggestions"]]
-    assert "suggest.value_size" in ids and doc["records"] == 350
+    # the records the replay judges (transaction markers included), as kqlab replay says
+    assert "suggest.value_size" in ids and doc["records"] == 352
     out = tmp_path / "suggested.yaml"
     assert main(["suggest", str(folder), "--policy", policy, "--now", str(NOW),
                  "--write", str(out)]) == 0
     text = capsys.readouterr().out
     assert "would reject orders-0@" in text and "suggest.field_range.amount" in text
     assert [r.id for r in load_policy(out).rules][-len(ids):] == ids
+
+
+# -- regressions (issue 16): counts from the replay, no duplicates, rare values left out ---------
+def test_rules_the_policy_already_has_are_not_proposed_again(demo, found):
+    """The demo policy checks trace-id, the status set and the currency's presence: the
+    sample suggests the same checks, which are listed as duplicates, not proposed."""
+    folder, policy = demo
+    dup = {d.id: d.rule for d in found.duplicates}
+    assert dup == {"suggest.header_required.trace-id": "trace-id",
+                   "suggest.field_in.status": "status-known",
+                   "suggest.field_not_null.currency": "has-currency"}
+    assert not set(dup) & set(found.ids)
+    written = found.accept(policy)
+    from kqlab.validate.suggestions import equivalent
+
+    rules = written.rules
+    assert not [(a.id, b.id) for i, a in enumerate(rules) for b in rules[i + 1:]
+                if equivalent(a, b)]
+    # a second round on the written policy proposes nothing new
+    again = suggest(folder, written, now=NOW)
+    assert again.ids == () and {d.rule for d in again.duplicates} >= set(found.ids)
+
+
+def test_a_value_carried_by_one_percent_is_left_out_of_the_value_set():
+    """A planted defect on 1 % of the records (10 of 1000 say REFUNDED) recurs often enough
+    for min_support, but a value set allows only values on at least min_share (2 %) of the
+    records: REFUNDED is left out, listed with why, and the rule rejects exactly those 10."""
+    statuses = ["NEW", "PAID", "SHIPPED", "CANCELLED"]
+    rows = [{"topic": "t", "partition": 0, "offset": i, "timestamp": NOW, "timestamp_type": 0,
+             "key": b"k%d" % i, "batch_offset": i, "batch_index": 0, "headers": [],
+             "value": json.dumps({"status": "REFUNDED" if i % 100 == 7 else
+                                  statuses[i % 4]}).encode()} for i in range(1000)]
+    policy = loads_policy("kqlab: 1\nname: p\nvalue: {format: json}")
+    got = suggest(pa.Table.from_pylist(rows, schema=RECORDS_SCHEMA), policy, now=NOW)
+    status = got["suggest.field_in.status"]
+    assert status.rule.param("values") == ("CANCELLED", "NEW", "PAID", "SHIPPED")
+    assert [(v.value, v.count) for v in status.left_out] == [("REFUNDED", 10)]
+    assert status.left_out[0].reason == "carried by 1 % of the 1000 values (less than 2 %)"
+    assert "left out as rare: 'REFUNDED' (carried by 1 %" in status.evidence
+    assert status.rejected == status.failed == 10
+    assert {e.offset for e in status.examples} <= {i for i in range(1000) if i % 100 == 7}
+    # a lower threshold allows it again (the threshold is the caller's)
+    loose = suggest(pa.Table.from_pylist(rows, schema=RECORDS_SCHEMA), policy, now=NOW,
+                    min_share=0.005)["suggest.field_in.status"]
+    assert "REFUNDED" in loose.rule.param("values") and loose.rejected == 0
+    with pytest.raises(ValueError, match="min_share"):
+        suggest(pa.Table.from_pylist(rows, schema=RECORDS_SCHEMA), policy, min_share=2)
+
+
+def _orders_logdir(tmp_path):
+    """The demo topics' orders partitions as one log directory (docs/demo-defects.md)."""
+    demo = demo_topics.generate(tmp_path / "segments", NOW)
+    logdir = tmp_path / "orders-logdir"
+    logdir.mkdir()
+    for name, folder in demo.folders.items():
+        if name.startswith("orders-"):
+            (logdir / name).symlink_to(folder.resolve(), target_is_directory=True)
+    return demo, logdir
+
+
+def test_suggest_counts_are_the_replays_on_a_log_directory(tmp_path, capsys):
+    """kqlab suggest reads a log directory as replay does, and every number it prints is the
+    one kqlab replay prints for the written policy: records, outcomes, per rule failed /
+    rejected / evaluation errors."""
+    demo, logdir = _orders_logdir(tmp_path)
+    policy = str(tmp_path / "orders.yaml")
+    from kqlab.policy import save_policy
+
+    save_policy(demo_topics.load_policies()["orders"], policy)
+    out = tmp_path / "suggested.yaml"
+    assert main(["suggest", str(logdir), "--policy", policy, "--now", str(NOW), "--json",
+                 "--write", str(out)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert main(["replay", str(logdir), "--policy", str(out), "--now", str(NOW), "--json"]) == 0
+    replayed = json.loads(capsys.readouterr().out)
+    assert doc["records"] == replayed["records"] == sum(
+        n for k, (n, _) in demo.truth.partitions.items() if k.startswith("orders"))
+    assert doc["outcomes"] == replayed["outcomes"]
+    by_rule = {r["rule"]: r for r in replayed["by_rule"]}
+    assert doc["suggestions"], "the orders topic yields suggestions"
+    for s in doc["suggestions"]:
+        r = by_rule[s["id"]]
+        assert (s["failed"], s["rejected"], s["evaluation_errors"]) == (
+            r["failed_records"], r["rejected_records"], r["evaluation_errors"]), s["id"]
+    # the policy alone, replayed, is the baseline suggest reports
+    assert main(["replay", str(logdir), "--policy", policy, "--now", str(NOW), "--json"]) == 0
+    assert doc["baseline"] == json.loads(capsys.readouterr().out)["outcomes"]
+    # the planted negative amounts (orders.out_of_range, 9 records) fail the suggested range
+    amount = next(s for s in doc["suggestions"] if s["id"] == "suggest.field_range.amount")
+    assert amount["failed"] == demo.truth.defects["orders.out_of_range"].records == 9
