@@ -367,3 +367,21 @@ def _decoded_table(records: pa.Table, s: np.ndarray, framing: str,
                              pa.repeat(pa.scalar(framing, pa.string()), len(s)))
     return table.set_column(i("batch_offset"), BATCHES_SCHEMA.field("batch_offset"),
                             records.column("offset").take(pa.array(s, pa.int64())))
+
+
+def rebuilt_size(records: pa.Table, target: Codec | int) -> int:
+    """The size of the one batch the broker writes when it re-encodes ``records`` (LogValidator's
+    rebuild: paths X and Z-rebuild, spec §3.D.6) with the ``target`` codec, for E1/E2 — the
+    records encoded as a fresh batch (timestamps kept, offsets from 0), the records region
+    compressed as :class:`~kqlab.kafka.builder.BatchBuilder` compresses it.  kqlab's codecs:
+    Java's compressed sizes may differ by a few bytes at a limit's boundary."""
+    from kqlab.kafka.compression import compress
+
+    payload = b""
+    if records.num_rows:
+        encoded = encode_batches(records, [0])
+        payload = encoded.data[RECORD_BATCH_OVERHEAD:int(encoded.bounds[1])].tobytes()
+    codec = Codec(int(target))
+    if codec is not Codec.NONE:
+        payload = compress(codec, payload)
+    return RECORD_BATCH_OVERHEAD + len(payload)

@@ -89,11 +89,7 @@ class SizeStage(VerdictState):
         return np.where(which, out, 0)
 
     def _rebuilt_size(self, start: int, n: int, target: Codec) -> int:
-        from kqlab.kafka.builder import BatchBuilder, Record
+        """The re-encoded batch's size (the byte-level validator's function)."""
+        from kqlab.kafka.encode import rebuilt_size
 
-        builder = BatchBuilder(codec=target)
-        for row in self.records.slice(start, n).to_pylist():
-            builder.append(Record(value=row["value"], key=row["key"],
-                                  headers=tuple((h["key"], h["value"]) for h in row["headers"]),
-                                  timestamp=row["timestamp"]))
-        return len(builder.build())
+        return rebuilt_size(self.records.slice(start, n), target)

@@ -715,15 +715,9 @@ class PartitionValidator:
         if bound <= min(self.config.max_message_bytes, self.config.segment_bytes):
             return None
         from kqlab.kafka.batch import decode_batches
-        from kqlab.kafka.builder import BatchBuilder, Record
+        from kqlab.kafka.encode import rebuilt_size
 
-        decoded = decode_batches([b.data for b in batches]).records
-        builder = BatchBuilder(codec=target)
-        for row in decoded.to_pylist():
-            builder.append(Record(value=row["value"], key=row["key"],
-                                  headers=tuple((h["key"], h["value"]) for h in row["headers"]),
-                                  timestamp=row["timestamp"]))
-        return len(builder.build())
+        return rebuilt_size(decode_batches([b.data for b in batches]).records, target)
 
 
 def validate_batches(batches: Iterable[Any], *, topic: str = "", partition: int = -1,
