@@ -93,7 +93,8 @@ def broker_verdicts(records: pa.Table, batches: pa.Table,
                     transactional_id_authorized: bool = True, origin: str = "client",
                     first_offset: int | None = None, resync: bool | None = None,
                     policy: RecordPolicy | None = None,
-                    marker_transaction_version: int | None = None) -> pa.Table:
+                    marker_transaction_version: int | None = None,
+                    validator: PartitionValidator | None = None) -> pa.Table:
     """Batch verdicts (``BATCH_VERDICTS_SCHEMA``, one row per ``batches`` row, same order).
 
     ``policy`` injects a record policy's per-record failures where the broker would run it,
@@ -107,6 +108,12 @@ def broker_verdicts(records: pa.Table, batches: pa.Table,
     see :class:`~kqlab.kafka.validator.PartitionValidator`).  ``topic``/``partition`` default
     to the tables' own.  ``raw`` (each row's batch bytes) lets rows the tables cannot judge be
     validated exactly; other source / version combinations need ``raw`` for every row.
+
+    ``validator`` continues a partition judged in pieces: the tables are the next batches of
+    the partition that ``validator`` (a :class:`PartitionValidator` returned in an earlier
+    call's ``validator``, or made for it) has judged so far — its producer state and next
+    offset carry over, so judging a partition chunk by chunk gives exactly the verdicts of
+    one call over all of it.  The request parameters are then the validator's own.
 
     Examples
     --------
@@ -124,13 +131,19 @@ def broker_verdicts(records: pa.Table, batches: pa.Table,
     if partition is None:
         p = batches["partition"][0].as_py() if nb else None
         partition = -1 if p is None else p
-    cfg = config if isinstance(config, TopicConfig) else TopicConfig.from_dict(
-        config, broker_version)
-    validator = PartitionValidator(
-        topic, partition, cfg, now=now, source=source, produce_version=produce_version,
-        acks=acks, client_id=client_id, transactional_id_authorized=transactional_id_authorized,
-        origin=origin, first_offset=first_offset, resync=resync,
-        marker_transaction_version=marker_transaction_version)
+    if validator is not None:
+        cfg, source, produce_version = validator.config, validator.source, \
+            validator.produce_version
+        topic, partition = validator.topic, validator.partition
+    else:
+        cfg = config if isinstance(config, TopicConfig) else TopicConfig.from_dict(
+            config, broker_version)
+        validator = PartitionValidator(
+            topic, partition, cfg, now=now, source=source, produce_version=produce_version,
+            acks=acks, client_id=client_id,
+            transactional_id_authorized=transactional_id_authorized, origin=origin,
+            first_offset=first_offset, resync=resync,
+            marker_transaction_version=marker_transaction_version)
     if raw is not None and len(raw) != nb:
         raise ValueError(f"raw has {len(raw)} batches but the batches table {nb} rows")
     if source != "log" or produce_version < 3:

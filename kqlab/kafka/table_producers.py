@@ -35,11 +35,13 @@ class ProducerStage(VerdictState):
         if v.resync:
             events_mask |= rejected
         events = np.flatnonzero(events_mask).tolist()
-        if not events:
-            return
         plain_cnt = np.where(acc_plain, self.count, 0)
         before = np.cumsum(plain_cnt) - plain_cnt
         plain_first = int(np.argmax(acc_plain)) if acc_plain.any() else self.n
+        if not events:
+            self._carry_next_offset(v.next_offset, plain_first, int(plain_cnt.sum()), None, 0,
+                                    0)
+            return
         # per-event values as plain Python lists
         ev = np.asarray(events)
         pid_l = self.pid[ev].tolist()
@@ -67,7 +69,7 @@ class ProducerStage(VerdictState):
         acc = 0  # records appended by event rows so far
         ev_first: int | None = None  # index of the first appended event row
         ev_first_start = 0
-        tainted: set[int] = set()
+        tainted = v.undetermined_producers  # carried: a later chunk's batches stay tainted
         code, check, detail = cas.code, cas.check, cas.detail
         find_duplicate, check_state, append = pm.find_duplicate, pm.check, pm.append
         meta_type, resync = BatchMetadata, v.resync
@@ -133,3 +135,22 @@ class ProducerStage(VerdictState):
             if ev_first is None:
                 ev_first, ev_first_start = i, base
             acc += n
+        self._carry_next_offset(first_offset, plain_first, int(plain_cnt.sum()), ev_first,
+                                ev_first_start, acc)
+
+    def _carry_next_offset(self, first_offset: int | None, plain_first: int, plain: int,
+                           ev_first: int | None, ev_first_start: int, acc: int) -> None:
+        """Leave the partition's next offset on the validator (the log end offset after the
+        appended batches of these tables), so the next chunk of the partition continues the
+        offsets one call over all of it would assign; unknown until something was appended.
+        ``first_offset`` is the validator's next offset when the call began."""
+        start: int | None
+        if first_offset is not None:
+            start = first_offset
+        elif plain and (ev_first is None or plain_first < ev_first):
+            start = int(self.batch_offset[plain_first])
+        elif ev_first is not None:
+            start = ev_first_start
+        else:
+            return
+        self.v.next_offset = to_int64(start + plain + acc)

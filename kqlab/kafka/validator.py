@@ -269,6 +269,9 @@ class PartitionValidator:
         self.origin = origin
         self.next_offset = first_offset
         self.resync = source == "log" if resync is None else resync
+        #: producers whose state depends on a batch the tables could not judge (the table
+        #: checks mark their later batches undetermined, across calls on the same partition)
+        self.undetermined_producers: set[int] = set()
         self.producers = ProducerStateManager(
             self.tp, broker_version=release.version, epoch_bump_clients=produce_version >= 12,
             marker_transaction_version=marker_transaction_version,
