@@ -68,11 +68,17 @@ class Replayer:
 
     def __init__(self, source: Any, *, now: int | None = None, framing: str = "exact",
                  linger_ms: int = 5, batch_size: int = 16384, resolver: Any = None):
-        self.now = now if now is not None else int(time.time() * 1000)
         self.resolver = resolver
         self.evaluations = 0  # rules evaluated (tests and benchmarks read it)
         self.sample = load_sample(source, framing=framing, linger_ms=linger_ms,
                                   batch_size=batch_size)
+        # no clock given: the sample's own (a replay a week after sampling must not judge
+        # every timestamp against today); :attr:`clock` says which one was used
+        sampled = sample_clock(self.sample.batches) if now is None else None
+        self.clock = "given" if now is not None else (
+            "sample" if sampled is not None else "wall clock")
+        self.now = now if now is not None else (
+            sampled if sampled is not None else int(time.time() * 1000))
 
     @property
     def sample(self) -> Sample:
@@ -141,6 +147,47 @@ class Replayer:
         if self._assembler is None or self._assembler.sample is not self.sample:
             self._assembler = Assembler(self.sample, self._rows)
         return self._assembler
+
+
+def sample_clock(batches: Any) -> int | None:
+    """The clock a sample was taken at, from its batches: per partition the newest batch's
+    ``max_timestamp`` (the last batch in log order), the latest of those; None when no batch
+    has a timestamp.
+
+    The last batch, not the largest timestamp: one producer with a clock hours ahead would
+    otherwise move "now" into its future and accept the very records the broker refused.  A
+    LogAppendTime batch's timestamp is the broker's own clock, so it counts as it is.
+    """
+    import pyarrow.compute as pc
+
+    if batches.num_rows == 0:
+        return None
+    last = batches.select(["topic", "partition", "max_timestamp"]).group_by(
+        ["topic", "partition"], use_threads=False).aggregate([("max_timestamp", "last")])
+    newest = pc.max(last.column("max_timestamp_last")).as_py()
+    return None if newest is None else int(newest)
+
+
+#: share of a sample's records whose batches the timestamp bounds reject, above which
+#: :func:`clock_warning` suspects the clock rather than the data
+CLOCK_WARNING_SHARE = 0.5
+
+
+def clock_warning(verdicts: Any) -> str | None:
+    """A warning when the broker's timestamp checks (R4, ``INVALID_TIMESTAMP``) reject most of
+    a sample: then the replay clock, not the data, is the likely culprit.  ``verdicts`` is any
+    engine's :class:`~kqlab.validate.view.VerdictsView`; None when all is well."""
+    import datetime
+
+    records = verdicts.count()[0]
+    timed_out = verdicts.by_error().get("INVALID_TIMESTAMP", {}).get("records", 0)
+    if not records or timed_out / records <= CLOCK_WARNING_SHARE:
+        return None
+    when = datetime.datetime.fromtimestamp(verdicts.now / 1000, datetime.UTC)
+    return (f"the timestamp bounds reject {timed_out:,} of {records:,} records "
+            f"({timed_out / records:.0%}) against now={verdicts.now} "
+            f"({when:%Y-%m-%d %H:%M:%S} UTC) — if the sample was taken at another time, "
+            "replay with that clock (--now / now=)")
 
 
 def with_implicit_rules(policy: Policy) -> Policy:
