@@ -8,10 +8,13 @@
 (:mod:`~kqlab.cli.import_`).  Each module adds its parser (``add_parser``) and binds it to its
 command function (``set_defaults(run=...)``); :func:`main` only parses and dispatches.
 
-Every command takes ``--json`` and then prints exactly one JSON document on stdout, for scripts.
-Errors in the request (a missing path, a bad ``--config``) exit with status 2 and one line on
-stderr; problems in the *data* are findings, reported in the output with exit status 0 (see
-:mod:`kqlab.cli._common` for the exit codes).
+Every command takes ``--json`` and then prints exactly one JSON document on stdout, for scripts;
+without it, tables for people (:mod:`kqlab.cli._ui`: colour only on a terminal and without
+``NO_COLOR``, progress on stderr while long commands work).  Every ``--help`` ends with examples
+and the exit statuses.  Errors in the request (a missing path, a bad ``--config``) exit with
+status 2 and one line on stderr; problems in the *data* are findings, reported in the output
+with exit status 0 unless a check was asked for (``replay --fail-over``: 1); the table of exit
+codes is :data:`kqlab.cli._common.EXIT_CODES`.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from kqlab.cli import (
     snapshot,
     verify,
 )
-from kqlab.cli._common import EXIT_OK, EXIT_REQUEST
+from kqlab.cli._common import EXIT_OK, EXIT_REQUEST, exit_code_table
 from kqlab.errors import KqlabError
 
 __all__ = ["build_parser", "main"]
@@ -43,9 +46,31 @@ _COMMANDS = (inspect, replay, sample, snapshot, demo, policy, report, export, ga
              import_)
 
 
+_EXAMPLES = """\
+examples:
+  kqlab inspect orders-0 --validate --config cleanup.policy=compact   # like kafka-dump-log
+  kqlab sample 127.0.0.1:9092 orders snap/ --latest 10000 --exact     # a live topic
+  kqlab suggest snap/ --policy orders.yaml --write suggested.yaml    # rules from a sample
+  kqlab replay snap/ --policy orders.yaml --fail-over 5%              # CI gate: exit 1
+  kqlab report snap/ --policy orders.yaml --out reports/              # one HTML file
+  kqlab export orders.yaml --target all --sample snap/ --out export/  # enforce it
+  kqlab <command> --help                                              # options, examples
+
+output: tables for people; --json (every command) prints one JSON document on stdout for
+scripts. Colour only on a terminal, never with NO_COLOR set; progress on stderr while long
+commands work (only when stderr is a terminal).
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The ``kqlab`` parser with every command's sub-parser."""
-    p = argparse.ArgumentParser(prog="kqlab", description="Kafka data-quality workbench.")
+    """The ``kqlab`` parser with every command's sub-parser (its help ends with examples and
+    the exit-code table)."""
+    p = argparse.ArgumentParser(
+        prog="kqlab", description="Kafka data-quality workbench: sample topics, replay them\n"
+        "through the broker's batch checks and a record policy, see what would be rejected\n"
+        "and why, export the policy to where it is enforced.",
+        epilog=_EXAMPLES + "\n" + exit_code_table(),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"kqlab {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     for module in _COMMANDS:

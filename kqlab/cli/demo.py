@@ -23,6 +23,7 @@ from kqlab.cli._common import (
     EXIT_OK,
     SubParsers,
     add_json_flag,
+    add_parser_with_examples,
     now_ms,
     write_json,
 )
@@ -34,9 +35,23 @@ if TYPE_CHECKING:
 __all__ = ["add_parser", "cmd_demo"]
 
 
+_EXAMPLES = """\
+  kqlab demo                          # the demo partition: decode, replay the demo policy
+  kqlab demo --dir demo/ --now 1763700000000 --json | jq .summary.outcomes
+  kqlab demo --topics                 # planted defects (docs/demo-defects.md) vs found
+  kqlab demo --spark --master local[2]   # both engines, every verdict compared (exit 1: differ)
+  kqlab demo --verify                 # deployed as exported, drift planted and found"""
+
+
 def add_parser(sub: SubParsers) -> None:
     """Add ``kqlab demo``."""
-    demo = sub.add_parser("demo", help="generate the demo partition, decode and validate it")
+    demo = add_parser_with_examples(
+        sub, "demo", help="generate the demo partition, decode and validate it",
+        description="Generate the demo data and run kqlab on it: the demo partition through "
+        "the demo policy; with --topics the demo topics with their planted defects, replayed "
+        "and then produced into the embedded broker; with --spark both engines compared; "
+        "with --verify the exported policy deployed, verified, drifted and verified again.",
+        examples=_EXAMPLES)
     demo.add_argument("--dir", default=None,
                       help="where to write the demo segment (default: a temporary folder)")
     demo.add_argument("--now", type=int, default=None, metavar="EPOCH_MS",
@@ -71,6 +86,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
         return cmd_demo_verify(args)
 
+    from kqlab.cli._ui import progress
     from kqlab.kafka.log import read_log
     from kqlab.policy import load_policy
     from kqlab.sources.demo import DEMO_PARTITION, DEMO_TOPIC, demo_policy_path, write_demo_segment
@@ -79,11 +95,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     now = now_ms(args.now)
     policy_file = demo_policy_path()
     policy = load_policy(str(policy_file))
-    with tempfile.TemporaryDirectory(prefix="kqlab-demo-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="kqlab-demo-") as tmp, progress() as p:
+        p.step("writing the demo partition")
         folder = write_demo_segment(args.dir or tmp, now)
+        p.step("decoding it")
         t0 = time.perf_counter()
         log = read_log(folder)
         t1 = time.perf_counter()
+        p.step(f"replaying the policy {policy.name}")
         verdicts = replay(folder, policy, now=now)
         t2 = time.perf_counter()
     summary = verdicts.summary()
@@ -118,12 +137,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"  replayed policy {policy.name!r} ({len(policy.rules)} rules, {policy_file.name}) "
           f"with the broker's checks in {doc['replay_seconds'] * 1000:.1f} ms\n")
     print_summary(summary)
-    print("  rejected records by first reason:")
-    for rule, n in reasons.most_common():
-        print(f"    {rule:<28} {n}")
-    print("  rejected batches:")
-    for r in doc["rejections"]:
-        print(f"    batch @{r['batch_offset']}: {r['error']} at {r['check']} — {r['why']}")
+    from kqlab.cli._ui import show, table
+
+    show(table(("first reason", "rejected records"), reasons.most_common(),
+               title="rejected records by first reason", right=("rejected records",)),
+         table(("batch", "error", "check", "why"),
+               [(f"@{r['batch_offset']}", r["error"], r["check"], r["why"])
+                for r in doc["rejections"]], title="rejected batches"))
     return EXIT_OK
 
 
@@ -131,6 +151,7 @@ def cmd_demo_topics(args: argparse.Namespace) -> int:
     """``kqlab demo --topics``: ground truth vs what the replay finds, then the network path."""
     import tempfile
 
+    from kqlab.cli._ui import progress
     from kqlab.embedded import broker
     from kqlab.sources import demo_topics as dt
     from kqlab.sources.kafka import sample
@@ -139,23 +160,31 @@ def cmd_demo_topics(args: argparse.Namespace) -> int:
     now = now_ms(args.now)
     found: Counter[tuple[str, str]] = Counter()
     summaries: dict[str, dict[str, int]] = {}
-    with tempfile.TemporaryDirectory(prefix="kqlab-demo-topics-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="kqlab-demo-topics-") as tmp, progress() as p:
+        p.step("generating the demo topics")
         demo = dt.generate(args.dir or tmp, now)
         policies = dt.load_policies()
         t0 = time.perf_counter()
+        p.step("replaying every partition", total=len(demo.folders))
         for name, folder in sorted(demo.folders.items()):
             topic = name.rsplit("-", 1)[0]
+            p.update(description=f"replaying {name}")
             v = replay(folder, policies[topic], now=now)
+            p.advance()
             summaries[name] = v.summary()["outcomes"]
             for fs, outcome in zip(v.records.column("failures").to_pylist(),
                                    v.records.column("outcome").to_pylist(), strict=True):
                 if outcome == "rejected" and fs:
                     found[(topic, fs[0]["rule"])] += 1
         replay_s = time.perf_counter() - t0
+        p.step("starting the embedded broker")
         with broker() as b:
+            p.step("producing the demo topics")
             produced = dt.produce_to(b, demo)
             sampled: dict[str, dict[str, Any]] = {}
+            p.step("sampling them back and replaying", total=len(produced))
             for topic, parts in produced.items():
+                p.advance()
                 res = sample(b.bootstrap, topic, timeout_s=30)
                 v = replay(res.records, policies[topic], now=now, framing="single")
                 sampled[topic] = {"produced": sum(parts.values()),
@@ -169,22 +198,30 @@ def cmd_demo_topics(args: argparse.Namespace) -> int:
     if args.json:
         write_json(doc)
         return EXIT_OK
+    from kqlab.cli._ui import show, styled, table
+
     print("kqlab demo --topics — orders (Avro, two schema versions) and clicks (JSON)")
-    print(f"  replayed {len(summaries)} partitions with their policies in {replay_s:.2f} s; "
-          "planted defects (docs/demo-defects.md) vs what the replay found:")
-    for r in rows:
-        mark = "ok" if r["expected"] == r["found"] else "MISMATCH"
-        print(f"    {r['defect']:<28} {r['topic']:<7} {r['caught_by']:<22} expected "
-              f"{r['expected']:>4} found {r['found']:>4}  {mark}")
-    for name, o in summaries.items():
-        print(f"  {name:<9} accepted {o['accepted']:>5} rejected {o['rejected']:>4} "
-              f"collateral {o['collateral']:>4}")
-    print("  through the embedded broker (produced, sampled back, replayed with rebuilt "
-          "framing):")
-    for topic, r in sampled.items():
-        print(f"    {topic:<7} produced {r['produced']:>5} sampled {r['sampled']:>5} outcomes "
-              f"{r['outcomes']}")
+    print(f"replayed {len(summaries)} partitions with their policies in {replay_s:.2f} s")
+    show(table(("defect", "topic", "caught by", "expected", "found", ""),
+               [(r["defect"], r["topic"], r["caught_by"], r["expected"], r["found"],
+                 styled("ok", "ok") if r["expected"] == r["found"] else
+                 styled("MISMATCH", "FAIL")) for r in rows],
+               title="planted defects (docs/demo-defects.md) vs what the replay found",
+               right=("expected", "found")),
+         table(("partition", "accepted", "rejected", "collateral"),
+               [(name, o["accepted"], o["rejected"], o["collateral"])
+                for name, o in summaries.items()], title="outcomes per partition",
+               right=("accepted", "rejected", "collateral")),
+         table(("topic", "produced", "sampled", *_OUTCOME_COLUMNS),
+               [(topic, r["produced"], r["sampled"],
+                 *(r["outcomes"].get(k, 0) for k in _OUTCOME_COLUMNS))
+                for topic, r in sampled.items()],
+               title="through the embedded broker (produced, sampled back, replayed with "
+               "rebuilt framing)", right=("produced", "sampled", *_OUTCOME_COLUMNS)))
     return EXIT_OK
+
+
+_OUTCOME_COLUMNS = ("accepted", "rejected", "collateral")
 
 
 def cmd_demo_spark(args: argparse.Namespace) -> int:
@@ -217,15 +254,20 @@ def cmd_demo_spark(args: argparse.Namespace) -> int:
             "topics": {t: {**r.to_dict(), "outcomes": s["outcomes"], "units": s["units"]}
                        for t, (r, s) in reports.items()}})
         return status
+    from kqlab.cli._ui import show, styled, table
+
     print(f"kqlab demo --spark — the demo topics on Spark ({spark.sparkContext.master}) and "
           "locally, every verdict compared")
-    for topic, (r, s) in reports.items():
-        o = s["outcomes"]
-        verdict = "identical" if r.identical else "DIFFERENT"
-        print(f"  {topic:<7} {s['units']} partition(s), {r.records:>5} records, "
-              f"{r.batches:>4} batches: accepted {o['accepted']:>5} rejected {o['rejected']:>4}"
-              f" collateral {o['collateral']:>4} — engines {verdict} (local "
-              f"{r.local_seconds:.2f} s, spark {r.spark_seconds:.2f} s)")
+    show(table(("topic", "partitions", "records", "batches", *_OUTCOME_COLUMNS, "engines",
+                "local s", "spark s"),
+               [(topic, s["units"], r.records, r.batches,
+                 *(s["outcomes"].get(k, 0) for k in _OUTCOME_COLUMNS),
+                 styled("identical", "ok") if r.identical else styled("DIFFERENT", "FAIL"),
+                 f"{r.local_seconds:.2f}", f"{r.spark_seconds:.2f}")
+                for topic, (r, s) in reports.items()],
+               right=("partitions", "records", "batches", *_OUTCOME_COLUMNS, "local s",
+                      "spark s")))
+    for topic, (r, _) in reports.items():
         for d in r.differences[:5]:
-            print(f"    {d}")
+            print(f"  {topic}: {d}")
     return status

@@ -16,7 +16,14 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from kqlab.cli._common import EXIT_OK, SubParsers, add_json_flag, now_ms, write_json
+from kqlab.cli._common import (
+    EXIT_OK,
+    SubParsers,
+    add_json_flag,
+    add_parser_with_examples,
+    now_ms,
+    write_json,
+)
 from kqlab.errors import KqlabError
 
 if TYPE_CHECKING:
@@ -32,14 +39,21 @@ CHUNK = 2048
 
 _TIMESTAMP_TYPES = {0: "CreateTime", 1: "LogAppendTime"}
 
+_EXAMPLES = """\
+  kqlab inspect /var/lib/kafka/data/orders-0                 # one line per batch
+  kqlab inspect orders-0/00000000000000000000.log --records  # plus one line per record
+  kqlab inspect orders-0 --validate --config cleanup.policy=compact \\
+        --config message.timestamp.before.max.ms=86400000 --now 1763700000000
+  kqlab inspect orders-0 --validate --json | jq .totals      # one JSON document"""
+
 
 def add_parser(sub: SubParsers) -> None:
     """Add ``kqlab inspect``."""
-    ins = sub.add_parser("inspect", help="dump (and optionally validate) log segment batches",
-                         description="Dump the record batches of a log segment file or a "
-                         "partition folder, like Kafka's kafka-dump-log; with --validate, say "
-                         "what a broker with the given topic configs would answer if each batch "
-                         "were produced now.")
+    ins = add_parser_with_examples(
+        sub, "inspect", help="dump (and optionally validate) log segment batches",
+        description="Dump the record batches of a log segment file or a partition folder, "
+        "like Kafka's kafka-dump-log; with --validate, say what a broker with the given topic "
+        "configs would answer if each batch were produced now.", examples=_EXAMPLES)
     ins.add_argument("path", help="a segment file (*.log) or a partition folder (<topic>-<n>)")
     ins.add_argument("--records", action="store_true",
                      help="also list each record: offset, timestamp, key/value sizes, headers")
@@ -240,10 +254,12 @@ def _fmt_verdict(v: dict[str, Any]) -> str:
 
 
 def _fmt_record(r: dict[str, Any]) -> str:
+    """One record line, as kafka-dump-log prints it (``headerKeys: [a,b]``, not a Python
+    list's repr)."""
     tstype = _TIMESTAMP_TYPES.get(r["timestamp_type"], "NoTimestamp")
-    keys = [h["key"] for h in r["headers"]]
+    keys = ",".join(str(h["key"]) for h in r["headers"])
     return (f"| offset: {r['offset']} {tstype}: {r['timestamp']} keySize: {r['key_size']} "
-            f"valueSize: {r['value_size']} headerKeys: {keys}")
+            f"valueSize: {r['value_size']} headerKeys: [{keys}]")
 
 
 def _totals(rows: list[dict[str, Any]], issues: list[LogIssue], validated: bool
@@ -306,5 +322,24 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     for issue in all_issues:
         print(f"issue: {issue.kind} at position {issue.position} of {issue.file}: "
               f"{issue.message}")
-    print("totals: " + ", ".join(f"{k}={v}" for k, v in totals.items()))
+    _print_totals(totals)
     return EXIT_OK
+
+
+#: the totals' labels for people, in the order printed
+_TOTALS = (("batches", "batches"), ("records", "records"), ("bytes", "bytes"),
+           ("crc_invalid", "CRC invalid"), ("decode_errors", "decode errors"),
+           ("issues", "issues"), ("accepted_batches", "accepted batches"),
+           ("rejected_batches", "rejected batches"), ("rejected_records", "rejected records"))
+
+
+def _print_totals(totals: dict[str, Any]) -> None:
+    """The totals as tables for people (``--json`` has them as data)."""
+    from kqlab.cli._ui import show, table
+
+    rows = [(label, totals[key]) for key, label in _TOTALS if key in totals]
+    tables = [table(("total", "count"), rows, title="totals", right=("count",))]
+    if totals.get("by_error"):
+        tables.append(table(("broker error", "batches"), list(totals["by_error"].items()),
+                            title="rejected batches by broker error", right=("batches",)))
+    show(*tables)

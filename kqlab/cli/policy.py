@@ -2,32 +2,51 @@
 
 Exit status: 0 when every golden example behaves (``test``) or suggestions were made
 (``suggest``), 1 when an example misbehaves, 2 for a wrong request (as every kqlab command).
+``suggest`` prints the counts of the replay of the policy with its suggestions appended —
+what ``kqlab replay`` prints for the policy ``--write`` writes.
 """
 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from kqlab.cli._common import (
     EXIT_FINDING,
     EXIT_OK,
     SubParsers,
     add_json_flag,
+    add_parser_with_examples,
     load_policy_file,
     prepare_registries,
+    share,
     write_json,
 )
 
+if TYPE_CHECKING:
+    from kqlab.validate.suggestions import Suggestions
+
 __all__ = ["add_parser", "cmd_suggest", "cmd_test"]
+
+_TEST_EXAMPLES = """\
+  kqlab test orders.yaml                        # every rule's pass/fail examples
+  kqlab test orders.yaml --now 1763700000000 --json | jq '.rules[] | select(.ok | not)'"""
+
+_SUGGEST_EXAMPLES = """\
+  kqlab suggest orders-0 --policy orders.yaml --now 1763700000000
+  kqlab suggest data/ --policy orders.yaml --write orders.suggested.yaml  # a log directory
+  kqlab suggest orders-snap/ --policy orders.yaml --max-rejection 0.5% --min-share 5%
+  kqlab suggest orders-0 --policy orders.yaml --json | jq '.suggestions[].id'
+  kqlab replay data/ --policy orders.suggested.yaml   # prints the counts suggest printed"""
 
 
 def add_parser(sub: SubParsers) -> None:
     """Add ``kqlab test`` and ``kqlab suggest``."""
-    tst = sub.add_parser("test", help="run a policy's golden examples through the validator",
-                         description="Run every rule's must-pass and must-fail example "
-                         "records (examples: {pass: [...], fail: [...]}) through the full "
-                         "validator and report, per rule, whether each behaved. Exit status "
-                         "1 when one does not.")
+    tst = add_parser_with_examples(
+        sub, "test", help="run a policy's golden examples through the validator",
+        description="Run every rule's must-pass and must-fail example records (examples: "
+        "{pass: [...], fail: [...]}) through the full validator and report, per rule, whether "
+        "each behaved. Exit status 1 when one does not.", examples=_TEST_EXAMPLES)
     tst.add_argument("policy", help="the policy file (YAML)")
     tst.add_argument("--now", type=int, default=None, metavar="EPOCH_MS",
                      help="clock for relative example timestamps and the broker checks "
@@ -35,19 +54,33 @@ def add_parser(sub: SubParsers) -> None:
     add_json_flag(tst)
     tst.set_defaults(run=cmd_test)
 
-    sug = sub.add_parser("suggest", help="propose rules from a sample, with rejection rates",
-                         description="Measure a sample (segment file, partition folder or "
-                         "snapshot) decoded with the policy's formats and propose rules, each "
-                         "with the share of the sample it would reject and examples of the "
-                         "records it would reject.")
-    sug.add_argument("sample", help="a segment file (*.log), a partition folder or a snapshot")
+    sug = add_parser_with_examples(
+        sub, "suggest", help="propose rules from a sample, with the replay's counts",
+        description="Measure a sample (segment file, partition folder, log directory or "
+        "snapshot) decoded with the policy's formats and propose rules. The policy with the "
+        "suggestions appended is replayed: each suggestion shows the records it fails and "
+        "rejects and examples of them, as kqlab replay counts them. Rules the policy already "
+        "has are not proposed again; rare values are left out of value sets, and listed.",
+        examples=_SUGGEST_EXAMPLES)
+    sug.add_argument("sample", help="a segment file (*.log), a partition folder, a log "
+                     "directory or a snapshot")
     sug.add_argument("--policy", required=True,
-                     help="the policy whose key/value formats (and schemas) decode the sample")
-    sug.add_argument("--now", type=int, default=None, metavar="EPOCH_MS")
-    sug.add_argument("--max-rejection", type=float, default=0.01, metavar="SHARE",
-                     help="drop sample-derived rules rejecting more than this share (0.01)")
+                     help="the policy whose key/value formats (and schemas) decode the sample; "
+                     "its rules are replayed with the suggestions")
+    sug.add_argument("--now", type=int, default=None, metavar="EPOCH_MS",
+                     help="broker clock of the replay (default: the wall clock)")
+    sug.add_argument("--framing", choices=("exact", "single", "linger"), default=None,
+                     help="the replay's framing, as kqlab replay (default: exact; single for a "
+                     "snapshot of consumed records)")
+    sug.add_argument("--max-rejection", type=share, default=0.01, metavar="SHARE",
+                     help="drop sample-derived rules failing more than this share (0.01 or 1%%)")
+    sug.add_argument("--min-share", type=share, default=0.02, metavar="SHARE",
+                     help="a value set allows only values on at least this share of the "
+                     "records that have the field (0.02 or 2%%); rarer ones are left out")
+    sug.add_argument("--min-support", type=int, default=2, metavar="N",
+                     help="... and seen at least N times (2)")
     sug.add_argument("--max-examples", type=int, default=5, metavar="N",
-                     help="rejected records named per suggestion (5)")
+                     help="failing records named per suggestion (5)")
     sug.add_argument("--no-schema", action="store_true",
                      help="do not derive rules from the registered schema")
     sug.add_argument("--write", default=None, metavar="FILE",
@@ -71,14 +104,18 @@ def cmd_test(args: argparse.Namespace) -> int:
 
 
 def cmd_suggest(args: argparse.Namespace) -> int:
-    """``kqlab suggest SAMPLE --policy P``: the suggestions, as a table or one JSON document."""
+    """``kqlab suggest SAMPLE --policy P``: the suggestions, as tables or one JSON document."""
+    from kqlab.cli._ui import progress
     from kqlab.policy import save_policy
     from kqlab.validate.rule_suggestion import suggest
 
     policy = load_policy_file(args.policy)
     prepare_registries(policy)
-    found = suggest(args.sample, policy, now=args.now, max_rejection=args.max_rejection,
-                    max_examples=args.max_examples, schema=not args.no_schema)
+    with progress() as p:
+        found = suggest(args.sample, policy, now=args.now, framing=args.framing,
+                        max_rejection=args.max_rejection, max_examples=args.max_examples,
+                        min_support=args.min_support, min_share=args.min_share,
+                        schema=not args.no_schema, progress=p.step)
     doc = found.to_dict()
     if args.write:
         save_policy(found.accept(policy), args.write)
@@ -86,18 +123,45 @@ def cmd_suggest(args: argparse.Namespace) -> int:
     if args.json:
         write_json(doc)
         return EXIT_OK
-    print(f"{len(found)} suggestion(s) from {found.records} records "
-          f"(max rejection {args.max_rejection:g}):")
-    for s in found:
-        params = {k: v for k, v in s.rule.to_dict().items() if k not in ("id", "kind")}
-        shown = ", ".join(f"{k}: {v}" for k, v in params.items())
-        print(f"  {s.id:<44} {s.rule.kind:<20} {100 * s.rejection_rate:6.2f} % "
-              f"({s.rejected:>5})  {shown}")
-        print(f"      {s.source}: {s.evidence}")
-        for e in s.examples:
-            print(f"      would reject {e.topic}-{e.partition}@{e.offset}: {e.message}")
-    for note in found.notes:
-        print(f"  note: {note}")
-    if args.write:
-        print(f"  policy with every suggestion written to {args.write}")
+    _print_suggestions(found, args)
     return EXIT_OK
+
+
+def _print_suggestions(found: Suggestions, args: argparse.Namespace) -> None:
+    """The suggestions for people: one table, then each one's evidence and examples."""
+    import orjson
+
+    from kqlab.cli._ui import console, show, styled, table
+    from kqlab.policy.model import thaw
+
+    c = console()
+    rejected = found.outcomes.get("rejected", 0) + found.outcomes.get("collateral", 0)
+    before = found.baseline.get("rejected", 0) + found.baseline.get("collateral", 0)
+    c.print(styled(f"{len(found)} suggestion(s) from {found.records:,} records replayed "
+                   f"(framing {found.settings.get('framing')}): with them {rejected:,} "
+                   f"records would not be appended, {before:,} with the policy alone",
+                   "bold"))
+    if len(found):
+        rows = [(s.id, s.rule.kind, s.failed, s.rejected,
+                 f"{100 * s.rejection_rate:.2f} %", s.evaluation_errors, s.source)
+                for s in found]
+        show(table(("suggestion", "kind", "failed", "rejected", "share", "evaluation errors",
+                    "from"), rows, right=("failed", "rejected", "share", "evaluation errors")),
+             out=c)
+    for s in found:
+        params = ", ".join(f"{k}: {v if isinstance(v, str) else orjson.dumps(v).decode()}"
+                           for k, v in thaw(s.rule.to_dict()).items() if k not in ("id", "kind"))
+        c.print(styled(s.id, "bold"), styled(f"  {params}", "dim"))
+        c.print(f"    {s.source}: {s.evidence}")
+        for e in s.examples:
+            c.print(f"    would reject {e.topic}-{e.partition}@{e.offset}: {e.message}")
+        for v in s.left_out:
+            c.print(styled(f"    left out {v.value!r} ({v.count:,} record(s)): {v.reason}",
+                           "warning"))
+    if found.duplicates:
+        c.print(styled("already in the policy (not proposed again): " + ", ".join(
+            f"{d.id} = {d.rule}" for d in found.duplicates), "note"))
+    for note in found.notes:
+        c.print(styled(f"note: {note}", "note"))
+    if args.write:
+        c.print(f"policy with every suggestion written to {args.write}")

@@ -2,7 +2,9 @@
 
 The local engine writes the verdict tables itself with ``--out``; ``--engine spark`` runs one
 Spark task per topic-partition and prints the same summary.  :func:`print_summary` is the
-human-readable summary that ``kqlab demo`` prints too.
+summary for people (tables) that ``kqlab demo`` prints too; every number in it is the verdict
+core's (``Verdicts.summary()``), printed as it is.  ``--fail-over SHARE`` makes the replay a
+CI gate: exit status 1 when more than that share of the records would not be appended.
 """
 
 from __future__ import annotations
@@ -13,27 +15,45 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from kqlab.cli._common import (
+    EXIT_FINDING,
     EXIT_OK,
     EXIT_PARTIAL,
     SubParsers,
     add_json_flag,
+    add_parser_with_examples,
     load_policy_file,
+    share,
+    shown_dir,
     write_json,
 )
 
 if TYPE_CHECKING:
+    from kqlab.cli._ui import Progress
     from kqlab.policy.model import Policy
+    from kqlab.validate.verdicts import Verdicts
 
-__all__ = ["add_parser", "cmd_replay", "print_summary"]
+__all__ = ["add_parser", "cmd_replay", "fail_over", "print_summary"]
+
+_EXAMPLES = """\
+  kqlab replay orders-0 --policy orders.yaml --now 1763700000000
+  kqlab replay data/ --policy orders.yaml --json | jq .outcomes      # a log directory
+  kqlab replay orders-0 --policy orders.yaml --out verdicts/         # + Parquet tables
+  kqlab replay orders-snap/ --policy orders.yaml --framing linger --linger-ms 5
+  kqlab replay orders-0 --policy orders.yaml --fail-over 5%          # CI: exit 1 above 5 %
+  kqlab replay data/ --policy orders.yaml --engine spark --master local[2] --out v/
+
+--fail-over counts the records a broker would not append (rejected + collateral) over all
+records replayed; with --engine spark, status 3 (partitions not read) wins over 1."""
 
 
 def add_parser(sub: SubParsers) -> None:
     """Add ``kqlab replay``."""
-    rep = sub.add_parser("replay", help="replay a sample through the broker checks and a "
-                         "policy", description="Replay a sample (a segment file or partition "
-                         "folder) through the broker's batch checks and a policy's rules, with "
-                         "the record-policy KIPs' semantics, and summarise what production "
-                         "would reject and why.")
+    rep = add_parser_with_examples(
+        sub, "replay", help="replay a sample through the broker checks and a policy",
+        description="Replay a sample (a segment file, partition folder, log directory or "
+        "snapshot) through the broker's batch checks and a policy's rules, with the "
+        "record-policy KIPs' semantics, and summarise what production would reject and why.",
+        examples=_EXAMPLES)
     rep.add_argument("source", help="a segment file (*.log), a partition folder, a log "
                      "directory (of <topic>-<partition> folders) or a snapshot folder "
                      "(kqlab snapshot)")
@@ -53,6 +73,9 @@ def add_parser(sub: SubParsers) -> None:
     rep.add_argument("--vet", default=None, metavar="FILE",
                      help="write the policy with its provenance (sample, counts, content hash, "
                      "date) to FILE")
+    rep.add_argument("--fail-over", type=share, default=None, metavar="SHARE",
+                     help="exit with status 1 when more than SHARE of the records would not "
+                     "be appended (rejected + collateral), e.g. 0.05 or 5%%: a CI gate")
     rep.add_argument("--engine", choices=("local", "spark"), default="local",
                      help="local: in this process; spark: one Spark task per topic-partition "
                      "(same verdicts; for samples that outgrow one process)")
@@ -65,87 +88,152 @@ def add_parser(sub: SubParsers) -> None:
     rep.set_defaults(run=cmd_replay)
 
 
-def print_summary(summary: dict[str, Any], *, out: TextIO | None = None) -> None:
-    """The human-readable replay summary (outcomes, rules, errors, partitions, producer)."""
-    w = out or sys.stdout
+def fail_over(summary: dict[str, Any], threshold: float) -> dict[str, Any]:
+    """The ``--fail-over`` verdict on a replay summary: how many records would not be
+    appended (the summary's rejected + collateral counts), their share, and whether it is
+    above ``threshold``."""
     o = summary["outcomes"]
-    total = sum(o.values()) or 1
-    print(f"policy {summary['policy']} ({summary['profile']}, framing {summary['framing']}): "
-          f"{summary['records']} records in {summary['batches']} batches", file=w)
-    for name in ("accepted", "rejected", "collateral"):
-        print(f"  {name:<11} {o[name]:>8}  {100 * o[name] / total:5.1f} %", file=w)
-    print(f"  would be lost: {summary['records_lost']} records; delayed (retried): "
-          f"{summary['records_delayed']}", file=w)
+    not_appended = int(o.get("rejected", 0)) + int(o.get("collateral", 0))
+    records = int(summary["records"])
+    part = not_appended / records if records else 0.0
+    return {"threshold": threshold, "records": not_appended, "share": round(part, 6),
+            "exceeded": part > threshold}
+
+
+def print_summary(summary: dict[str, Any], *, out: TextIO | None = None) -> None:
+    """The replay summary for people: outcomes, rules (with their evaluation errors), broker
+    errors, partitions, notes and issues, as tables of the summary's own numbers."""
+    from kqlab.cli._ui import console, show, styled, table
+
+    c = console(out)
+    o = summary["outcomes"]
+    total = sum(o.values())
+    c.print(styled(f"policy {summary['policy']} ({summary['profile']}, framing "
+                   f"{summary['framing']}): {summary['records']:,} records in "
+                   f"{summary['batches']:,} batches", "bold"))
+    rows = [(styled(name, name), n, f"{100 * n / total:.1f} %" if total else "-")
+            for name, n in o.items()]
+    show(table(("outcome", "records", "share"), rows, right=("records", "share")), out=c)
+    c.print(f"would be lost: {summary['records_lost']:,} records; delayed (retried): "
+            f"{summary['records_delayed']:,}")
     if summary["by_rule"]:
-        print("  by rule:", file=w)
-        for r in summary["by_rule"]:
-            flag = "" if r["exportable"] else "  (not exportable)"
-            print(f"    {r['rule']:<24} {r['mode']:<8} failed {r['failed_records']:>7}  "
-                  f"rejected {r['rejected_records']:>7}{flag}", file=w)
-    print("  by broker error:", file=w)
-    for name, c in sorted(summary["by_error"].items()):
-        print(f"    {name:<30} {c['batches']:>6} batches {c['records']:>8} records", file=w)
+        rows = [(r["rule"], r["kind"], r["mode"], r["failed_records"], r["rejected_records"],
+                 styled(f"{r['evaluation_errors']:,}", "error") if r["evaluation_errors"]
+                 else 0, "yes" if r["exportable"] else styled("no", "warning"))
+                for r in summary["by_rule"]]
+        show(table(("rule", "kind", "mode", "failed", "rejected", "evaluation errors",
+                    "exportable"), rows, title="by rule",
+                   right=("failed", "rejected", "evaluation errors")), out=c)
+    if summary["by_error"]:
+        rows = [(name, e["batches"], e["records"])
+                for name, e in sorted(summary["by_error"].items())]
+        show(table(("broker error", "batches", "records"), rows, title="by broker error",
+                   right=("batches", "records")), out=c)
     if len(summary["by_partition"]) > 1:
-        print("  by partition:", file=w)
-        for p in summary["by_partition"]:
-            print(f"    {p['topic']}-{p['partition']:<6} accepted {p['accepted']:>7} rejected "
-                  f"{p['rejected']:>7} collateral {p['collateral']:>7}", file=w)
+        rows = [(f"{p['topic']}-{p['partition']}", p["accepted"], p["rejected"],
+                 p["collateral"]) for p in summary["by_partition"]]
+        show(table(("partition", "accepted", "rejected", "collateral"), rows,
+                   title="by partition", right=("accepted", "rejected", "collateral")), out=c)
+    for r in summary["by_rule"]:
+        if r["evaluation_errors"]:
+            c.print(styled(f"evaluation errors: rule {r['rule']} raised an error on "
+                           f"{r['evaluation_errors']:,} record(s) (a failing record's message "
+                           "in the record verdicts carries the error)", "error"))
     for note in summary["notes"]:
-        print(f"  note: {note}", file=w)
+        c.print(styled(f"note: {note}", "note"))
     for issue in summary["issues"]:
-        print(f"  issue: {issue['kind']} at byte {issue['position']}: {issue['message']}",
-              file=w)
+        c.print(styled(f"issue: {issue['kind']} at byte {issue['position']}: "
+                       f"{issue['message']}", "warning"))
+
+
+def _print_fail_over(verdict: dict[str, Any]) -> None:
+    from kqlab.cli._ui import console, styled
+
+    word = "FAIL" if verdict["exceeded"] else "ok"
+    console().print(styled(
+        f"fail-over {100 * verdict['threshold']:g} %: {verdict['records']:,} records "
+        f"({100 * verdict['share']:.2f} %) would not be appended — {word}",
+        "FAIL" if verdict["exceeded"] else "ok"))
+
+
+def _replay_local(args: argparse.Namespace, policy: Policy, p: Progress) -> Verdicts:
+    """The local replay, stage by stage so the progress display can follow it: read the
+    sample, evaluate each rule (results cached), then the broker pass and the verdicts."""
+    from kqlab.validate.replayer import Replayer, with_implicit_rules
+
+    p.step(f"reading {args.source}")
+    replayer = Replayer(args.source, now=args.now, framing=args.framing,
+                        linger_ms=args.linger_ms, batch_size=args.batch_size)
+    rules = with_implicit_rules(policy).rules
+    p.step(f"evaluating {len(rules)} rule(s)", total=len(rules))
+    for rule in rules:
+        p.update(description=f"evaluating rule {rule.id}")
+        replayer.evaluate(policy.with_rules([rule]))  # cached: run() reuses every result
+        p.advance()
+    p.step(f"broker checks and verdicts ({replayer.sample.batches.num_rows:,} batches)")
+    return replayer.run(policy, profile=args.profile)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """``kqlab replay``: the summary, or one JSON document; Parquet tables with ``--out``."""
     import orjson
 
-    from kqlab.validate import replay
+    from kqlab.cli._ui import progress
 
     policy = load_policy_file(args.policy)
     if args.engine == "spark":
         return _replay_spark(args, policy)
-    verdicts = replay(args.source, policy, now=args.now, framing=args.framing,
-                      profile=args.profile, linger_ms=args.linger_ms,
-                      batch_size=args.batch_size)
-    summary = verdicts.summary()
-    if args.vet:
-        from kqlab.policy import save_policy
+    with progress() as p:
+        verdicts = _replay_local(args, policy, p)
+        summary = verdicts.summary()
+        if args.fail_over is not None:
+            summary["fail_over"] = fail_over(summary, args.fail_over)
+        if args.vet:
+            from kqlab.policy import save_policy
 
-        save_policy(verdicts.vet(policy, source=str(args.source)), args.vet)
-        summary["vetted_policy"] = str(args.vet)
-    if args.out:
-        import pyarrow.parquet as pq
+            save_policy(verdicts.vet(policy, source=str(args.source)), args.vet)
+            summary["vetted_policy"] = str(args.vet)
+        if args.out:
+            import pyarrow.parquet as pq
 
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        pq.write_table(verdicts.records, out / "records.parquet")
-        pq.write_table(verdicts.batches, out / "batches.parquet")
-        pq.write_table(verdicts.rules, out / "rules.parquet")
-        (out / "summary.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
-        summary["out"] = str(out)
+            out = Path(args.out)
+            out.mkdir(parents=True, exist_ok=True)
+            p.step(f"writing verdict tables to {shown_dir(out)}", total=4)
+            for name, t in (("records", verdicts.records), ("batches", verdicts.batches),
+                            ("rules", verdicts.rules)):
+                pq.write_table(t, out / f"{name}.parquet")
+                p.advance()
+            summary["out"] = str(out)
+            (out / "summary.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
+            p.advance()
+    status = EXIT_FINDING if summary.get("fail_over", {}).get("exceeded") else EXIT_OK
     if args.json:
         write_json(summary)
-        return EXIT_OK
+        return status
     print_summary(summary)
     if args.out:
-        print(f"  verdict tables written to {args.out}/")
+        print(f"verdict tables written to {shown_dir(args.out)}")
     if args.vet:
-        print(f"  vetted policy (with provenance) written to {args.vet}")
-    return EXIT_OK
+        print(f"vetted policy (with provenance) written to {args.vet}")
+    if "fail_over" in summary:
+        _print_fail_over(summary["fail_over"])
+    return status
 
 
 def _replay_spark(args: argparse.Namespace, policy: Policy) -> int:
     """``kqlab replay --engine spark``: verdict Parquet under ``--out`` (or a temporary
-    folder), the same summary as the local engine; exit 3 when a unit could not be read."""
+    folder), the same summary as the local engine; exit 3 when a unit could not be read,
+    else 1 when ``--fail-over`` is exceeded."""
+    from kqlab.cli._ui import progress_enabled
     from kqlab.spark import replay_spark
 
     verdicts = replay_spark(args.source, policy, master=args.master, out=args.out,
                             overwrite=args.overwrite, now=args.now, framing=args.framing,
                             profile=args.profile, linger_ms=args.linger_ms,
-                            batch_size=args.batch_size, progress=not args.json)
+                            batch_size=args.batch_size, progress=progress_enabled())
     summary = verdicts.summary()
+    if args.fail_over is not None:
+        summary["fail_over"] = fail_over(summary, args.fail_over)
     if args.vet:
         from kqlab.policy import save_policy
 
@@ -155,11 +243,15 @@ def _replay_spark(args: argparse.Namespace, policy: Policy) -> int:
         write_json(summary)
     else:
         print_summary(summary)
-        print(f"  engine: spark, {summary['units']} unit(s) in {summary['seconds']:.1f} s; "
-              f"verdict Parquet files in {summary['out']}/")
+        print(f"engine: spark, {summary['units']} unit(s) in {summary['seconds']:.1f} s; "
+              f"verdict Parquet files in {shown_dir(summary['out'])}")
         if args.vet:
-            print(f"  vetted policy (with provenance) written to {args.vet}")
+            print(f"vetted policy (with provenance) written to {args.vet}")
+        if "fail_over" in summary:
+            _print_fail_over(summary["fail_over"])
     for e in summary["errors"]:
         print(f"kqlab replay: {e['topic']}-{e['partition']} ({e['path']}) was not replayed: "
               f"{e['error']}: {e['message']}", file=sys.stderr)
-    return EXIT_PARTIAL if summary["errors"] else EXIT_OK
+    if summary["errors"]:
+        return EXIT_PARTIAL
+    return EXIT_FINDING if summary.get("fail_over", {}).get("exceeded") else EXIT_OK

@@ -6,13 +6,14 @@ Exit status 0 when the report was written, 2 for a wrong request (as every kqlab
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from kqlab.cli._common import (
     EXIT_OK,
     SubParsers,
     add_json_flag,
+    add_parser_with_examples,
     load_policy_file,
+    output_file,
     prepare_registries,
     write_json,
 )
@@ -22,17 +23,22 @@ __all__ = ["add_parser", "cmd_report"]
 
 def add_parser(sub: SubParsers) -> None:
     """Add ``kqlab report``."""
-    rep = sub.add_parser("report", help="replay a sample and write a static HTML report",
-                         description="Replay SOURCE (segment file, partition folder, log "
-                         "directory or snapshot) under the policy and write one HTML file "
-                         "with the figures, summaries, top failures, the policy and the "
-                         "provenance. It embeds plotly.js and opens offline; the policy's "
-                         "sensitive data is masked unless --unmask is given.")
+    rep = add_parser_with_examples(
+        sub, "report", help="replay a sample and write a static HTML report",
+        description="Replay SOURCE (segment file, partition folder, log directory or "
+        "snapshot) under the policy and write one HTML file with the figures, summaries, top "
+        "failures, the policy and the provenance. It embeds plotly.js and opens offline; the "
+        "policy's sensitive data is masked unless --unmask is given.", examples="""\
+  kqlab report orders-0 --policy orders.yaml --now 1763700000000
+  kqlab report data/ --policy orders.yaml --out reports/      # reports/<policy>-report.html
+  kqlab report snap/ --policy orders.yaml --out q3.html --title "Orders, Q3" --unmask
+  kqlab report data/ --policy orders.yaml --engine spark --json | jq .report""")
     rep.add_argument("source", help="a segment file, partition folder, log directory or "
                      "snapshot")
     rep.add_argument("--policy", required=True, help="the policy file (YAML)")
     rep.add_argument("--out", default=None, metavar="FILE",
-                     help="where to write the report (default: <policy name>-report.html)")
+                     help="where to write the report (default: <policy name>-report.html); "
+                     "a folder (ending with / or existing) gets that file inside it")
     rep.add_argument("--now", type=int, default=None, metavar="EPOCH_MS",
                      help="the broker clock for timestamp checks (default: the wall clock)")
     rep.add_argument("--framing", choices=("exact", "single", "linger"), default="exact")
@@ -54,24 +60,29 @@ def add_parser(sub: SubParsers) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """``kqlab report SOURCE --policy P``: replay, then write the report and print its path."""
+    from kqlab.cli._ui import progress, progress_enabled
     from kqlab.reporting import report
     from kqlab.validate.replayer import Replayer
 
     policy = load_policy_file(args.policy)
     prepare_registries(policy)
-    if args.engine == "spark":
-        from kqlab.spark import replay_spark
+    out = output_file(args.out, f"{policy.name}-report.html")
+    with progress() as p:
+        if args.engine == "spark":
+            from kqlab.spark import replay_spark
 
-        replayer = None
-        verdicts = replay_spark(args.source, policy, master=args.master, now=args.now,
-                                framing=args.framing)
-    else:
-        replayer = Replayer(args.source, now=args.now, framing=args.framing)
-        verdicts = replayer.run(policy)
-    out = Path(args.out or f"{policy.name}-report.html")
-    report(verdicts, policy, sample=replayer, path=out, title=args.title,
-           source=str(args.source), unmask=bool(args.unmask),
-           max_rows=args.max_rows, plotlyjs=args.plotlyjs)
+            replayer = None
+            verdicts = replay_spark(args.source, policy, master=args.master, now=args.now,
+                                    framing=args.framing, progress=progress_enabled())
+        else:
+            p.step(f"reading {args.source}")
+            replayer = Replayer(args.source, now=args.now, framing=args.framing)
+            p.step("replaying the policy")
+            verdicts = replayer.run(policy)
+        p.step(f"writing the report to {out}")
+        report(verdicts, policy, sample=replayer, path=out, title=args.title,
+               source=str(args.source), unmask=bool(args.unmask),
+               max_rows=args.max_rows, plotlyjs=args.plotlyjs)
     size = out.stat().st_size
     if args.json:
         doc = {"report": str(out), "bytes": size, "summary": verdicts.summary()}
