@@ -23,6 +23,7 @@ from kqlab.cli._common import (
     EXIT_OK,
     SubParsers,
     add_json_flag,
+    add_parser_with_examples,
     load_policy_file,
     prepare_registries,
     write_json,
@@ -35,14 +36,18 @@ def add_parser(sub: SubParsers) -> None:
     """Add ``kqlab export``."""
     from kqlab.export import TARGETS
 
-    ex = sub.add_parser("export", help="export a policy to an enforcement target's config",
-                        description="Translate a (vetted) policy into the configuration one "
-                        "enforcement target takes, with per-rule fidelity (exact / approximate "
-                        "/ not expressible) and the policy's provenance embedded. --target all "
-                        "writes every target and the fidelity report (HTML + JSON). With "
-                        "--sample, the targets that can run here are run on the sample and "
-                        "each claim of exact is proven or withdrawn. Exits 1 when a claim is "
-                        "contradicted or a reject rule is not enforced exactly.")
+    ex = add_parser_with_examples(
+        sub, "export", help="export a policy to an enforcement target's config",
+        description="Translate a (vetted) policy into the configuration one enforcement "
+        "target takes, with per-rule fidelity (exact / approximate / not expressible) and the "
+        "policy's provenance embedded. --target all writes every target and the fidelity "
+        "report (HTML + JSON). With --sample, the targets that can run here are run on the "
+        "sample and each claim of exact is proven or withdrawn. Exits 1 when a claim is "
+        "contradicted or a reject rule is not enforced exactly.", examples="""\
+  kqlab export orders.vetted.yaml --target confluent --out export/
+  kqlab export orders.vetted.yaml --target all --sample snap/ --out export/   # proven claims
+  kqlab export orders.yaml --target kroxylicious --accept-approximations --json
+  kqlab export orders.yaml --target confluent --dlq-topic orders-dlq --schema orders.avsc""")
     ex.add_argument("policy", help="the policy file (YAML)")
     ex.add_argument("--target", required=True, choices=[*TARGETS, "all"],
                     help="the enforcement target, or all")
@@ -81,8 +86,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise ValueError(f"--schema {args.schema}: {exc.strerror}") from None
     targets = list(TARGETS) if args.target == "all" else [args.target]
-    report = fidelity_report(policy, sample=args.sample, now=args.now, targets=tuple(targets),
-                             **options)
+    from kqlab.cli._ui import progress
+
+    with progress() as p:
+        p.step(f"exporting to {args.target}" + (f", round trips on {args.sample}"
+                                                 if args.sample else ""))
+        report = fidelity_report(policy, sample=args.sample, now=args.now,
+                                 targets=tuple(targets), **options)
     if args.target != "all" and args.target in report.skipped:
         from kqlab.export import ExportError
 

@@ -21,6 +21,7 @@ from kqlab.cli._common import (
     EXIT_FINDING,
     EXIT_OK,
     SubParsers,
+    add_parser_with_examples,
     load_policy_file,
     prepare_registries,
     write_json,
@@ -31,13 +32,17 @@ __all__ = ["add_parser", "cmd_gate"]
 
 def add_parser(sub: SubParsers) -> None:
     """Add ``kqlab gate``."""
-    g = sub.add_parser("gate", help="consume, validate, forward valid records, dead-letter "
-                       "the rest", description="The validating gate: consume the source "
-                       "topic in a consumer group, judge every record with the policy (the "
-                       "replay's rules plus the record-level broker checks), forward valid "
-                       "records unchanged to the sink and invalid ones to the dead-letter "
-                       "topic with failure headers; commit only after delivery. Stops "
-                       "gracefully on SIGTERM/SIGINT.")
+    g = add_parser_with_examples(
+        sub, "gate", help="consume, validate, forward valid records, dead-letter the rest",
+        description="The validating gate: consume the source topic in a consumer group, judge "
+        "every record with the policy (the replay's rules plus the record-level broker "
+        "checks), forward valid records unchanged to the sink and invalid ones to the "
+        "dead-letter topic with failure headers; commit only after delivery. Stops gracefully "
+        "on SIGTERM/SIGINT.", examples="""\
+  kqlab gate --policy orders.yaml --source orders-raw --sink orders --dlq orders-dlq \\
+        --bootstrap broker:9092
+  kqlab gate --config export/gate/gate.yaml --bootstrap broker:9092 -X security.protocol=SSL
+  kqlab gate --config gate.yaml --bootstrap broker:9092 --json-metrics | my-log-shipper""")
     g.add_argument("--policy", default=None, help="the policy file (YAML); with --config: "
                    "overrides the file's policy.path (the content hash is still checked)")
     g.add_argument("--source", default=None, help="the raw topic to consume")
