@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kqlab.cli._common import EXIT_OK, SubParsers, add_json_flag, write_json
+from kqlab.cli._common import EXIT_OK, SubParsers, add_json_flag, exit_code_table, write_json
 
 __all__ = ["add_parser", "cmd_import"]
 
@@ -35,7 +35,8 @@ def add_parser(sub: SubParsers) -> None:
                         description="Read a policy from another tool's format. odcs: an Open "
                         "Data Contract Standard v3 contract; one written by `kqlab export "
                         "--target odcs` comes back identical (same content hash).",
-                        epilog=_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+                        epilog=_EXAMPLES + "\n" + exit_code_table(),
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     im.add_argument("format", choices=FORMATS, help="the file's format")
     im.add_argument("file", help="the contract file")
     im.add_argument("--schema", default=None, metavar="NAME",
