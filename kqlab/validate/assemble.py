@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 from kqlab.kafka.checks import CHECKS
 from kqlab.kafka.checks import record as record_checks
 from kqlab.kafka.configs import TopicConfig
+from kqlab.kafka.validator import PartitionValidator
 from kqlab.policy.model import Policy
 from kqlab.records import PARAMS_TYPE
 from kqlab.validate.aggregates import RecordCodes
@@ -47,11 +48,15 @@ RULES_SCHEMA = pa.schema([
 
 def _broker_pass(sample: Sample, config: TopicConfig, now: int, profile: str,
                  record_messages: Sequence[str | None] | pa.Array | None, rows: np.ndarray,
-                 record_rules: pa.Array | None = None) -> pa.Table:
+                 record_rules: pa.Array | None = None,
+                 validators: dict[tuple[str, int], PartitionValidator] | None = None
+                 ) -> pa.Table:
     """Batch verdicts with the policy injected, partition by partition (producer state is per
     partition), vectorised over the tables; rows the tables cannot judge go to the exact
     byte-level validator (``raw``).  ``record_messages`` None: no record policy at all;
-    ``record_rules`` names the rule behind each message (so verdicts carry it as data)."""
+    ``record_rules`` names the rule behind each message (so verdicts carry it as data).
+    ``validators`` (one per topic-partition, created here when missing) carry each partition's
+    producer state and next offset into the next chunk of a streamed replay."""
     from kqlab.kafka.table_checks import RecordPolicy, broker_verdicts
 
     records, batches = sample.records, sample.batches
@@ -69,9 +74,21 @@ def _broker_pass(sample: Sample, config: TopicConfig, now: int, profile: str,
         pc.cast(batches.column("topic"), pa.string()),
         pc.cast(batches.column("partition"), pa.string()), "\x00")
     groups = pc.unique(keys).to_pylist()
+    def validator_of(b_idx: int) -> PartitionValidator | None:
+        if validators is None:
+            return None
+        topic = batches.column("topic")[b_idx].as_py() or ""
+        part = batches.column("partition")[b_idx].as_py()
+        key = (topic, -1 if part is None else part)
+        if key not in validators:
+            validators[key] = PartitionValidator(key[0], key[1], config, now=now,
+                                                 source=sample.source)
+        return validators[key]
+
     if len(groups) == 1:
         return broker_verdicts(records, batches, config, now=now, source=sample.source,
-                               raw=sample.raw, policy=policy_of(record_messages, record_rules))
+                               raw=sample.raw, policy=policy_of(record_messages, record_rules),
+                               validator=validator_of(0))
     key_np = np.asarray(keys.to_pylist(), dtype=object)
     msgs_arr = None if record_messages is None else record_messages \
         if isinstance(record_messages, pa.Array) else pa.array(record_messages, pa.string())
@@ -85,7 +102,8 @@ def _broker_pass(sample: Sample, config: TopicConfig, now: int, profile: str,
             raw=None if sample.raw is None else [sample.raw[i] for i in b_idx.tolist()],
             policy=None if msgs_arr is None else policy_of(
                 msgs_arr.take(pa.array(r_idx)),
-                None if record_rules is None else record_rules.take(pa.array(r_idx)))))
+                None if record_rules is None else record_rules.take(pa.array(r_idx))),
+            validator=validator_of(int(b_idx[0]))))
         order.append(b_idx)
     merged = pa.concat_tables(parts)
     return merged.take(pa.array(np.argsort(np.concatenate(order), kind="stable")))
@@ -191,6 +209,9 @@ class Assembler:
         self._last: _BrokerRun | None = None
         #: batches the broker checks ran on, over every pass (tests and benchmarks read it)
         self.broker_batches = 0
+        #: a streamed replay's partition validators, carried from chunk to chunk (None: the
+        #: sample is the whole input, and edits may re-judge only changed batches)
+        self.validators: dict[tuple[str, int], PartitionValidator] | None = None
 
     # -- per-sample facts ---------------------------------------------------------------------
     @property
@@ -246,8 +267,9 @@ class Assembler:
         exact (see :meth:`independent`)."""
         last = self._last
         verdicts = None
-        if last is not None and (last.config, last.now, last.profile) == (config, now, profile) \
-                and self.independent(config, now):
+        if self.validators is None and last is not None and \
+                (last.config, last.now, last.profile) == (config, now, profile) and \
+                self.independent(config, now):
             changed = self._changed_batches(last.policy, policy)
             if not len(changed):
                 verdicts = last.verdicts
@@ -257,7 +279,7 @@ class Assembler:
                 verdicts = self._splice(last.verdicts, changed, config, now, profile, policy)
         if verdicts is None:
             verdicts = _broker_pass(self.sample, config, now, profile, policy.arrow(),
-                                    self.rows, policy.rules_at())
+                                    self.rows, policy.rules_at(), self.validators)
             self.broker_batches += self.nb
         self._last = _BrokerRun(config, now, profile, policy, verdicts)
         return verdicts
