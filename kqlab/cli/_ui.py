@@ -140,9 +140,15 @@ class Progress:
             )
             from rich.progress import Progress as RichProgress
 
+            class _Count(MofNCompleteColumn):
+                """``3/7`` for a stage of known size; nothing for a spinner stage."""
+
+                def render(self, task: Any) -> Any:
+                    return super().render(task) if task.total is not None else ""
+
             self._live = RichProgress(
                 SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                MofNCompleteColumn(), TimeElapsedColumn(),
+                _Count(), TimeElapsedColumn(),
                 console=console(self._stream if self._stream is not None else sys.stderr),
                 transient=True)
             self._live.__enter__()
