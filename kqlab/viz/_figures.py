@@ -4,8 +4,14 @@ record content) returning plain ``go.Figure`` objects; only a UI wraps them in w
 Every figure is drawn from the small tables of :class:`~kqlab.validate.view.VerdictsView`
 (reasons, spans, buckets, groups — bounded by those, not by records), whichever engine
 produced the verdicts: each engine aggregates natively, so a figure of Spark verdicts equals
-the figure of the local verdicts of the same sample.  Point-heavy traces use WebGL
-(``scattergl``).
+the figure of the local verdicts of the same sample.
+
+Every figure uses the trace types of plotly.js's *basic* bundle only (``scatter``, ``bar``):
+the report embeds that bundle (1.2 MB instead of 4.8) and the widgets load it once per
+kernel.  Long runs of points are drawn as one SVG path (spans and culprit ticks separated by
+gaps), which SVG draws as fast as WebGL would.  A reason has one colour in every figure
+(:class:`~kqlab.viz._style.RuleColors`), backgrounds are transparent and widths follow the
+container (:mod:`kqlab.viz._style`).
 """
 
 from __future__ import annotations
@@ -26,6 +32,14 @@ from kqlab.viz._groups import (
     schema_id_groups,
 )
 from kqlab.viz._masking import masker
+from kqlab.viz._style import (
+    COLORS,
+    OTHER,
+    TEMPLATE_NAME,
+    RuleColors,
+    register_template,
+    rule_colors,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from kqlab.policy.model import Policy
@@ -34,18 +48,16 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["by_key_pattern", "by_producer", "by_schema_id", "rejection_timeline",
            "rejections_by_offset", "rejections_by_reason"]
 
-#: outcome colours, shared by every figure
-COLORS = {"accepted": "#4c9a6a", "rejected": "#c0392b", "collateral": "#e6a23c",
-          "undetermined": "#8e8e8e", "not_enforced": "#9aa7b8"}
-#: reason colours (qualitative, colour-blind friendly), cycled
-PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442",
-           "#000000", "#7f7f7f")
-_LAYOUT = {"template": "plotly_white", "margin": {"l": 10, "r": 10, "t": 60, "b": 40},
+#: the trace types the figures use: all in plotly.js's basic bundle (a test checks)
+TRACE_TYPES = frozenset({"scatter", "bar"})
+_LAYOUT = {"template": TEMPLATE_NAME, "margin": {"l": 10, "r": 10, "t": 60, "b": 40},
            # beside the plot, not above it: above, a legend of several rows ran over the title
            "legend": {"orientation": "v", "x": 1.01, "xanchor": "left", "y": 1.0,
                       "yanchor": "top"}}
 #: :data:`_LAYOUT` without the template, which :func:`_figure` sets
 _STYLE = {k: v for k, v in _LAYOUT.items() if k != "template"}
+#: collateral and not-enforced bars wear their reason's colour with a pattern
+_PATTERNS = {"culprit": "", "collateral": "/", "not_enforced": "."}
 
 
 def _figure() -> go.Figure:
@@ -58,7 +70,7 @@ def _figure() -> go.Figure:
     """
     import plotly.io as pio
 
-    template = pio.templates[_LAYOUT["template"]].to_plotly_json()
+    template = pio.templates[register_template()].to_plotly_json()
     try:
         fig = go.Figure(layout={"template": template}, _validate=False)
     except TypeError:  # a plotly without the flag: the validated way
@@ -74,28 +86,43 @@ def _title(text: str, note: str | None = None) -> dict[str, Any]:
     return {"text": text, "x": 0, "xanchor": "left"}
 
 
-def _color(i: int) -> str:
-    return PALETTE[i % len(PALETTE)]
+def _color(colors: RuleColors, reason: str) -> str:
+    """A reason's colour; the folded groups (``other``...) are grey."""
+    if reason == "collateral":
+        return COLORS["collateral"]
+    if reason == "other" or reason.startswith("other "):
+        return OTHER
+    return colors[reason]
 
 
 # -- rejections by reason ------------------------------------------------------------------------
-def rejections_by_reason(verdicts: VerdictsView, *, max_reasons: int = 30) -> go.Figure:
+def rejections_by_reason(verdicts: VerdictsView, *, max_reasons: int = 30,
+                         colors: RuleColors | None = None) -> go.Figure:
     """Records each reason (rule or ``broker:<check>``) rejected: culprits — the records that
     failed it — apart from collateral — fine records rejected with their batch — and failures
-    not enforced (``observe`` rules, or a policy the broker would not apply)."""
+    not enforced (``observe`` rules, or a policy the broker would not apply).
+
+    Each bar wears its reason's colour (the same in every figure); collateral is hatched and
+    failures not enforced are dotted."""
+    colors = rule_colors(verdicts, colors)
     rows = verdicts.by_reason().to_pydict()
     n = len(rows["reason"])
     if n > max_reasons:  # fold the tail into one bar
         for name in ("culprit", "collateral", "not_enforced"):
             rows[name] = [*rows[name][:max_reasons - 1], sum(rows[name][max_reasons - 1:])]
         rows["reason"] = [*rows["reason"][:max_reasons - 1], f"other ({n - max_reasons + 1})"]
+    shades = [_color(colors, r) for r in rows["reason"]]
     fig = _figure()
     for name, label in (("culprit", "rejected (culprit)"),
                         ("collateral", "collateral (rejected with its batch)"),
                         ("not_enforced", "failed, not enforced")):
-        color = COLORS["rejected" if name == "culprit" else name]
+        marker: dict[str, Any] = {"color": shades}
+        if _PATTERNS[name]:
+            marker["pattern"] = {"shape": _PATTERNS[name], "fillmode": "overlay",
+                                 "fgcolor": "rgba(255,255,255,0.75)"}
+            marker["opacity"] = 0.7
         fig.add_trace(go.Bar(y=rows["reason"], x=rows[name], name=label, orientation="h",
-                             marker_color=color,
+                             marker=marker,
                              hovertemplate="%{y}: %{x:,} records<extra>" + label + "</extra>"))
     fig.update_layout(**_STYLE, barmode="stack",
                       title=_title("Rejections by reason", "records per rule or broker check"),
@@ -107,14 +134,17 @@ def rejections_by_reason(verdicts: VerdictsView, *, max_reasons: int = 30) -> go
 
 # -- partition x offset --------------------------------------------------------------------------
 def rejections_by_offset(verdicts: VerdictsView, *, max_spans: int = 2000,
-                         max_points: int = 20_000, max_reasons: int = 8) -> go.Figure:
+                         max_points: int = 2000, max_reasons: int = 8,
+                         colors: RuleColors | None = None) -> go.Figure:
     """Where rejected batches sit in each partition: one bar per run of consecutive rejected
     batches (a bad deploy reads as a band), coloured by reason, over the partition's sampled
-    range in grey; rejected records as points when there are at most ``max_points``.
+    range in grey; rejected records as ticks when there are at most ``max_points``.
 
     Span ends are exact offsets, so zooming in reaches single offsets; beyond ``max_spans``
-    runs the closest runs of a partition are merged (the subtitle says so).
+    runs the closest runs of a partition are merged (the subtitle says so).  Each group of
+    spans (and the ticks) is one SVG path with gaps between its pieces.
     """
+    colors = rule_colors(verdicts, colors)
     spans = verdicts.spans(max_spans=max_spans, max_points=max_points)
     top = spans.top_reasons(max_reasons)
     labels = spans.labels
@@ -124,13 +154,14 @@ def rejections_by_offset(verdicts: VerdictsView, *, max_spans: int = 2000,
         x = np.column_stack([spans.extent[:, 0], spans.extent[:, 1] + 1,
                              np.full(len(rows), np.nan)]).ravel()
         y = np.column_stack([rows, rows, np.full(len(rows), np.nan)]).ravel()
-        fig.add_trace(go.Scattergl(x=x, y=y, mode="lines", name="sampled offsets",
-                                   line={"color": "#d9dde3", "width": 18}, hoverinfo="skip"))
-    groups = [(labels[i], spans.reason == i, _color(j)) for j, i in enumerate(top)]
+        fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name="sampled offsets",
+                                 line={"color": "rgba(128,128,128,0.25)", "width": 18},
+                                 hoverinfo="skip", connectgaps=False))
+    groups = [(labels[i], spans.reason == i, _color(colors, labels[i])) for i in top]
     known = np.isin(spans.reason, top)
     if (~known).any():
         groups.append(("other / mixed reasons" if spans.merged else "other reasons", ~known,
-                       "#555555"))
+                       OTHER))
     for name, sel, color in groups:
         if not sel.any():
             continue
@@ -139,9 +170,10 @@ def rejections_by_offset(verdicts: VerdictsView, *, max_spans: int = 2000,
         data = np.column_stack([s, e, spans.batches[sel], spans.rejected[sel],
                                 spans.collateral[sel]])
         nan = np.full(len(s), np.nan)
-        fig.add_trace(go.Scattergl(
+        fig.add_trace(go.Scatter(
             x=np.column_stack([s, e + 1, nan]).ravel(),  # end + 1: a one-offset span shows
             y=np.column_stack([r, r, nan]).ravel(), mode="lines", name=name,
+            connectgaps=False,
             line={"color": color, "width": 12}, customdata=np.repeat(data, 3, axis=0),
             hovertemplate="offsets %{customdata[0]:,}–%{customdata[1]:,}<br>"
                           "%{customdata[2]:,} batch(es): %{customdata[3]:,} rejected, "
@@ -149,10 +181,11 @@ def rejections_by_offset(verdicts: VerdictsView, *, max_spans: int = 2000,
     note = None
     if spans.points is not None:
         offsets, point_rows = spans.points
-        fig.add_trace(go.Scattergl(
+        fig.add_trace(go.Scatter(
             x=offsets, y=point_rows, mode="markers",
-            name="rejected records", marker={"color": "#222222", "size": 4, "symbol": "line-ns",
-                                             "line": {"width": 1, "color": "#222222"}},
+            name="rejected records", marker={"color": "#555555", "size": 9,
+                                             "symbol": "line-ns-open",
+                                             "line": {"width": 1, "color": "#555555"}},
             hovertemplate="offset %{x:,}<extra>rejected record</extra>"))
     elif spans.culprits:
         note = f"{spans.culprits:,} rejected records: zoom shows spans, points above " \
@@ -169,31 +202,75 @@ def rejections_by_offset(verdicts: VerdictsView, *, max_spans: int = 2000,
 
 
 # -- timeline ------------------------------------------------------------------------------------
-def rejection_timeline(verdicts: VerdictsView, *, bucket_ms: int | None = None,
-                       max_buckets: int = 300, max_reasons: int = 8) -> go.Figure:
-    """Rejection rate per time bucket (record timestamps), stacked by reason, with collateral
-    on top: the share of each bucket's records that production would have refused.
+def gapped(buckets: np.ndarray, bucket_ms: int) -> tuple[np.ndarray, np.ndarray]:
+    """Where a line over ``buckets`` (sorted bucket starts, epoch ms) must break: the x values
+    with a gap marker inserted one bucket after every bucket whose successor is missing, and
+    for each x the row of ``buckets`` it shows (-1 at a gap marker, whose y is null).
 
-    ``bucket_ms=None`` picks a round bucket giving at most ``max_buckets`` buckets.
+    A line through buckets without records would draw a diagonal across the time nothing was
+    sampled; with a null there plotly breaks the line (``connectgaps=False``).
+
+    Examples
+    --------
+    >>> x, rows = gapped(np.array([0, 10, 40, 50]), 10)
+    >>> x.tolist(), rows.tolist()
+    ([0, 10, 20, 40, 50], [0, 1, -1, 2, 3])
     """
+    buckets = np.asarray(buckets, dtype=np.int64)
+    if len(buckets) < 2:
+        return buckets, np.arange(len(buckets))
+    breaks = np.flatnonzero(np.diff(buckets) > bucket_ms)  # rows followed by a gap
+    rows = np.insert(np.arange(len(buckets)), breaks + 1, -1)
+    x = np.insert(buckets, breaks + 1, buckets[breaks] + bucket_ms)
+    return x, rows
+
+
+def rejection_timeline(verdicts: VerdictsView, *, bucket_ms: int | None = None,
+                       max_buckets: int = 300, max_reasons: int = 8,
+                       colors: RuleColors | None = None) -> go.Figure:
+    """Rejection rate per time bucket (record timestamps): one line per top reason (the share
+    of each bucket's records it got rejected), collateral and the rest, and the total refused
+    share dashed above them.
+
+    Buckets without records are gaps in every line (no diagonal across time nothing was
+    sampled); a bucket alone between gaps shows as a dot.  ``bucket_ms=None`` picks a round
+    bucket giving at most ``max_buckets`` buckets.
+    """
+    colors = rule_colors(verdicts, colors)
     table, bucket_ms = verdicts.timeline(bucket_ms, max_buckets, max_reasons)
     cols = table.to_pydict()
-    x = np.asarray(cols.pop("bucket"), dtype="datetime64[ms]")
+    buckets = np.asarray(cols.pop("bucket"), dtype=np.int64)
     total = np.maximum(np.asarray(cols.pop("total"), dtype=np.float64), 1)
+    xs, rows = gapped(buckets, bucket_ms)
+    x = xs.astype("datetime64[ms]")
+    gap = rows < 0
+    take = np.where(gap, 0, rows)
+    # a point with gaps (or the ends) on both sides has no line: draw it as a dot
+    alone = ~gap & ~np.r_[False, ~gap[:-1]] & ~np.r_[~gap[1:], False]
+    size = np.where(alone, 6, 0)
     fig = _figure()
-    for j, (name, counts) in enumerate(cols.items()):
-        color = COLORS["collateral"] if name == "collateral" else "#555555" if name == "other" \
-            else _color(j)
-        rate = 100 * np.asarray(counts, dtype=np.float64) / total
-        fig.add_trace(go.Scatter(x=x, y=rate, name=name, mode="lines", stackgroup="rate",
-                                 line={"width": 0.5, "color": color},
-                                 customdata=np.asarray(counts),
-                                 hovertemplate="%{y:.2f} % (%{customdata:,} records)<extra>"
-                                 + name + "</extra>"))
+
+    def line(name: str, counts: np.ndarray, color: str, dash: str | None = None) -> None:
+        rate = 100 * counts / total
+        y = np.where(gap, np.nan, rate[take])
+        data = np.where(gap, 0, counts[take])
+        fig.add_trace(go.Scatter(
+            x=x, y=y, name=name, mode="lines+markers", connectgaps=False,
+            line={"width": 2 if dash is None else 1.5, "color": color, "dash": dash},
+            marker={"size": size, "color": color}, customdata=data,
+            hovertemplate="%{y:.2f} % (%{customdata:,} records)<extra>" + name + "</extra>"))
+
+    refused = np.zeros(len(buckets))
+    for name, counts in cols.items():
+        counts = np.asarray(counts, dtype=np.float64)
+        refused += counts
+        line(name, counts, _color(colors, name))
+    if len(cols) > 1:
+        line("all refused", refused, OTHER, dash="dot")
     fig.update_layout(**_STYLE, hovermode="x unified",
                       title=_title("Rejection rate over time",
                                    f"share of records per {_duration(bucket_ms)} bucket, "
-                                   "by reason"),
+                                   "by reason; gaps: no records"),
                       yaxis={"title": "% of records", "rangemode": "tozero"},
                       xaxis={"title": "record timestamp"}, height=380)
     return fig

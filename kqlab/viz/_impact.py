@@ -15,7 +15,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kqlab.validate.view import RecordReasons, ViewError
-from kqlab.viz._figures import _STYLE, COLORS, _figure, _title
+from kqlab.viz._figures import _STYLE, _color, _figure, _title
+from kqlab.viz._style import RuleColors, rule_colors
 
 if TYPE_CHECKING:  # pragma: no cover
     from kqlab.policy.model import Policy
@@ -88,10 +89,13 @@ def impact_table(before: VerdictsView, after: VerdictsView) -> pa.Table:
 
 
 def policy_impact(before: VerdictsView, after: VerdictsView, *,
-                  policies: tuple[Policy, Policy] | None = None) -> go.Figure:
+                  policies: tuple[Policy, Policy] | None = None,
+                  colors: RuleColors | None = None) -> go.Figure:
     """Diverging bars per rule: records the new policy rejects that the old accepted (right)
-    and records it accepts that the old rejected (left).  With ``policies=(old, new)`` the
-    subtitle summarises the rule changes (:func:`kqlab.policy.diff`)."""
+    and records it accepts that the old rejected (left, hatched), each in its rule's colour
+    (the same as in every other figure).  With ``policies=(old, new)`` the subtitle
+    summarises the rule changes (:func:`kqlab.policy.diff`)."""
+    colors = rule_colors(after, rule_colors(before, colors))
     table = impact_table(before, after).to_pydict()
     n_rej, n_acc = sum(table["newly_rejected"]), sum(table["newly_accepted"])
     note = f"{n_rej:,} records newly rejected, {n_acc:,} newly accepted"
@@ -100,18 +104,23 @@ def policy_impact(before: VerdictsView, after: VerdictsView, *,
 
         change = diff(*policies).summary().replace("\n", "; ")
         note += f" — {change[:200]}"
+    shades = [_color(colors, r) for r in table["reason"]]
     fig = _figure()
     fig.add_trace(go.Bar(y=table["reason"], x=table["newly_rejected"], orientation="h",
-                         name="newly rejected", marker_color=COLORS["rejected"],
+                         name="newly rejected", marker={"color": shades},
                          hovertemplate="%{y}: %{x:,} records newly rejected<extra></extra>"))
     fig.add_trace(go.Bar(y=table["reason"], x=[-x for x in table["newly_accepted"]],
                          orientation="h", name="newly accepted",
-                         marker_color=COLORS["accepted"], customdata=table["newly_accepted"],
+                         marker={"color": shades, "opacity": 0.7,
+                                 "pattern": {"shape": "/", "fillmode": "overlay",
+                                             "fgcolor": "rgba(255,255,255,0.75)"}},
+                         customdata=table["newly_accepted"],
                          hovertemplate="%{y}: %{customdata:,} records newly accepted"
                          "<extra></extra>"))
     fig.update_layout(**_STYLE, barmode="relative",
                       title=_title("Policy impact", note),
                       height=max(240, 100 + 28 * len(table["reason"])),
                       yaxis={"autorange": "reversed", "automargin": True},
-                      xaxis={"title": "← newly accepted · records · newly rejected →"})
+                      xaxis={"title": "← newly accepted · records · newly rejected →",
+                             "zeroline": True})
     return fig

@@ -85,16 +85,19 @@ def show(out: w.Output, *objs: Any) -> list[Any]:
     ``outputs = ()`` + ``append_display_data`` rather than ``clear_output()`` /
     ``with out: display()``: those need a frontend, so headless tests and unattended notebook
     runs would see nothing (spec/testing-jupyter.md (b)).  Plain figures are shown as
-    ``go.FigureWidget`` views of the same figure model: a plain figure's display data comes
-    from plotly's renderer machinery, which yields nothing outside a kernel.
+    :class:`~kqlab.widgets._plot.PlotlyFigure` views (plotly.js once per kernel, not once per
+    figure as ``go.FigureWidget``): a plain figure's display data comes from plotly's renderer
+    machinery, which yields nothing outside a kernel.
     """
     import plotly.graph_objects as go
+
+    from kqlab.widgets._plot import PlotlyFigure
 
     out.outputs = ()
     shown = []
     for obj in objs:
         if isinstance(obj, go.Figure):
-            obj = go.FigureWidget(obj)
+            obj = PlotlyFigure(obj)
         out.append_display_data(obj)
         shown.append(obj)
     return shown
@@ -130,9 +133,9 @@ def _equal(a: Any, b: Any) -> bool:
 
 
 class FigureView:
-    """Named figures shown in an ``Output`` as ``go.FigureWidget`` views that later refreshes
-    update in place (:func:`update_figure_widget`): the views keep their models, so a page
-    keeps its zoom-free redraw and the refresh skips building widgets."""
+    """Named figures shown in an ``Output`` as :class:`~kqlab.widgets._plot.PlotlyFigure`
+    views that later refreshes update in place (:meth:`PlotlyFigure.update`): the views keep
+    their models, so a page keeps its zoom-free redraw and the refresh skips building widgets."""
 
     def __init__(self, out: w.Output):
         self.out = out
@@ -142,18 +145,17 @@ class FigureView:
         """Show ``figures`` (name -> plain figure); returns the displayed objects."""
         import plotly.graph_objects as go
 
+        from kqlab.widgets._plot import PlotlyFigure
+
         shown: dict[str, Any] = {}
         reshow = list(figures) != list(self.widgets)
         for name, fig in figures.items():
             old = self.widgets.get(name)
-            if isinstance(fig, go.Figure) and isinstance(old, go.FigureWidget):
-                try:
-                    update_figure_widget(old, fig)
-                    shown[name] = old
-                    continue
-                except ValueError:  # plotly refused the update: show a new view
-                    pass
-            shown[name] = go.FigureWidget(fig) if isinstance(fig, go.Figure) else fig
+            if isinstance(fig, go.Figure) and isinstance(old, PlotlyFigure):
+                old.update(fig)
+                shown[name] = old
+                continue
+            shown[name] = PlotlyFigure(fig) if isinstance(fig, go.Figure) else fig
             reshow = True
         self.widgets = shown
         if reshow:

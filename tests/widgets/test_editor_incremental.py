@@ -17,6 +17,7 @@ from kqlab.validate import Replayer, replay
 from kqlab.viz import policy_impact, rejections_by_offset, rejections_by_reason
 from kqlab.widgets import PolicyEditor
 from kqlab.widgets._common import FigureView, update_figure_widget
+from kqlab.widgets._plot import PlotlyFigure
 from tests.validate.test_incremental import KEY, NOW, SIZE, TRACE, assert_same, policy, write_log
 
 FIGURES = ("reasons", "offsets", "timeline", "impact")
@@ -51,7 +52,7 @@ def check(editor: PolicyEditor, source, widgets_before: dict | None = None) -> N
     view = editor._figure_view.widgets
     assert list(view) == list(editor.figures)
     for name, fig in editor.figures.items():
-        assert isinstance(fig, go.Figure) and isinstance(view[name], go.FigureWidget)
+        assert isinstance(fig, go.Figure) and isinstance(view[name], PlotlyFigure)
         assert plain(view[name]) == plain(fig), name
         if widgets_before and name in widgets_before:
             assert view[name] is widgets_before[name], f"{name} was rebuilt"
@@ -174,9 +175,9 @@ def test_fast_template_figures_equal_validated_ones():
     from kqlab.viz._figures import _figure
 
     a = _figure().update_layout(title={"text": "t"}, height=300)
-    b = go.Figure().update_layout(template="plotly_white", title={"text": "t"}, height=300)
+    b = go.Figure().update_layout(template="kqlab", title={"text": "t"}, height=300)
     assert a.to_plotly_json() == b.to_plotly_json()
     with pytest.raises(ValueError, match="height"):  # validation is on after the template
         a.update_layout(height="tall")
     a.layout.template.layout.paper_bgcolor = "red"  # a copy: the registered one is unchanged
-    assert _figure().layout.template.layout.paper_bgcolor == "white"
+    assert _figure().layout.template.layout.paper_bgcolor == "rgba(0,0,0,0)"
