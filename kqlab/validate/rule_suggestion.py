@@ -119,6 +119,17 @@ _GROUP = {"key_required": 0, "value_required": 0, "magic_byte": 1, "schema_id_re
           "value_size": 3, "headers_size": 3}
 _FIELD_ORDER = ("field_not_null", "field_type", "field_range", "field_in", "field_regex")
 _UUID = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+#: how many left-out values a value-set suggestion lists (the most frequent), and how much of
+#: each value it shows
+MAX_LEFT_OUT = 20
+MAX_VALUE_CHARS = 60
+
+
+def _short(value: str) -> str:
+    """``value`` cut to :data:`MAX_VALUE_CHARS` characters, saying how long it was."""
+    if len(value) <= MAX_VALUE_CHARS:
+        return value
+    return f"{value[:MAX_VALUE_CHARS]}… ({len(value):,} characters)"
 
 
 @dataclass
@@ -164,14 +175,19 @@ class _Proposer:
         return value_set(arr, self.min_support, self.min_share)
 
     def value_set_evidence(self, what: str, vs: ValueSet) -> tuple[str, tuple[LeftOut, ...]]:
-        """The evidence of a value-set rule (how many values, which left out, why)."""
-        left = tuple(LeftOut(value=v, count=c, reason=r) for v, c, r in vs.left_out)
+        """The evidence of a value-set rule (how many values, which left out, why); the
+        :data:`MAX_LEFT_OUT` most frequent values left out are listed, each cut to
+        :data:`MAX_VALUE_CHARS` characters (a 70 KB note is not a label)."""
+        left = tuple(LeftOut(value=_short(v), count=c, reason=r)
+                     for v, c, r in vs.left_out[:MAX_LEFT_OUT])
         text = (f"{what}: {vs.distinct} distinct value(s) in {vs.total}, {len(vs.keep)} seen "
                 f"at least {self.min_support} times on at least {100 * self.min_share:g} % "
                 "of them")
-        if left:
+        if vs.left_out:
             shown = ", ".join(f"{v.value!r} ({v.reason})" for v in left[:5])
-            more = f" and {len(left) - 5} more" if len(left) > 5 else ""
+            rest = vs.left_out[5:]
+            more = (f" and {len(rest)} more value(s) on {sum(c for _, c, _ in rest)} "
+                    "record(s)") if rest else ""
             text += f"; left out as rare: {shown}{more}"
         return text, left
 

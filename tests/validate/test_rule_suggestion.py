@@ -339,3 +339,17 @@ def test_suggest_counts_are_the_replays_on_a_log_directory(tmp_path, capsys):
     # the planted negative amounts (orders.out_of_range, 9 records) fail the suggested range
     amount = next(s for s in doc["suggestions"] if s["id"] == "suggest.field_range.amount")
     assert amount["failed"] == demo.truth.defects["orders.out_of_range"].records == 9
+
+
+def test_left_out_values_are_listed_short(tmp_path):
+    """orders-1 carries the planted ``orders.oversize`` defect: two ~70 KB notes among the
+    'gift wrap' ones. The note's value set leaves both out, listed cut to a label's length."""
+    demo = demo_topics.generate(tmp_path, NOW)
+    got = suggest(demo.folders["orders-1"], demo_topics.load_policies()["orders"], now=NOW)
+    note = got["suggest.field_in.note"]
+    assert note.rule.param("values") == ("gift wrap",)
+    assert len(note.left_out) == demo.truth.defects["orders.oversize"].records == 2
+    assert all(v.value.endswith("… (70,000 characters)") and len(v.value) < 90
+               for v in note.left_out)
+    assert note.failed == 2 and len(note.evidence) < 400
+    assert len(json.dumps(got.to_dict())) < 60_000  # no 70 KB value in the document
