@@ -3,6 +3,15 @@
 
 const REF = /^IPY_MODEL_/;
 
+// base64 of gzip -> text, with the browser's own decompressor
+async function inflate(b64) {
+  const raw = atob(b64);
+  const bytes = new Uint8Array(raw.length);
+  for (let i = 0; i < raw.length; i++) bytes[i] = raw.charCodeAt(i);
+  const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+  return await new Response(stream).text();
+}
+
 // plotly.js, evaluated once per page and version: the shared PlotlyJs model holds its source.
 async function loadPlotly(model) {
   const ref = model.get("_plotly");
@@ -14,7 +23,8 @@ async function loadPlotly(model) {
   if (!globalThis[key]) {
     globalThis[key] = (async () => {
       // the bundle is UMD: given a `module`, it exports plotly.js there (strict-mode safe)
-      const code = "const module = { exports: {} };\n" + bundle.get("source") +
+      const source = await inflate(bundle.get("source_gz"));
+      const code = "const module = { exports: {} };\n" + source +
         "\nexport default module.exports;\n";
       const url = URL.createObjectURL(new Blob([code], { type: "text/javascript" }));
       try {
