@@ -15,6 +15,12 @@ every rule, the implicit decode rule and the broker's checks, each record alone 
 encoded (a datum that does not fit the schema, no schema source) is an ``error``: the test
 fails with the reason, and the other examples still run.
 
+Examples are written as YAML reads them, so an Avro example is brought to what the writer
+takes first: a number (or numeric text) for a ``decimal`` field becomes a ``Decimal`` of that
+value, exactly — a value with more places than the schema's scale is an error, never rounded.
+A Confluent-framed example without ``schema_id`` is framed with the latest schema: the
+subject's latest version in a registry, the highest id in a folder of ``<id>.avsc`` files.
+
 (The entry point is ``check_examples``, not ``test_*``: pytest and readers take a ``test_``
 function for a test of kqlab; this is a library function testing a *policy*.)
 """
@@ -24,9 +30,11 @@ from __future__ import annotations
 import io
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from kqlab.errors import KqlabError
 from kqlab.policy.model import RELATIVE_TIMESTAMP_UNITS, Example, Format, Policy, thaw
@@ -38,7 +46,7 @@ if TYPE_CHECKING:
     from kqlab.serde.schemas import ParsedSchema, SchemaResolver
 
 __all__ = ["ExampleError", "ExampleResult", "ExamplesReport", "RuleExamplesResult",
-           "check_examples", "encode_example", "examples_table"]
+           "avro_datum", "check_examples", "encode_example", "examples_table"]
 
 _RELATIVE = re.compile(r"now(?:([+-])([0-9]+)([a-z]+))?\Z")
 
@@ -196,6 +204,10 @@ class _Encoder:
                 return res.schema(schema_id), schema_id
             if fmt.wire == "raw":
                 return res.unframed(), -1
+            if res.path is not None:
+                framed = _folder_latest(res)
+                if framed is not None:
+                    return framed, framed.schema_id if schema_id is None else schema_id
             latest = res.latest(fmt.schemas.subject if fmt.schemas is not None else None)
             # an unregistered schema_id frames a value written with the latest schema
             return latest, latest.schema_id if schema_id is None else schema_id
@@ -244,8 +256,10 @@ class _Encoder:
 
             schema, sid = self._schema_for(target, fmt, schema_id)
             buf = io.BytesIO()
+            parsed = schema.parsed
+            named = parsed.get("__named_schemas", {}) if isinstance(parsed, dict) else {}
             try:
-                schemaless_writer(buf, schema.parsed, data)
+                schemaless_writer(buf, parsed, avro_datum(parsed, data, named))
             except (ValueError, TypeError, KeyError, AttributeError) as exc:
                 raise ExampleError(f"the {target} does not fit Avro schema "
                                    f"{schema.schema_id if schema.schema_id is not None else ''}"
@@ -267,6 +281,110 @@ class _Encoder:
                 "headers": [{"key": k, "value": None if v is None else v.encode()}
                             for k, v in example.headers],
                 "timestamp": _timestamp(example, now)}
+
+
+def _folder_latest(res: SchemaResolver) -> ParsedSchema | None:
+    """The schema a framed example is written with when its schemas are a folder of
+    ``<id>.avsc`` files: the highest id (ids grow as schemas are registered, so it is the
+    latest); None when the folder has no ``<id>.avsc`` (the caller then says what to add)."""
+    if res.path is None:
+        return None
+    folder = Path(res.path)
+    files = [folder] if folder.is_file() else sorted(folder.glob("*.avsc"))
+    ids = sorted(int(f.stem) for f in files if f.stem.isdigit())
+    return res.schema(ids[-1]) if ids else None
+
+
+#: which Python values a primitive Avro type takes (a union branch is chosen with these)
+_AVRO_TAKES = {
+    "null": lambda d: d is None, "boolean": lambda d: isinstance(d, bool),
+    "int": lambda d: isinstance(d, int) and not isinstance(d, bool),
+    "long": lambda d: isinstance(d, int) and not isinstance(d, bool),
+    "float": lambda d: isinstance(d, int | float | Decimal) and not isinstance(d, bool),
+    "double": lambda d: isinstance(d, int | float | Decimal) and not isinstance(d, bool),
+    "bytes": lambda d: isinstance(d, bytes), "string": lambda d: isinstance(d, str),
+}
+
+
+def _takes(schema: Any, datum: Any, named: Mapping[str, Any]) -> bool:
+    """Whether ``datum`` plausibly belongs to the (union branch) ``schema``."""
+    if isinstance(schema, str):
+        if schema in named:
+            return _takes(named[schema], datum, named)
+        return _AVRO_TAKES.get(schema, lambda _d: False)(datum)
+    if not isinstance(schema, Mapping):
+        return False
+    if schema.get("logicalType") == "decimal":
+        return _decimal(datum) is not None or isinstance(datum, bytes)
+    kind = schema.get("type")
+    if kind in ("record", "error", "map"):
+        return isinstance(datum, Mapping)
+    if kind == "array":
+        return isinstance(datum, list)
+    if kind == "enum":
+        return isinstance(datum, str)
+    if kind == "fixed":
+        return isinstance(datum, bytes)
+    return _takes(kind, datum, named)
+
+
+def _decimal(datum: Any) -> Decimal | None:
+    """``datum`` (a number or numeric text) as the exact ``Decimal`` it writes; None when it
+    is not one."""
+    if isinstance(datum, Decimal):
+        return datum
+    if isinstance(datum, bool) or not isinstance(datum, int | float | str):
+        return None
+    try:
+        value = Decimal(str(datum))  # str(25.5) == '25.5': the number as written
+    except InvalidOperation:
+        return None
+    if not value.is_finite():
+        return None
+    return value
+
+
+def avro_datum(schema: Any, datum: Any, named: Mapping[str, Any] | None = None) -> Any:
+    """``datum`` as fastavro writes it with ``schema`` (fastavro's parsed form; ``named`` its
+    named types): ``decimal`` values become ``Decimal`` (YAML gives floats, ints or text),
+    through records, arrays, maps and the union branch the value belongs to; everything else
+    is left to the writer, which says what does not fit.
+
+    Examples
+    --------
+    >>> dec = {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2}
+    >>> avro_datum({"type": "record", "name": "o", "fields": [
+    ...     {"name": "amount", "type": ["null", dec]}]}, {"amount": 25.5})
+    {'amount': Decimal('25.5')}
+    """
+    named = named or {}
+    if datum is None:
+        return None
+    if isinstance(schema, str):
+        return avro_datum(named[schema], datum, named) if schema in named else datum
+    if isinstance(schema, list):
+        for branch in schema:
+            if branch != "null" and _takes(branch, datum, named):
+                return avro_datum(branch, datum, named)
+        return datum
+    if not isinstance(schema, Mapping):
+        return datum
+    kind = schema.get("type")
+    if schema.get("logicalType") == "decimal" and kind in ("bytes", "fixed"):
+        value = _decimal(datum)
+        return datum if value is None else value
+    if kind in ("record", "error") and isinstance(datum, Mapping):
+        types = {f["name"]: f["type"] for f in schema.get("fields") or ()
+                 if isinstance(f, Mapping) and "name" in f}
+        return {k: avro_datum(types[k], v, named) if k in types else v
+                for k, v in datum.items()}
+    if kind == "array" and isinstance(datum, list):
+        return [avro_datum(schema.get("items"), v, named) for v in datum]
+    if kind == "map" and isinstance(datum, Mapping):
+        return {k: avro_datum(schema.get("values"), v, named) for k, v in datum.items()}
+    if isinstance(kind, Mapping | list) or (isinstance(kind, str) and kind in named):
+        return avro_datum(kind, datum, named)
+    return datum
 
 
 def encode_example(policy: Policy, example: Example, *, now: int,

@@ -139,3 +139,54 @@ def test_cli_test_exit_codes(tmp_path, capsys):
     assert main(["test", str(bad)]) == 2
     assert "bad.yaml:3: rules[0].examples: examples without pass or fail" in \
         capsys.readouterr().err
+
+
+DECIMAL_ORDER = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
+    {"name": "id", "type": "string"},
+    {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10,
+                                "scale": 2}},
+    {"name": "tip", "type": ["null", {"type": "bytes", "logicalType": "decimal",
+                                      "precision": 6, "scale": 2}], "default": None}]}
+
+
+def _decimal_policy(folder: Path) -> str:
+    schemas = f"{{path: '{folder}'}}"
+    return f"""
+kqlab: 1
+name: decimals
+value: {{format: avro, wire: confluent, schemas: {schemas}}}
+rules:
+- id: amount-positive
+  kind: field_range
+  field: amount
+  min: 0.01
+  examples:
+    pass: [{{value: {{id: a, amount: 25.5, tip: 1}}}}, {{value: {{id: b, amount: '0.01'}}}}]
+    fail: [{{value: {{id: c, amount: -3.25, tip: null}}, name: negative}}]
+"""
+
+
+def test_avro_decimal_examples_from_a_schema_folder_need_no_schema_id(tmp_path):
+    """An Avro ``decimal`` written in YAML as a number (or numeric text) is encoded as the
+    Decimal it says — not refused with "a bytes-like object is required, not 'float'" — and
+    a folder of ``<id>.avsc`` files frames examples with its latest (highest) id."""
+    folder = tmp_path / "schemas"
+    folder.mkdir()
+    old = {**DECIMAL_ORDER, "fields": DECIMAL_ORDER["fields"][:2]}
+    (folder / "3.avsc").write_text(json.dumps(old))
+    (folder / "7.avsc").write_text(json.dumps(DECIMAL_ORDER))
+    policy = loads_policy(_decimal_policy(folder))
+    row = encode_example(policy, policy.rules[0].examples.passing[0], now=NOW)
+    assert row["value"][:5] == b"\x00" + (7).to_bytes(4, "big")
+    report = check_examples(policy, now=NOW)
+    assert report.ok, report.render()
+    assert report.examples == 3 and not any(e.error for r in report.rules for e in r.examples)
+    negative = report.rule("amount-positive").examples[2]
+    assert negative.outcome == "rejected" and negative.failures[0][0] == "amount-positive"
+    # more places than the schema's scale: an error naming it, never a silent rounding
+    with pytest.raises(ExampleError, match="does not fit Avro schema 7"):
+        encode_example(policy, Example(value={"id": "d", "amount": 1.005}), now=NOW)
+    # an explicit schema_id still wins
+    row = encode_example(policy, Example(value={"id": "e", "amount": 2}, schema_id=3), now=NOW)
+    assert row["value"][:5] == b"\x00" + (3).to_bytes(4, "big")
+
