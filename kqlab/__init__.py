@@ -66,6 +66,7 @@ _EXPORTS = {
     "fidelity_report": "kqlab.export",
     "report": "kqlab.reporting",
     "unmask": "kqlab.viz",
+    "AuthoringSession": "kqlab.authoring",
     "Workbench": "kqlab.widgets",
     "PolicyEditor": "kqlab.widgets",
     "ReplayPanel": "kqlab.widgets",
@@ -76,6 +77,7 @@ __all__ = [
     "BATCHES_SCHEMA",
     "BATCH_VERDICTS_SCHEMA",
     "RECORDS_SCHEMA",
+    "AuthoringSession",
     "BatchBuilder",
     "BatchOutcome",
     "BrokerRelease",
@@ -142,6 +144,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
+    from kqlab.authoring import AuthoringSession
     from kqlab.errors import ConfigError, KqlabError, LogPathError
     from kqlab.export import export_policy, fidelity_report
     from kqlab.kafka.batch import Decoded, decode_batches, decode_records

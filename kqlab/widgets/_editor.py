@@ -1,11 +1,13 @@
 """``PolicyEditor``: author a policy against a loaded sample, with live per-rule counts.
 
-One :class:`~kqlab.validate.Replayer` holds the sample's decoded columns and every rule's
-result, so an edit re-evaluates only the rule that changed (issue 7: "it must feel instant").
-Every button calls a public method (:meth:`PolicyEditor.add_rule`, :meth:`update_rule`, ...):
-notebooks and tests drive the same code the clicks do.  An edit that makes the policy invalid
-(a bad parameter, a CEL expression that does not compile) is shown inline and leaves the
-current policy untouched.
+The editor is a view of an :class:`~kqlab.authoring.AuthoringSession`: the session holds the
+policy, its history, the sample (one :class:`~kqlab.validate.Replayer`, so an edit
+re-evaluates only the rule that changed — issue 7: "it must feel instant"), the verdicts,
+suggestions and golden examples; the editor shows them and calls the session's methods.
+Every button calls a public method (:meth:`PolicyEditor.add_rule`, :meth:`update_rule`,
+...): notebooks and tests drive the same code the clicks do.  An edit the session refuses (a
+bad parameter, a CEL expression that does not compile or reads a field the sample does not
+have) is shown inline and leaves the current policy untouched.
 """
 
 from __future__ import annotations
@@ -13,44 +15,22 @@ from __future__ import annotations
 import html
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 
+from kqlab.authoring import AuthoringSession, EditError, check_cel
 from kqlab.errors import KqlabError
 from kqlab.policy.catalog import KINDS, Param
-from kqlab.policy.cel import CelSyntaxError, compile_cel
 from kqlab.policy.model import ENFORCEMENT_PROFILES, MODES, SEVERITIES, Policy, Rule
 from kqlab.widgets._common import FigureView, build_figures, css, error_html
 
+if TYPE_CHECKING:  # pragma: no cover
+    from kqlab.authoring import SessionChange
 
-class EditError(KqlabError, ValueError):
-    """An edit the editor refused (the policy stays as it was); the message says why."""
+__all__ = ["EditError", "PolicyEditor", "RuleForm", "check_cel"]
 
-
-def check_cel(expr: str) -> str | None:
-    """None when ``expr`` compiles, else the compiler's message (with line and column)."""
-    try:
-        compile_cel(expr)
-    except CelSyntaxError as exc:
-        return str(exc)
-    return None
-
-
-def _check_policy(policy: Policy) -> Policy:
-    """``policy`` validated as if loaded from YAML (unknown or ill-typed parameters, missing
-    required ones), plus every CEL expression compiled: the loader does not compile CEL, and an
-    expression that does not compile must be an inline error, not a failed replay."""
-    from kqlab.policy import policy_from_dict, policy_to_dict
-
-    checked = policy_from_dict(policy_to_dict(policy), source="editor")
-    for rule in policy.rules:
-        for expr in (rule.param("expr") if rule.kind == "cel" else None, rule.when):
-            if expr:
-                problem = check_cel(expr)
-                if problem:
-                    raise EditError(f"rule {rule.id}: {problem}")
-    return checked
+_OK = '<span style="color:#4c9a6a">✓ {}</span>'
 
 
 # -- the rule form ------------------------------------------------------------------------------
@@ -109,12 +89,21 @@ def _parse(p: Param, widget: w.Widget) -> Any:
     return value
 
 
+#: inputs whose every change re-runs the form's checks
+_CHECKED_PARAMS = ("expr", "field")
+
+
 class RuleForm:
     """The add/edit form of one rule, its parameter inputs generated from the catalog entry of
-    the chosen kind; CEL inputs (``expr`` of a ``cel`` rule, every ``when``) are compiled as
-    you type and the verdict is shown under the form."""
+    the chosen kind.  As you type, CEL inputs (``expr`` of a ``cel`` rule, every ``when``)
+    are compiled and, with ``problem`` (the session's :meth:`~kqlab.authoring
+    .AuthoringSession.rule_problem`), the rule is checked against the sample's decoded
+    columns — an unknown field is flagged with the nearest one; the verdict is shown under the
+    form.  A rule loaded for editing keeps its description and golden examples."""
 
-    def __init__(self, on_apply: Callable[[], Any]):
+    def __init__(self, on_apply: Callable[[], Any],
+                 problem: Callable[[Rule], str | None] | None = None):
+        self._problem = problem
         self.kind = w.Dropdown(options=sorted(KINDS), description="kind")
         self.rule_id = css(w.Text(description="id", continuous_update=True), "form_id")
         self.message = w.Text(description="message", placeholder="catalog default")
@@ -128,11 +117,15 @@ class RuleForm:
         self.apply = css(w.Button(description="Apply", button_style="primary",
                                   icon="check"), "form_apply")
         self.editing: str | None = None  # id of the rule being edited; None: a new rule
+        self.loaded: Rule | None = None  # the rule being edited, as it was loaded
         self.fields: dict[str, w.Widget] = {}
         self._params = w.VBox()
+        self._loading = False  # load() sets the kind itself: no rebuild from its observer
         self.apply.on_click(lambda _b: on_apply())
-        self.kind.observe(lambda ch: self._build(ch["new"], {}), names="value")
-        self.when.observe(lambda _ch: self._check_cel(), names="value")
+        # observers are removed one by one, never with unobserve_all: that would also drop
+        # ipywidgets' own value <-> index sync, and the page would show a stale kind
+        self.kind.observe(self._on_kind, names="value")
+        self.when.observe(self._on_input, names="value")
         self.widget = css(w.VBox([
             w.HBox([self.kind, self.rule_id]), self._params,
             w.HBox([self.message, self.when]), w.HBox([self.severity, self.mode]),
@@ -140,130 +133,174 @@ class RuleForm:
         ]), "form")
         self._build(self.kind.value, {})
 
+    def _on_kind(self, change: dict[str, Any]) -> None:
+        if not self._loading:
+            self._build(change["new"], {})
+
+    def _on_input(self, _change: dict[str, Any]) -> None:
+        self.check()
+
     def _build(self, kind: str, params: dict[str, Any]) -> None:
         self.fields = {}
         for p in KINDS[kind].params:
             widget = css(_param_widget(p, params.get(p.name)), "form_param", name=p.name)
-            if p.name == "expr":
-                widget.observe(lambda _ch: self._check_cel(), names="value")
+            if p.name in _CHECKED_PARAMS:
+                widget.observe(self._on_input, names="value")
             self.fields[p.name] = widget
         self._params.children = tuple(self.fields.values())
-        self._check_cel()
+        self.check()
 
     def load(self, rule: Rule | None = None, *, kind: str | None = None,
              rule_id: str = "") -> None:
         """Show ``rule`` for editing, or a blank form of ``kind`` for a new rule."""
-        self.editing = rule.id if rule is not None else None
         kind = rule.kind if rule is not None else (kind or self.kind.value)
         if kind not in KINDS:
             raise EditError(f"unknown rule kind {kind!r}; known kinds: {', '.join(sorted(KINDS))}")
-        with self.kind.hold_trait_notifications():
-            self.kind.unobserve_all("value")
+        self.editing = rule.id if rule is not None else None
+        self.loaded = rule
+        self._loading = True
+        try:
             self.kind.value = kind
-            self.kind.observe(lambda ch: self._build(ch["new"], {}), names="value")
-        self.rule_id.value = rule.id if rule is not None else rule_id
-        self.message.value = (rule.message or "") if rule is not None else ""
-        self.when.value = (rule.when or "") if rule is not None else ""
-        self.severity.value = rule.severity if rule is not None else "error"
-        self.mode.value = rule.mode if rule is not None else "reject"
+            self.rule_id.value = rule.id if rule is not None else rule_id
+            self.message.value = (rule.message or "") if rule is not None else ""
+            self.when.value = (rule.when or "") if rule is not None else ""
+            self.severity.value = rule.severity if rule is not None else "error"
+            self.mode.value = rule.mode if rule is not None else "reject"
+        finally:
+            self._loading = False
         self.error.value = ""
         self._build(kind, dict(rule.params) if rule is not None else {})
 
-    def _check_cel(self) -> None:
-        """Compile the form's CEL inputs; the status line says ok or what is wrong, where."""
+    def check(self) -> None:
+        """Compile the form's CEL inputs and check the rule against the sample; the status
+        line says ok or what is wrong, where."""
+        if self._loading:
+            return
         problems = []
         exprs = [("when", self.when.value.strip())]
         if "expr" in self.fields:
             exprs.insert(0, ("expr", self.fields["expr"].value.strip()))
-        checked = 0
+        checked = [name for name, expr in exprs if expr]
         for name, expr in exprs:
-            if not expr:
-                continue
-            checked += 1
-            problem = check_cel(expr)
-            if problem:
-                problems.append(f"{name}: {problem}")
+            if expr:
+                problem = check_cel(expr)
+                if problem:
+                    problems.append(f"{name}: {problem}")
+        sample_checked = False
+        field = self.fields.get("field")
+        if not problems and self._problem is not None and \
+                (checked or (field is not None and str(field.value).strip())):
+            try:
+                rule = self.rule(require_id=False)
+            except EditError:
+                rule = None  # a parameter that does not read yet: Apply will say which
+            if rule is not None:
+                problem = self._problem(rule)
+                sample_checked = True
+                if problem:
+                    problems.append(problem)
         if problems:
             self.cel_status.value = error_html("; ".join(problems))
         elif checked:
-            self.cel_status.value = '<span style="color:#4c9a6a">✓ CEL compiles</span>'
+            self.cel_status.value = _OK.format(
+                "CEL compiles" + (" and fits the sample" if sample_checked else ""))
+        elif sample_checked:
+            self.cel_status.value = _OK.format("the field fits the sample")
         else:
             self.cel_status.value = ""
 
     @property
     def cel_ok(self) -> bool:
-        """Whether every CEL input of the form compiles (empty ones count as fine)."""
+        """Whether every checked input is fine (empty ones count as fine)."""
         return "⚠" not in self.cel_status.value
 
-    def rule(self) -> Rule:
-        """The rule the form describes (``EditError`` says what is missing or unreadable)."""
+    def rule(self, *, require_id: bool = True) -> Rule:
+        """The rule the form describes (``EditError`` says what is missing or unreadable); a
+        rule loaded for editing keeps its description and golden examples."""
         rule_id = self.rule_id.value.strip()
-        if not rule_id:
+        if not rule_id and require_id:
             raise EditError("a rule needs an id")
         params = {}
         for p in KINDS[self.kind.value].params:
             value = _parse(p, self.fields[p.name])
             if value is not None and not (p.type == "bool" and value == p.default):
                 params[p.name] = value
-        return Rule(id=rule_id, kind=self.kind.value, params=params,
+        kept = self.loaded
+        return Rule(id=rule_id or "new-rule", kind=self.kind.value, params=params,
                     message=self.message.value.strip() or None,
                     when=self.when.value.strip() or None,
-                    severity=self.severity.value, mode=self.mode.value)
+                    severity=self.severity.value, mode=self.mode.value,
+                    description=kept.description if kept is not None else None,
+                    examples=kept.examples if kept is not None else None)
 
 
 # -- the editor ---------------------------------------------------------------------------------
 
 class PolicyEditor:
-    """The rule list of ``policy`` with live counts on the sample held by ``replayer``.
+    """The rule list of a policy with live counts on a sample, a view of one
+    :class:`~kqlab.authoring.AuthoringSession`.
 
     Parameters
     ----------
     replayer
-        A :class:`~kqlab.validate.Replayer` (or anything ``Replayer`` accepts as a source:
-        segment path, records table, sample); it caches decoded columns and rule results, so
-        an edit re-evaluates only the changed rule.
+        The session to show, or what to start one from: a :class:`~kqlab.validate.Replayer`
+        or anything it accepts as a source (segment path, records table, sample).
     policy
-        The starting policy.
+        The starting policy (not with a session, which has its own).
     figures
         Which figures to refresh after each edit (names of ``kqlab.widgets.FIGURES``:
         ``reasons``, ``offsets``, ``timeline``, ``impact``); kept in :attr:`figures`.
     now
-        The replay clock when ``replayer`` is a source (default: wall clock).
+        The replay clock when a session is started here (default: the sample's own).
 
     Every UI action has a method: :meth:`add_rule`, :meth:`update_rule`, :meth:`remove_rule`,
     :meth:`move_rule`, :meth:`set_mode`, :meth:`set_severity`, :meth:`set_enforcement`,
-    :meth:`edit` / :meth:`new_rule` + :meth:`apply_form`, :meth:`suggest`,
-    :meth:`accept_suggestion`, :meth:`apply_yaml`.  Each edit returns the new verdicts, or
-    raises :class:`EditError` (also shown inline in :attr:`error`) and keeps the policy.
+    :meth:`edit` / :meth:`new_rule` + :meth:`apply_form`, :meth:`undo`, :meth:`redo`,
+    :meth:`suggest`, :meth:`accept_suggestion`, :meth:`apply_yaml`.  Each edit returns the new
+    verdicts, or raises :class:`EditError` (also shown inline in :attr:`error`) and keeps the
+    policy.
     """
 
-    def __init__(self, replayer: Any, policy: Policy, *,
+    def __init__(self, replayer: Any = None, policy: Policy | None = None, *,
                  figures: tuple[str, ...] = ("reasons", "impact"), now: int | None = None):
-        from kqlab.validate.replayer import Replayer
-
-        self.replayer = replayer if isinstance(replayer, Replayer) else Replayer(replayer, now=now)
+        if isinstance(replayer, AuthoringSession):
+            if policy is not None:
+                raise TypeError("a PolicyEditor of a session shows the session's policy: "
+                                "pass no policy (or session.set_policy(policy))")
+            session = replayer
+        else:
+            if policy is None:
+                raise TypeError("PolicyEditor needs a policy (or an AuthoringSession)")
+            session = AuthoringSession(policy, replayer, now=now)
+        self.session = session
         self.figure_names = tuple(figures)
-        self.policy = _check_policy(policy)
-        self.verdicts: Any = None
-        self.previous: Any = None  # verdicts before the last edit (the impact figure's base)
         self.figures: dict[str, Any] = {}
-        self.suggestions: Any = None
-        self.history: list[Policy] = []
+        self.suggestion_buttons: dict[str, w.Button] = {}
         self._listeners: list[Callable[[PolicyEditor], Any]] = []
+        self._syncing = False  # the enforcement toggle is being set from the session
+        self._suggestions_shown: tuple[Any, frozenset[str]] | None = None
 
         self.error = css(w.HTML(""), "error")
         self.outcomes = css(w.HTML(""), "outcomes")
+        self.warning = css(w.HTML(""), "warning")
+        self.golden = css(w.HTML(""), "golden")
         self.enforcement = css(w.ToggleButtons(options=list(ENFORCEMENT_PROFILES),
-                                               value=self.policy.enforcement,
+                                               value=session.policy.enforcement,
                                                description="enforcement"), "enforcement")
         self.enforcement.observe(self._on_enforcement, names="value")
+        self.undo_button = css(w.Button(description="Undo", icon="undo", disabled=True),
+                               "undo")
+        self.redo_button = css(w.Button(description="Redo", icon="repeat", disabled=True),
+                               "redo")
+        self.undo_button.on_click(lambda _b: self._try(self.undo))
+        self.redo_button.on_click(lambda _b: self._try(self.redo))
         self.new_kind = css(w.Dropdown(options=sorted(KINDS), value="cel",
                                        description="new rule"), "new_kind")
         self.add_button = css(w.Button(description="Add rule", icon="plus"), "add_rule")
         self.add_button.on_click(lambda _b: self.new_rule(self.new_kind.value))
         self.rules_box = w.VBox()
         self.rows: dict[str, dict[str, w.Widget]] = {}
-        self.form = RuleForm(self.apply_form)
+        self.form = RuleForm(self._apply_clicked, problem=session.rule_problem)
         self.form.widget.layout.display = "none"
         self.yaml = css(w.Textarea(layout=w.Layout(width="100%", height="240px")), "yaml")
         self.yaml_apply = w.Button(description="Apply YAML")
@@ -284,118 +321,114 @@ class PolicyEditor:
         ])
         for i, title in enumerate(("Rules", "Suggestions", "YAML")):
             tabs.set_title(i, title)
-        self.widget = css(w.VBox([self.enforcement, self.outcomes, self.error, tabs,
-                                  self.figures_out]), "editor")
+        self.widget = css(w.VBox([
+            w.HBox([self.enforcement, self.undo_button, self.redo_button]), self.outcomes,
+            self.warning, self.golden, self.error, tabs, self.figures_out]), "editor")
+        session.observe(self._on_change)
         self._refresh()
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)
 
     def on_change(self, callback: Callable[[PolicyEditor], Any]) -> None:
-        """Call ``callback(editor)`` after every accepted edit (the workbench follows along)."""
+        """Call ``callback(editor)`` after every accepted edit (undo and redo included)."""
         self._listeners.append(callback)
 
-    # -- state --------------------------------------------------------------------------------
+    # -- the session's state, as the editor shows it -----------------------------------------
+    @property
+    def policy(self) -> Policy:
+        """The current policy (the session's)."""
+        return self.session.policy
+
+    @property
+    def verdicts(self) -> Any:
+        """The current verdicts (the session's)."""
+        return self.session.verdicts
+
+    @property
+    def previous(self) -> Any:
+        """The verdicts before the last edit (the impact figure's base)."""
+        return self.session.previous
+
+    @previous.setter
+    def previous(self, verdicts: Any) -> None:
+        self.session.previous = verdicts
+
+    @property
+    def replayer(self) -> Any:
+        """The session's sample (a :class:`~kqlab.validate.Replayer`)."""
+        return self.session.replayer
+
+    @replayer.setter
+    def replayer(self, replayer: Any) -> None:
+        """Edit against another sample: the session replays the policy on it."""
+        self.session.replay(replayer)
+
+    @property
+    def history(self) -> list[Policy]:
+        """The policies before each accepted edit (what :meth:`undo` goes back to)."""
+        return self.session.history
+
+    @property
+    def suggestions(self) -> Any:
+        """The last suggestions for the sample (None before :meth:`suggest`)."""
+        return self.session.suggestions
+
     @property
     def counts(self) -> dict[str, dict[str, int]]:
         """Per rule id: ``failed`` records, ``rejected`` records (0 for ``observe`` rules) and
         ``rejected_batches``, from the current verdicts (the implicit ``decode:value`` too)."""
-        return {r["rule"]: {"failed": r["failed_records"], "rejected": r["rejected_records"],
-                            "rejected_batches": r["rejected_batches"]}
-                for r in self.verdicts.rules.to_pylist()}
+        return self.session.counts
 
     # -- edits (the Python twins of the buttons) ---------------------------------------------
     def add_rule(self, rule: Rule | str, *, index: int | None = None, **fields: Any) -> Any:
         """Add ``rule`` (or a rule of kind ``rule`` built from ``fields``: ``id``, ``params``
         or the parameters inline, ``message``, ``when``, ``severity``, ``mode``)."""
-        if isinstance(rule, str):
-            rule = _make_rule(rule, fields)
-        if any(r.id == rule.id for r in self.policy.rules):
-            raise self._fail(f"there is already a rule {rule.id!r}")
-        rules = list(self.policy.rules)
-        rules.insert(len(rules) if index is None else index, rule)
-        return self._commit(self.policy.with_rules(rules))
+        return self.session.add_rule(rule, index=index, **fields)
 
     def update_rule(self, rule_id: str, **changes: Any) -> Any:
-        """Change one rule: ``params={...}`` replaces parameters (a value of None drops one),
-        other parameters may be given inline; ``message``, ``when``, ``severity``, ``mode``,
-        ``id`` (rename) and ``kind`` as named."""
-        old = self._rule(rule_id)
-        params = dict(old.params)
-        for name, value in {**changes.pop("params", {}),
-                            **{k: changes.pop(k) for k in list(changes)
-                               if k not in _RULE_FIELDS}}.items():
-            if value is None:
-                params.pop(name, None)
-            else:
-                params[name] = value
-        new = Rule(id=changes.get("id", old.id), kind=changes.get("kind", old.kind),
-                   params=params, message=changes.get("message", old.message),
-                   description=changes.get("description", old.description),
-                   severity=changes.get("severity", old.severity),
-                   mode=changes.get("mode", old.mode), when=changes.get("when", old.when),
-                   examples=old.examples)
-        return self.replace_rule(rule_id, new)
+        """Change one rule (:meth:`AuthoringSession.update_rule`)."""
+        return self.session.update_rule(rule_id, **changes)
 
     def replace_rule(self, rule_id: str, rule: Rule) -> Any:
         """Put ``rule`` where rule ``rule_id`` is."""
-        self._rule(rule_id)
-        if rule.id != rule_id and any(r.id == rule.id for r in self.policy.rules):
-            raise self._fail(f"there is already a rule {rule.id!r}")
-        return self._commit(self.policy.with_rules(
-            [rule if r.id == rule_id else r for r in self.policy.rules]))
+        return self.session.replace_rule(rule_id, rule)
 
     def remove_rule(self, rule_id: str) -> Any:
-        """Remove rule ``rule_id``."""
-        self._rule(rule_id)
-        return self._commit(self.policy.with_rules(
-            [r for r in self.policy.rules if r.id != rule_id]))
+        """Remove rule ``rule_id`` (its trash button)."""
+        return self.session.remove_rule(rule_id)
 
     def move_rule(self, rule_id: str, delta: int) -> Any:
-        """Move rule ``rule_id`` ``delta`` places (negative: up).  Order matters: a record's
-        policy error is its first failing ``reject`` rule."""
-        rules = list(self.policy.rules)
-        i = rules.index(self._rule(rule_id))
-        j = max(0, min(len(rules) - 1, i + delta))
-        rules.insert(j, rules.pop(i))
-        return self._commit(self.policy.with_rules(rules))
+        """Move rule ``rule_id`` ``delta`` places (its arrow buttons; negative: up)."""
+        return self.session.move_rule(rule_id, delta)
 
     def set_mode(self, rule_id: str, mode: str) -> Any:
-        """``reject`` or ``observe`` (counted, never rejects)."""
-        return self.update_rule(rule_id, mode=mode)
+        """``reject`` or ``observe`` (the row's toggle)."""
+        return self.session.set_mode(rule_id, mode)
 
     def set_severity(self, rule_id: str, severity: str) -> Any:
-        """``error``, ``warning`` or ``info``."""
-        return self.update_rule(rule_id, severity=severity)
+        """``error``, ``warning`` or ``info`` (the row's dropdown)."""
+        return self.session.set_severity(rule_id, severity)
 
     def set_enforcement(self, profile: str) -> Any:
-        """The record-policy KIP whose semantics the replay applies."""
-        if profile not in ENFORCEMENT_PROFILES:
-            raise self._fail(f"enforcement must be one of {', '.join(ENFORCEMENT_PROFILES)}")
-        return self._commit(_with(self.policy, enforcement=profile))
+        """The record-policy KIP whose semantics the replay applies (the toggle on top)."""
+        return self.session.set_enforcement(profile)
 
     def set_policy(self, policy: Policy) -> Any:
         """Replace the whole policy (its unchanged rules still come from the cache)."""
-        return self._commit(policy)
+        return self.session.set_policy(policy)
 
     def apply_yaml(self, text: str) -> Any:
         """Replace the policy with the YAML ``text`` (the YAML tab's Apply button)."""
-        from kqlab.policy import loads_policy
-
-        try:
-            policy = loads_policy(text, source="editor YAML")
-        except KqlabError as exc:
-            raise self._fail(str(exc)) from None
-        return self._commit(policy)
+        return self.session.apply_yaml(text)
 
     def undo(self) -> Any:
-        """Go back to the policy before the last accepted edit."""
-        if not self.history:
-            raise self._fail("nothing to undo")
-        policy = self.history.pop()
-        out = self._commit(policy)
-        self.history.pop()
-        return out
+        """Go back to the policy before the last accepted edit (the Undo button)."""
+        return self.session.undo()
+
+    def redo(self) -> Any:
+        """Apply again what :meth:`undo` took back (the Redo button)."""
+        return self.session.redo()
 
     # -- the form -------------------------------------------------------------------------------
     def new_rule(self, kind: str, rule_id: str | None = None) -> RuleForm:
@@ -413,7 +446,7 @@ class PolicyEditor:
 
     def edit(self, rule_id: str) -> RuleForm:
         """Open rule ``rule_id`` in the form (its *edit* button)."""
-        self.form.load(self._rule(rule_id))
+        self.form.load(self.session.rule(rule_id))
         self.form.widget.layout.display = None
         return self.form
 
@@ -423,55 +456,35 @@ class PolicyEditor:
             rule = self.form.rule()
         except EditError as exc:
             self.form.error.value = error_html(str(exc))
-            raise self._fail(str(exc)) from None
+            raise self.session.refuse(str(exc)) from None
         try:
             if self.form.editing is None:
-                out = self.add_rule(rule)
+                out = self.session.add_rule(rule)
             else:
-                out = self.replace_rule(self.form.editing, rule)
+                out = self.session.replace_rule(self.form.editing, rule)
         except EditError as exc:
             self.form.error.value = error_html(str(exc))
             raise
         self.form.error.value = ""
         self.form.widget.layout.display = "none"
         self.form.editing = None
+        self.form.loaded = None
         return out
+
+    def _apply_clicked(self) -> None:
+        self._try(self.apply_form)
 
     # -- suggestions ----------------------------------------------------------------------------
     def suggest(self, **options: Any) -> Any:
         """Rule suggestions from the sample, each with its would-be rejection rate (the
         *Suggest rules* button); options go to :func:`kqlab.validate.rule_suggestion.suggest`."""
-        from kqlab.validate.rule_suggestion import suggest
-
-        r = self.replayer
-        self.suggestions = suggest(r.sample, self.policy, now=r.now, resolver=r.resolver,
-                                   **options)
-        self._render_suggestions()
-        return self.suggestions
+        return self.session.suggest(**options)
 
     def accept_suggestion(self, suggestion_id: str) -> Any:
         """Append one suggested rule (its *Accept* button)."""
-        if self.suggestions is None:
-            self.suggest()
-        try:
-            s = self.suggestions[suggestion_id]
-        except KeyError as exc:
-            raise self._fail(str(exc.args[0])) from None
-        out = self.add_rule(s.rule)
-        self._render_suggestions()
-        return out
+        return self.session.accept_suggestion(suggestion_id)
 
     # -- internals ------------------------------------------------------------------------------
-    def _rule(self, rule_id: str) -> Rule:
-        try:
-            return self.policy.rule(rule_id)
-        except KeyError as exc:
-            raise self._fail(str(exc.args[0])) from None
-
-    def _fail(self, message: str) -> EditError:
-        self.error.value = error_html(message)
-        return EditError(message)
-
     def _try(self, fn: Callable[..., Any], *args: Any) -> Any:
         """A button handler: the error is already shown inline, so swallow it here (an
         exception in a callback would only reach the kernel's log)."""
@@ -483,59 +496,71 @@ class PolicyEditor:
             self.error.value = error_html(str(exc))
             return None
 
-    def _commit(self, policy: Policy) -> Any:
-        """Validate ``policy``, replay it incrementally, refresh counts, figures and views."""
-        try:
-            checked = _check_policy(policy)
-            verdicts = self.replayer.run(checked)
-        except KqlabError as exc:
-            raise self._fail(str(exc)) from None
-        self.history.append(self.policy)
-        self.previous, self.verdicts, self.policy = self.verdicts, verdicts, checked
-        self.error.value = ""
-        self._refresh(verdicts)
-        for callback in self._listeners:
-            callback(self)
-        return verdicts
+    def _on_change(self, change: SessionChange) -> None:
+        """The session changed: redraw what depends on what changed."""
+        if "policy" in change or "verdicts" in change:
+            self._refresh()
+        if "error" in change:
+            self.error.value = error_html(self.session.error)
+        if "examples" in change:
+            self.golden.value = html.escape(self.session.examples_text())
+        if "suggestions" in change and "policy" not in change:
+            self._render_suggestions()
+        if "sample" in change:
+            self.form.check()
+        if change.action in ("edit", "undo", "redo"):
+            for callback in self._listeners:
+                callback(self)
 
-    def _refresh(self, verdicts: Any = None) -> None:
-        if verdicts is None:
-            self.verdicts = self.replayer.run(self.policy)
-        self.figures = build_figures(self.figure_names, self.verdicts, {
-            "sample": self.replayer, "before": self.previous,
-            "policies": (self.history[-1], self.policy) if self.history else None})
+    def _refresh(self) -> None:
+        """Everything the editor shows, from the session's current state."""
+        s = self.session
+        v = s.verdicts
+        self.figures = {} if v is None else build_figures(self.figure_names, v,
+                                                          s.figure_context())
         self._figure_view.show(self.figures)
         self._render_rules()
-        o = self.verdicts.by_outcome()
+        o = s.outcomes
         n = sum(o.values()) or 1
         self.outcomes.value = " · ".join(
-            f"<b>{k}</b> {v:,} ({v / n:.1%})" for k, v in o.items())
-        self.yaml.value = _yaml(self.policy)
-        if self.enforcement.value != self.policy.enforcement:
-            self.enforcement.unobserve(self._on_enforcement, names="value")
-            self.enforcement.value = self.policy.enforcement
-            self.enforcement.observe(self._on_enforcement, names="value")
+            f"<b>{k}</b> {c:,} ({c / n:.1%})" for k, c in o.items()) if o else \
+            "no sample loaded"
+        self.warning.value = error_html(" ".join(s.warnings))
+        self.golden.value = html.escape(s.examples_text())
+        self.error.value = error_html(s.error)
+        self.yaml.value = _yaml(s.policy)
+        self.undo_button.disabled = not s.history
+        self.redo_button.disabled = not s.future
+        if self.enforcement.value != s.policy.enforcement:
+            self._syncing = True
+            try:
+                self.enforcement.value = s.policy.enforcement
+            finally:
+                self._syncing = False
+        self._render_suggestions()
 
     def _on_enforcement(self, change: dict[str, Any]) -> None:
-        self._try(self.set_enforcement, change["new"])
+        if not self._syncing:
+            self._try(self.set_enforcement, change["new"])
 
     def _render_rules(self) -> None:
         counts = self.counts
-        n = self.verdicts.count()[0] or 1
+        n = (self.verdicts.count()[0] if self.verdicts is not None else 0) or 1
+        zero = {"failed": 0, "rejected": 0}
         layout = tuple((r.id, r.kind, r.mode, r.severity) for r in self.policy.rules)
         if layout == self._rules_shown and set(self.rows) == {r.id for r in self.policy.rules}:
             # the same rows: only the counts change (rebuilding ~8 widgets a rule would cost
             # more than the rest of a refresh's widget work)
             for rule in self.policy.rules:
-                c = counts.get(rule.id, {"failed": 0, "rejected": 0})
-                self.rows[rule.id]["count"].value = _count_html(c, n, rule.mode)
+                self.rows[rule.id]["count"].value = _count_html(counts.get(rule.id, zero), n,
+                                                                rule.mode)
             return
         self._rules_shown = layout
         self.rows = {}
         rows = []
         cache = self._row_cache
         for rule in self.policy.rules:
-            c = counts.get(rule.id, {"failed": 0, "rejected": 0})
+            c = counts.get(rule.id, zero)
             key = (rule.id, rule.kind, rule.mode, rule.severity)
             hit = cache.get(key)
             if hit is not None and hit[1]["mode"].value == rule.mode and \
@@ -547,44 +572,53 @@ class PolicyEditor:
                 self.rows[rule.id] = hit[1]
                 rows.append(hit[0])
                 continue
-            count = css(w.HTML(_count_html(c, n, rule.mode)), "rule_count", id=rule.id)
-            mode = css(w.ToggleButtons(options=list(MODES), value=rule.mode,
-                                       style={"button_width": "64px"}), "rule_mode", id=rule.id)
-            severity = css(w.Dropdown(options=list(SEVERITIES), value=rule.severity,
-                                      layout=w.Layout(width="90px")), "rule_severity", id=rule.id)
-            edit = css(w.Button(icon="pencil", tooltip="edit", layout=_small()), "rule_edit",
-                       id=rule.id)
-            up = css(w.Button(icon="arrow-up", tooltip="move up", layout=_small()), "rule_up",
-                     id=rule.id)
-            down = css(w.Button(icon="arrow-down", tooltip="move down", layout=_small()),
-                       "rule_down", id=rule.id)
-            remove = css(w.Button(icon="trash", tooltip="remove", layout=_small()),
-                         "rule_remove", id=rule.id)
-            rid = rule.id
-            mode.observe(lambda ch, rid=rid: self._try(self.set_mode, rid, ch["new"]),
-                         names="value")
-            severity.observe(lambda ch, rid=rid: self._try(self.set_severity, rid, ch["new"]),
-                             names="value")
-            edit.on_click(lambda _b, rid=rid: self._try(self.edit, rid))
-            up.on_click(lambda _b, rid=rid: self._try(self.move_rule, rid, -1))
-            down.on_click(lambda _b, rid=rid: self._try(self.move_rule, rid, 1))
-            remove.on_click(lambda _b, rid=rid: self._try(self.remove_rule, rid))
-            label = w.HTML(f"<code>{html.escape(rule.id)}</code> "
-                           f"<small>{html.escape(rule.kind)}</small>",
-                           layout=w.Layout(width="260px"))
-            self.rows[rule.id] = {"count": count, "mode": mode, "severity": severity,
-                                  "edit": edit, "up": up, "down": down, "remove": remove}
-            row = css(w.HBox([label, count, mode, severity, edit, up, down, remove]), "rule_row",
-                      id=rule.id)
-            cache[key] = (row, self.rows[rule.id])
+            row, controls = self._row(rule, _count_html(c, n, rule.mode))
+            self.rows[rule.id] = controls
+            cache[key] = (row, controls)
             rows.append(row)
         while len(cache) > _ROW_CACHE_MAX:
             del cache[next(iter(cache))]
         self.rules_box.children = tuple(rows)
 
+    def _row(self, rule: Rule, count_html: str) -> tuple[w.HBox, dict[str, w.Widget]]:
+        """One rule's row: count, mode, severity, edit, up, down, remove — each wired to the
+        session method of the same name."""
+        rid = rule.id
+        count = css(w.HTML(count_html), "rule_count", id=rid)
+        mode = css(w.ToggleButtons(options=list(MODES), value=rule.mode,
+                                   style={"button_width": "64px"}), "rule_mode", id=rid)
+        severity = css(w.Dropdown(options=list(SEVERITIES), value=rule.severity,
+                                  layout=w.Layout(width="90px")), "rule_severity", id=rid)
+        edit = css(w.Button(icon="pencil", tooltip="edit", layout=_small()), "rule_edit", id=rid)
+        up = css(w.Button(icon="arrow-up", tooltip="move up", layout=_small()), "rule_up",
+                 id=rid)
+        down = css(w.Button(icon="arrow-down", tooltip="move down", layout=_small()),
+                   "rule_down", id=rid)
+        remove = css(w.Button(icon="trash", tooltip="remove", layout=_small()), "rule_remove",
+                     id=rid)
+        mode.observe(lambda ch: self._try(self.set_mode, rid, ch["new"]), names="value")
+        severity.observe(lambda ch: self._try(self.set_severity, rid, ch["new"]),
+                         names="value")
+        edit.on_click(lambda _b: self._try(self.edit, rid))
+        up.on_click(lambda _b: self._try(self.move_rule, rid, -1))
+        down.on_click(lambda _b: self._try(self.move_rule, rid, 1))
+        remove.on_click(lambda _b: self._try(self.remove_rule, rid))
+        label = w.HTML(f"<code>{html.escape(rid)}</code> <small>{html.escape(rule.kind)}</small>",
+                       layout=w.Layout(width="260px"))
+        controls = {"count": count, "mode": mode, "severity": severity, "edit": edit, "up": up,
+                    "down": down, "remove": remove}
+        row = css(w.HBox([label, count, mode, severity, edit, up, down, remove]), "rule_row",
+                  id=rid)
+        return row, controls
+
     def _render_suggestions(self) -> None:
-        self.suggestion_buttons: dict[str, w.Button] = {}
         have = {r.id for r in self.policy.rules}
+        shown = (self.suggestions, frozenset(have))
+        if self._suggestions_shown is not None and self._suggestions_shown[0] is shown[0] \
+                and self._suggestions_shown[1] == shown[1]:
+            return  # the same suggestions and rules: the same buttons
+        self._suggestions_shown = shown
+        self.suggestion_buttons = {}
         rows = []
         for s in self.suggestions or ():
             accept = css(w.Button(description="Accept" if s.id not in have else "Accepted",
@@ -600,26 +634,6 @@ class PolicyEditor:
 
 #: rule rows kept for reuse (a rule's row survives other rules being added or removed)
 _ROW_CACHE_MAX = 64
-
-_RULE_FIELDS = {"id", "kind", "message", "description", "severity", "mode", "when"}
-
-
-def _make_rule(kind: str, fields: dict[str, Any]) -> Rule:
-    fields = dict(fields)
-    params = dict(fields.pop("params", {}))
-    named = {k: fields.pop(k) for k in list(fields) if k in _RULE_FIELDS}
-    params.update(fields)
-    if "id" not in named:
-        raise EditError("a new rule needs an id")
-    return Rule(kind=kind, params=params, **named)
-
-
-def _with(policy: Policy, **changes: Any) -> Policy:
-    from dataclasses import fields
-
-    values = {f.name: getattr(policy, f.name) for f in fields(policy)}
-    values.update(changes)
-    return Policy(**values)
 
 
 def _yaml(policy: Policy) -> str:

@@ -1,10 +1,14 @@
 """``ReplayPanel``: pick a source (segments, log directory or snapshot) and an engine (local or
 Spark), run the replay with a progress bar, cancel it.
 
+The panel is a view of an :class:`~kqlab.authoring.AuthoringSession`: *Replay* replays the
+session's policy — as edited, never a copy taken when the panel was made — and the status
+line is the session's, so after an edit it shows the edited verdicts, not the last run's.
 The button runs the replay on a background thread so the notebook stays usable and *Cancel*
 can act; :meth:`ReplayPanel.run` (what the button calls, with ``wait=True`` by default) is the
 synchronous Python twin.  A local replay is cancelled between its phases (reading the sample,
-evaluating the rules, the broker pass); a Spark replay through its job group.
+evaluating the rules, the broker pass); a Spark replay through its job group.  A cancelled
+replay changes nothing in the session.
 """
 
 from __future__ import annotations
@@ -14,15 +18,22 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 
+from kqlab.authoring import AuthoringSession
+from kqlab.authoring.session import ENGINES
 from kqlab.errors import KqlabError
 from kqlab.widgets._common import css, error_html
 
-ENGINES = ("local", "spark")
+if TYPE_CHECKING:  # pragma: no cover
+    from kqlab.authoring import SessionChange
+    from kqlab.policy.model import Policy
+
 CUSTOM = "(path below)"
+
+__all__ = ["CUSTOM", "ENGINES", "ReplayCancelled", "ReplayPanel"]
 
 
 class ReplayCancelled(KqlabError):
@@ -35,29 +46,28 @@ class ReplayPanel:
     Parameters
     ----------
     policy
-        The policy to replay (the workbench passes the editor's current one).
+        The session to replay for, or the policy to start one from.
     sources
         Named sources offered in the dropdown (name -> path or table); any path can also be
         typed in.
     now
-        The replay clock (epoch ms; default: wall clock at each run).
+        The replay clock (epoch ms) of a session started here (default: the sample's own).
     master
         The Spark master for the ``spark`` engine (default ``local[2]``).
     on_result
         Called with the panel after every successful run.
     """
 
-    def __init__(self, policy: Any = None, sources: Mapping[str, Any] | None = None, *,
-                 now: int | None = None, master: str = "local[2]",
+    def __init__(self, policy: Policy | AuthoringSession | None = None,
+                 sources: Mapping[str, Any] | None = None, *, now: int | None = None,
+                 master: str = "local[2]",
                  on_result: Callable[[ReplayPanel], Any] | None = None):
-        self.policy = policy
+        self.session: AuthoringSession | None = None
         self.sources = dict(sources or {})
-        self.now = now
         self.master = master
-        self.verdicts: Any = None
-        self.replayer: Any = None  # the local engine's Replayer (kept for incremental edits)
         self.seconds: float | None = None
         self.state = "idle"  # idle | running | done | cancelled | failed
+        self._now = now
         self._cancel = threading.Event()
         self._thread: threading.Thread | None = None
         self._job_progress: Any = None
@@ -74,13 +84,20 @@ class ReplayPanel:
                                  "cancel")
         self.progress = css(w.IntProgress(value=0, min=0, max=3, description="progress"),
                             "progress")
-        self.status = w.HTML("")
+        self.status = css(w.HTML(""), "status")
+        self.clock = css(w.HTML(""), "clock")
+        self.warning = css(w.HTML(""), "warning")
         self.error = css(w.HTML(""), "error")
         self.run_button.on_click(lambda _b: self._start())
         self.cancel_button.on_click(lambda _b: self.cancel())
         self.widget = css(w.VBox([w.HBox([self.source, self.path]), self.engine,
                                   w.HBox([self.run_button, self.cancel_button, self.progress]),
-                                  self.status, self.error]), "replay_panel")
+                                  self.status, self.clock, self.warning, self.error]),
+                          "replay_panel")
+        if isinstance(policy, AuthoringSession):
+            self._attach(policy)
+        elif policy is not None:
+            self._attach(AuthoringSession(policy, now=now))
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)
@@ -88,6 +105,41 @@ class ReplayPanel:
     def on_result(self, callback: Callable[[ReplayPanel], Any]) -> None:
         """Call ``callback(panel)`` after every successful run."""
         self._listeners.append(callback)
+
+    # -- the session's state, as the panel shows it ------------------------------------------
+    def _attach(self, session: AuthoringSession) -> None:
+        self.session = session
+        session.observe(self._on_change)
+
+    @property
+    def policy(self) -> Policy | None:
+        """The policy *Replay* replays: the session's current one."""
+        return self.session.policy if self.session is not None else None
+
+    @policy.setter
+    def policy(self, policy: Policy) -> None:
+        if self.session is None:
+            self._attach(AuthoringSession(policy, now=self._now))
+        elif policy != self.session.policy:
+            self.session.set_policy(policy)
+
+    @property
+    def now(self) -> int | None:
+        """The clock given for replays (None: the sample's own)."""
+        return self.session.now if self.session is not None else self._now
+
+    @property
+    def verdicts(self) -> Any:
+        """The session's current verdicts (None before a replay)."""
+        return self.session.verdicts if self.session is not None else None
+
+    @property
+    def replayer(self) -> Any:
+        """The local sample of the last run (None after a Spark run: nothing was loaded)."""
+        s = self.session
+        if s is None or s.run_info is None or s.run_info.engine != "local":
+            return None
+        return s.replayer
 
     @property
     def current_source(self) -> Any:
@@ -98,11 +150,21 @@ class ReplayPanel:
             return self.path.value.strip()
         return self.sources[self.source.value]
 
+    def _on_change(self, change: SessionChange) -> None:
+        """Every change of the verdicts rewrites the status: it is never the last run's
+        line under an edited policy."""
+        s = change.session
+        if "verdicts" in change or "sample" in change:
+            self.status.value = html.escape(s.status())
+            self.clock.value = html.escape(s.clock_text())
+            self.warning.value = error_html(" ".join(s.warnings))
+
     # -- the Python twins --------------------------------------------------------------------
     def run(self, source: Any = None, *, engine: str | None = None, policy: Any = None,
             wait: bool = True) -> Any:
-        """Replay ``source`` (default: the controls' choice) on ``engine``; returns the
-        verdicts (``wait=False``: starts a thread and returns it)."""
+        """Replay ``source`` (default: the controls' choice) on ``engine`` with the session's
+        policy (``policy``: make that the session's first); returns the verdicts
+        (``wait=False``: starts a thread and returns it)."""
         if source is not None:
             self._choose(source)
         if engine is not None:
@@ -149,13 +211,24 @@ class ReplayPanel:
         return self._thread
 
     def _step(self, value: int, text: str) -> None:
-        if self._cancel.is_set():
+        """Show a phase, or stop here when *Cancel* was pressed."""
+        cancelled = self._cancel.is_set() or bool(
+            self._job_progress is not None and getattr(self._job_progress, "cancelled", False))
+        if cancelled:
             raise ReplayCancelled("replay cancelled")
         self.progress.value = value
         self.status.value = html.escape(text)
 
+    def _phase(self, phase: int, phases: int, text: str) -> None:
+        """The session's phase hook: local phases move the bar; Spark moves it itself."""
+        if phases:
+            self.progress.max = phases
+            self._step(phase, text)
+        else:
+            self._step(self.progress.value, text)
+
     def _run(self, swallow: bool = False) -> Any:
-        if self.policy is None:
+        if self.session is None:
             raise KqlabError("the panel has no policy to replay")
         self._cancel.clear()
         self.state = "running"
@@ -164,11 +237,10 @@ class ReplayPanel:
         t0 = time.perf_counter()
         try:
             source = self.current_source
-            now = self.now if self.now is not None else int(time.time() * 1000)
             if self.engine.value == "spark":
-                verdicts = self._run_spark(source, now)
+                verdicts = self._run_spark(source)
             else:
-                verdicts = self._run_local(source, now)
+                verdicts = self.session.replay(source, engine="local", step=self._phase)
         except (KqlabError, OSError) as exc:
             cancelled = isinstance(exc, ReplayCancelled) or self._cancel.is_set()
             self.state = "cancelled" if cancelled else "failed"
@@ -182,37 +254,19 @@ class ReplayPanel:
             self.run_button.disabled, self.cancel_button.disabled = False, True
             self._job_progress = None
         self.seconds = time.perf_counter() - t0
-        self.verdicts = verdicts
         self.state = "done"
-        o = verdicts.by_outcome()
-        self.status.value = (f"{self.engine.value}: {sum(o.values()):,} records in "
-                             f"{self.seconds:.2f} s — " +
-                             ", ".join(f"{k} {v:,}" for k, v in o.items()))
         for callback in self._listeners:
             callback(self)
         return verdicts
 
-    def _run_local(self, source: Any, now: int) -> Any:
-        from kqlab.validate.replayer import Replayer, with_implicit_rules
-
-        self.progress.max = 3
-        self._step(0, "reading the sample…")
-        replayer = Replayer(source, now=now)
-        self._step(1, f"evaluating {len(self.policy.rules)} rules…")
-        replayer.evaluate(with_implicit_rules(self.policy))  # cached: run() reuses it
-        self._step(2, "broker checks and verdicts…")
-        verdicts = replayer.run(self.policy)
-        self._step(3, "done")
-        self.replayer = replayer
-        return verdicts
-
-    def _run_spark(self, source: Any, now: int) -> Any:
-        from kqlab.spark import replay_spark
+    def _run_spark(self, source: Any) -> Any:
         from kqlab.spark.progress import SparkNotebookProgress
 
+        assert self.session is not None
         progress = SparkNotebookProgress(description="spark")
         # the panel's own bar follows the tasks: the Spark widget stays an implementation detail
         bar = self.progress
+        bar.value = 0
 
         def report(done: int, total: int, failed: int, seconds: float) -> None:
             progress(done, total, failed, seconds)
@@ -221,13 +275,8 @@ class ReplayPanel:
             self.status.value = html.escape(progress.label.value)
 
         self._job_progress = progress
-        self._step(0, "starting Spark…")
-        verdicts = replay_spark(source, self.policy, master=self.master, now=now,
-                                progress=_Progress(progress, report))
-        if progress.cancelled:
-            raise ReplayCancelled("replay cancelled")
-        self.replayer = None
-        return verdicts
+        return self.session.replay(source, engine="spark", master=self.master,
+                                   progress=_Progress(progress, report), step=self._phase)
 
 
 class _Progress:

@@ -1,0 +1,600 @@
+"""``AuthoringSession``: the one source of truth of a policy being authored against a sample.
+
+A workbench shows one policy through several views — the rule list with live counts, the
+replay panel's outcome line, the rejection explorer, the figures, the golden examples — and
+they must never disagree.  Before this object each widget kept its own copy (the panel
+replayed the policy as *loaded* while the editor showed it as *edited*; the Spark path showed
+the unedited verdicts; a stale status line survived an edit).  Now the session holds:
+
+* the **policy** (always valid: every edit is checked as if loaded from YAML, and new or
+  changed rules also against the sample's decoded columns, :mod:`kqlab.authoring
+  .sample_checks`) with an **edit history** (:meth:`undo` / :meth:`redo`);
+* the **sample**: a :class:`~kqlab.validate.Replayer`, which caches decoded columns and rule
+  results, so an edit re-evaluates only the rule that changed;
+* the current **verdicts** (a :class:`~kqlab.validate.view.VerdictsView`: the local engine's,
+  or Spark's after a Spark replay) and the previous ones (the impact figure's base);
+* the **suggestions** for the sample (:mod:`kqlab.validate.rule_suggestion`) and the policy's
+  **golden examples** run through the validator (:mod:`kqlab.validate.golden`);
+* the **clock**: given, or the sample's own (:func:`kqlab.validate.replayer.sample_clock`),
+  and a warning when the timestamp bounds reject most of the sample.
+
+Views subscribe with :meth:`observe` (a plain observer list, no traitlets) and act only
+through the session's methods; every number they show is read from the session's current
+verdicts, so they cannot disagree.  Nothing here imports a widget toolkit: notebooks, the CLI
+and tests drive a session directly.
+
+Examples
+--------
+>>> import tempfile
+>>> from kqlab.policy import loads_policy
+>>> from kqlab.sources.demo import write_demo_segment
+>>> folder = write_demo_segment(tempfile.mkdtemp(), 1763700000000)
+>>> policy = loads_policy("kqlab: 1\\nname: p\\nrules: "
+...                       "[{id: trace, kind: header_required, name: trace-id}]")
+>>> session = AuthoringSession(policy, folder)  # no clock given: the sample's own
+>>> session.clock_source, session.outcomes
+('sample', {'accepted': 323, 'rejected': 25, 'collateral': 4})
+>>> seen = []
+>>> _ = session.observe(lambda change: seen.append((change.action, sorted(change.changed))))
+>>> session.update_rule("trace", mode="observe").by_outcome()
+{'accepted': 329, 'rejected': 23, 'collateral': 0}
+>>> seen
+[('edit', ['error', 'examples', 'policy', 'verdicts'])]
+>>> _ = session.undo()
+>>> session.policy.rule("trace").mode, session.outcomes["rejected"]
+('reject', 25)
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kqlab.authoring.policy_edits import EditError, changed_rule, check_policy, make_rule
+from kqlab.errors import KqlabError
+from kqlab.policy.model import ENFORCEMENT_PROFILES, Policy, Rule
+
+if TYPE_CHECKING:  # pragma: no cover
+    from kqlab.policy.expression_checks import ExpressionProblem
+    from kqlab.policy.value_shapes import Shape
+    from kqlab.validate.golden import ExamplesReport
+    from kqlab.validate.replayer import Replayer
+    from kqlab.validate.suggestions import Suggestions
+    from kqlab.validate.view import VerdictsView
+
+__all__ = ["ASPECTS", "ENGINES", "AuthoringSession", "RunInfo", "SessionChange",
+           "SessionError"]
+
+ENGINES = ("local", "spark")
+#: what a :class:`SessionChange` may report as changed
+ASPECTS = ("policy", "sample", "verdicts", "suggestions", "examples", "error")
+
+
+class SessionError(KqlabError):
+    """The session cannot do what was asked (no sample loaded, an unknown engine...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionChange:
+    """One change of a session, as its observers receive it: what was done (``action``:
+    ``replay``, ``edit``, ``undo``, ``redo``, ``suggest``, ``examples``, ``error``) and which
+    of :data:`ASPECTS` changed."""
+
+    session: AuthoringSession
+    action: str
+    changed: frozenset[str]
+
+    def __contains__(self, aspect: object) -> bool:
+        return aspect in self.changed
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """The last full replay: which engine, what source, how long it took."""
+
+    engine: str
+    source: Any
+    seconds: float
+    master: str | None = None
+
+
+#: a replay's phase hook: ``step(phase, phases, text)``; ``phases`` 0 means the engine reports
+#: its own progress (Spark).  It may raise to cancel: nothing is adopted then.
+StepHook = Callable[[int, int, str], None]
+
+
+def _no_step(_phase: int, _phases: int, _text: str) -> None:
+    return None
+
+
+class AuthoringSession:
+    """A policy, its edit history, the sample it is replayed on, and everything derived.
+
+    Parameters
+    ----------
+    policy
+        The policy to start from (checked as if loaded; a broken one is refused).
+    source
+        A sample to replay at once (segment file, partition folder, log directory, snapshot
+        folder, records table, :class:`~kqlab.validate.Sample` or a ready
+        :class:`~kqlab.validate.Replayer`); None: load one later with :meth:`replay`.
+    now
+        The replay clock (epoch ms).  Default: the sample's own — its newest batch — never
+        the wall clock, which would judge a week-old sample's timestamps against today.
+    framing, resolver
+        As for :class:`~kqlab.validate.Replayer`.
+
+    Every action is a method: edits (:meth:`add_rule`, :meth:`update_rule`,
+    :meth:`replace_rule`, :meth:`remove_rule`, :meth:`move_rule`, :meth:`set_mode`,
+    :meth:`set_severity`, :meth:`set_enforcement`, :meth:`set_policy`, :meth:`apply_yaml`,
+    :meth:`undo`, :meth:`redo`) return the new verdicts or raise :class:`EditError` and keep
+    the policy; :meth:`replay` (local or Spark), :meth:`suggest`,
+    :meth:`accept_suggestion`, :meth:`check_examples`; as-you-type checks
+    :meth:`check_expression` and :meth:`rule_problem`.
+    """
+
+    def __init__(self, policy: Policy, source: Any = None, *, now: int | None = None,
+                 framing: str = "exact", resolver: Any = None):
+        self.policy: Policy = check_policy(policy)
+        self.now = now
+        self.framing = framing
+        self.resolver = resolver
+        #: policies before each accepted edit (undo pops), and those undone (redo pops)
+        self.history: list[Policy] = []
+        self.future: list[Policy] = []
+        self.replayer: Replayer | None = None
+        self.source: Any = None
+        self.verdicts: VerdictsView | None = None
+        #: the verdicts and policy before the last edit (the impact figure's base)
+        self.previous: VerdictsView | None = None
+        self.previous_policy: Policy | None = None
+        self.suggestions: Suggestions | None = None
+        self.examples: ExamplesReport | None = None
+        #: why the last edit was refused (None after an accepted one)
+        self.error: str | None = None
+        self.run_info: RunInfo | None = None
+        #: accepted edits since the last full replay
+        self.edits_since_run = 0
+        self._observers: list[Callable[[SessionChange], Any]] = []
+        self._derived: dict[str, Any] = {}
+        self._derived_for: object = None
+        self._shapes: dict[tuple[Any, ...], Shape] = {}
+        if source is not None:
+            self.replay(source)
+        else:
+            self._refresh_examples()
+
+    # -- observers ---------------------------------------------------------------------------
+    def observe(self, callback: Callable[[SessionChange], Any]) -> Callable[[SessionChange], Any]:
+        """Call ``callback(change)`` after every change (returns it, so it can decorate)."""
+        self._observers.append(callback)
+        return callback
+
+    def unobserve(self, callback: Callable[[SessionChange], Any]) -> None:
+        """Stop calling ``callback``."""
+        self._observers.remove(callback)
+
+    def _publish(self, action: str, changed: set[str]) -> None:
+        change = SessionChange(self, action, frozenset(changed))
+        for callback in list(self._observers):
+            callback(change)
+
+    # -- derived state (computed once per verdicts) -------------------------------------------
+    def _derive(self, name: str, compute: Callable[[], Any]) -> Any:
+        """``compute()`` once per verdicts object: a Spark engine answers each with a job, and
+        every view reads the same answer."""
+        if self._derived_for is not self.verdicts:
+            self._derived, self._derived_for = {}, self.verdicts
+        if name not in self._derived:
+            self._derived[name] = compute()
+        return self._derived[name]
+
+    @property
+    def outcomes(self) -> dict[str, int]:
+        """Records per outcome in the current verdicts (empty without a sample)."""
+        v = self.verdicts
+        return {} if v is None else self._derive("outcomes", v.by_outcome)
+
+    @property
+    def counts(self) -> dict[str, dict[str, int]]:
+        """Per rule id: ``failed`` records, ``rejected`` records (0 for ``observe`` rules) and
+        ``rejected_batches``, from the current verdicts (the implicit ``decode:value`` too)."""
+        v = self.verdicts
+        if v is None:
+            return {}
+        return self._derive("counts", lambda: {
+            r["rule"]: {"failed": r["failed_records"], "rejected": r["rejected_records"],
+                        "rejected_batches": r["rejected_batches"]}
+            for r in v.rules.to_pylist()})
+
+    @property
+    def clock(self) -> int | None:
+        """The replay clock in epoch ms: the loaded sample's, else the one given."""
+        if self.replayer is not None:
+            return self.replayer.now
+        if self.verdicts is not None:
+            return self.verdicts.now
+        return self.now
+
+    @property
+    def clock_source(self) -> str:
+        """Where :attr:`clock` comes from: ``given``, ``sample`` or ``wall clock``."""
+        if self.replayer is not None:
+            return str(self.replayer.clock)
+        return "given" if self.now is not None else "wall clock"
+
+    def clock_text(self) -> str:
+        """``clock: now = … UTC, the sample's newest batch (no clock given)``."""
+        now = self.clock
+        if now is None:
+            return "clock: none yet (no sample loaded)"
+        when = datetime.datetime.fromtimestamp(now / 1000, datetime.UTC)
+        how = {"given": "as given",
+               "sample": "the sample's newest batch (no clock given; pass now= to change it)",
+               "wall clock": "the wall clock (the sample has no timestamps)"}[self.clock_source]
+        return f"clock: now = {now} ({when:%Y-%m-%d %H:%M:%S} UTC), {how}"
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What the views should show next to the numbers: a clock that rejects most of the
+        sample (:func:`kqlab.validate.replayer.clock_warning`)."""
+        v = self.verdicts
+        if v is None:
+            return ()
+
+        def compute() -> tuple[str, ...]:
+            from kqlab.validate.replayer import clock_warning
+
+            warning = clock_warning(v)
+            return (warning,) if warning else ()
+        return self._derive("warnings", compute)
+
+    def status(self) -> str:
+        """One line on the current verdicts: engine, records, how they were made, outcomes."""
+        v = self.verdicts
+        if v is None:
+            return "no sample loaded"
+        o = self.outcomes
+        run = self.run_info
+        if run is not None and self.edits_since_run == 0:
+            how = f"in {run.seconds:.2f} s"
+        else:
+            k = self.edits_since_run
+            how = f"re-judged after {k} edit{'s' if k != 1 else ''} of the policy"
+        return (f"{v.engine}: {sum(o.values()):,} records {how} — "
+                + ", ".join(f"{name} {n:,}" for name, n in o.items()))
+
+    @property
+    def view_sample(self) -> Replayer | None:
+        """The sample record-level views may read with the current verdicts: the local
+        replayer when the verdicts are its own, None for a Spark replay (never collected)."""
+        v = self.verdicts
+        return self.replayer if v is not None and v.engine == "local" else None
+
+    def figure_context(self) -> dict[str, Any]:
+        """What the figure builders read besides the verdicts (``kqlab.widgets.FIGURES``)."""
+        return {"sample": self.view_sample, "before": self.previous,
+                "policies": (self.previous_policy, self.policy)
+                if self.previous_policy is not None else None}
+
+    # -- replays -----------------------------------------------------------------------------
+    def replay(self, source: Any = None, *, engine: str = "local", master: str | None = None,
+               now: int | None = None, progress: Any = None,
+               step: StepHook | None = None) -> VerdictsView:
+        """Replay ``source`` (default: the one loaded) with the current policy on ``engine``.
+
+        ``local`` loads the sample into a new :class:`~kqlab.validate.Replayer`, which later
+        edits re-judge incrementally.  ``spark`` replays on Spark (``master``; ``progress`` as
+        :func:`kqlab.spark.replay_spark` takes it); the local sample stays for edits when it
+        is the same source, so edits re-judge locally; otherwise they re-run on Spark.
+        ``now`` sets the clock from here on.  ``step`` is told each phase and may raise to
+        cancel: nothing changes then.
+        """
+        if engine not in ENGINES:
+            raise SessionError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+        source = self.source if source is None else source
+        if source is None:
+            raise SessionError("no sample to replay: give a source (segment file, partition "
+                               "folder, log directory, snapshot folder or records table)")
+        if now is not None:
+            self.now = now
+        step = step or _no_step
+        t0 = time.perf_counter()
+        if engine == "local":
+            replayer, verdicts = self._load(source, step)
+            step(3, 3, "done")
+        else:
+            step(0, 0, "starting Spark…")
+            same = self.replayer is not None and _same_source(self.source, source)
+            verdicts = self._spark(source, self.policy, master, progress,
+                                   self.replayer.now if same and self.replayer else None)
+            step(0, 0, "done")
+            replayer = self.replayer if same else None
+        new_sample = replayer is not self.replayer
+        self.replayer, self.source, self.verdicts = replayer, source, verdicts
+        self.previous = self.previous_policy = None
+        self.run_info = RunInfo(engine, source, time.perf_counter() - t0, master)
+        self.edits_since_run = 0
+        self.error = None
+        changed = {"verdicts", "examples", "error"}
+        if new_sample:
+            self.suggestions = None
+            self._shapes = {}
+            changed |= {"sample", "suggestions"}
+        self._refresh_examples()
+        self._publish("replay", changed)
+        return verdicts
+
+    def _load(self, source: Any, step: StepHook) -> tuple[Replayer, VerdictsView]:
+        from kqlab.validate.replayer import Replayer, with_implicit_rules
+
+        step(0, 3, "reading the sample…")
+        replayer = source if isinstance(source, Replayer) else Replayer(
+            source, now=self.now, framing=self.framing, resolver=self.resolver)
+        step(1, 3, f"evaluating {len(self.policy.rules)} rules…")
+        replayer.evaluate(with_implicit_rules(self.policy))  # cached: run() reuses it
+        step(2, 3, "broker checks and verdicts…")
+        return replayer, replayer.run(self.policy)
+
+    def _spark(self, source: Any, policy: Policy, master: str | None, progress: Any,
+               sample_now: int | None) -> VerdictsView:
+        from kqlab.spark import replay_spark
+        from kqlab.validate.replayer import Replayer
+
+        if isinstance(source, Replayer):
+            raise SessionError("the Spark engine reads a path (segment file, partition folder, "
+                               "log directory or snapshot folder), not a loaded Replayer")
+        now = self.now if self.now is not None else sample_now
+        return replay_spark(source, policy, master=master, now=now, framing=self.framing,
+                            resolver=self.resolver, progress=progress)
+
+    def _judge(self, policy: Policy) -> VerdictsView | None:
+        """``policy``'s verdicts on the current sample: incrementally on the local replayer,
+        else again on Spark when the sample is only there; None without a sample."""
+        if self.replayer is not None:
+            return self.replayer.run(policy)
+        run = self.run_info
+        if run is not None and run.engine == "spark":
+            return self._spark(run.source, policy, run.master, None, None)
+        return None
+
+    # -- edits (each returns the new verdicts or raises EditError) ----------------------------
+    def add_rule(self, rule: Rule | str, *, index: int | None = None, **fields: Any) -> Any:
+        """Add ``rule`` (or a rule of kind ``rule`` built from ``fields``: ``id``, ``params``
+        or the parameters inline, ``message``, ``when``, ``severity``, ``mode``)."""
+        if isinstance(rule, str):
+            try:
+                rule = make_rule(rule, fields)
+            except (EditError, TypeError) as exc:
+                raise self.refuse(str(exc)) from None
+        if any(r.id == rule.id for r in self.policy.rules):
+            raise self.refuse(f"there is already a rule {rule.id!r}")
+        rules = list(self.policy.rules)
+        rules.insert(len(rules) if index is None else index, rule)
+        return self._commit(self.policy.with_rules(rules))
+
+    def update_rule(self, rule_id: str, **changes: Any) -> Any:
+        """Change one rule: ``params={...}`` replaces parameters (a value of None drops one),
+        other parameters may be given inline; ``message``, ``when``, ``severity``, ``mode``,
+        ``id`` (rename) and ``kind`` as named.  Its golden examples stay with it."""
+        return self.replace_rule(rule_id, changed_rule(self.rule(rule_id), changes))
+
+    def replace_rule(self, rule_id: str, rule: Rule) -> Any:
+        """Put ``rule`` where rule ``rule_id`` is."""
+        self.rule(rule_id)
+        if rule.id != rule_id and any(r.id == rule.id for r in self.policy.rules):
+            raise self.refuse(f"there is already a rule {rule.id!r}")
+        return self._commit(self.policy.with_rules(
+            [rule if r.id == rule_id else r for r in self.policy.rules]))
+
+    def remove_rule(self, rule_id: str) -> Any:
+        """Remove rule ``rule_id``."""
+        self.rule(rule_id)
+        return self._commit(self.policy.with_rules(
+            [r for r in self.policy.rules if r.id != rule_id]))
+
+    def move_rule(self, rule_id: str, delta: int) -> Any:
+        """Move rule ``rule_id`` ``delta`` places (negative: up).  Order matters: a record's
+        policy error is its first failing ``reject`` rule."""
+        rules = list(self.policy.rules)
+        i = rules.index(self.rule(rule_id))
+        j = max(0, min(len(rules) - 1, i + delta))
+        rules.insert(j, rules.pop(i))
+        return self._commit(self.policy.with_rules(rules))
+
+    def set_mode(self, rule_id: str, mode: str) -> Any:
+        """``reject`` or ``observe`` (counted, never rejects)."""
+        return self.update_rule(rule_id, mode=mode)
+
+    def set_severity(self, rule_id: str, severity: str) -> Any:
+        """``error``, ``warning`` or ``info``."""
+        return self.update_rule(rule_id, severity=severity)
+
+    def set_enforcement(self, profile: str) -> Any:
+        """The record-policy KIP whose semantics the replay applies."""
+        if profile not in ENFORCEMENT_PROFILES:
+            raise self.refuse(f"enforcement must be one of {', '.join(ENFORCEMENT_PROFILES)}")
+        return self._commit(replace(self.policy, enforcement=profile))
+
+    def set_policy(self, policy: Policy) -> Any:
+        """Replace the whole policy (its unchanged rules still come from the cache)."""
+        return self._commit(policy)
+
+    def apply_yaml(self, text: str) -> Any:
+        """Replace the policy with the YAML ``text``."""
+        from kqlab.policy import loads_policy
+
+        try:
+            policy = loads_policy(text, source="editor YAML")
+        except KqlabError as exc:
+            raise self.refuse(str(exc)) from None
+        return self._commit(policy)
+
+    def undo(self) -> Any:
+        """Go back to the policy before the last accepted edit."""
+        if not self.history:
+            raise self.refuse("nothing to undo")
+        verdicts = self._judged(self.history[-1])
+        target = self.history.pop()
+        self.future.append(self.policy)
+        return self._advance(target, verdicts, "undo")
+
+    def redo(self) -> Any:
+        """Apply again the edit the last :meth:`undo` took back."""
+        if not self.future:
+            raise self.refuse("nothing to redo")
+        verdicts = self._judged(self.future[-1])
+        target = self.future.pop()
+        self.history.append(self.policy)
+        return self._advance(target, verdicts, "redo")
+
+    def rule(self, rule_id: str) -> Rule:
+        """The current policy's rule ``rule_id`` (a refused edit when there is none)."""
+        try:
+            return self.policy.rule(rule_id)
+        except KeyError as exc:
+            raise self.refuse(str(exc.args[0])) from None
+
+    # -- suggestions and golden examples -------------------------------------------------------
+    def suggest(self, **options: Any) -> Suggestions:
+        """Rule suggestions from the sample, each with its would-be rejection count (options:
+        :func:`kqlab.validate.rule_suggestion.suggest`'s); the sample's decoded columns are
+        shared with the replay."""
+        from kqlab.validate.rule_suggestion import suggest
+
+        r = self.replayer
+        if r is None:
+            raise self.refuse("suggestions read the sample: replay one locally first")
+        self.suggestions = suggest(r, self.policy, now=r.now, resolver=r.resolver, **options)
+        self._publish("suggest", {"suggestions"})
+        return self.suggestions
+
+    def accept_suggestion(self, suggestion_id: str) -> Any:
+        """Append one suggested rule."""
+        if self.suggestions is None:
+            self.suggest()
+        assert self.suggestions is not None
+        try:
+            s = self.suggestions[suggestion_id]
+        except KeyError as exc:
+            raise self.refuse(str(exc.args[0])) from None
+        return self.add_rule(s.rule)
+
+    def check_examples(self) -> ExamplesReport | None:
+        """Run the policy's golden examples again (they run after every accepted edit)."""
+        self._refresh_examples()
+        self._publish("examples", {"examples"})
+        return self.examples
+
+    def _refresh_examples(self) -> None:
+        from kqlab.validate.golden import check_examples
+
+        if not any(r.examples for r in self.policy.rules):
+            self.examples = None
+            return
+        try:
+            self.examples = check_examples(self.policy, now=self.clock, resolver=self.resolver)
+        except KqlabError as exc:  # a schema source that cannot be read: say so, keep going
+            self.examples = None
+            self.error = f"golden examples could not run: {exc}"
+
+    def examples_text(self) -> str:
+        """``golden examples: 12 of 12 behave`` (or which do not); empty without examples."""
+        report = self.examples
+        if report is None:
+            return ""
+        bad = report.failed
+        if not bad:
+            return f"golden examples: {report.examples} of {report.examples} behave"
+        shown = "; ".join(f"{e.label}: {e.message}" for e in bad[:3])
+        more = f" (+{len(bad) - 3} more)" if len(bad) > 3 else ""
+        return (f"golden examples: {len(bad)} of {report.examples} do not behave — "
+                f"{shown}{more}")
+
+    # -- as-you-type checks against the sample ------------------------------------------------
+    def value_shape(self, policy: Policy | None = None) -> Shape:
+        """What ``value`` holds, as CEL types: from the sample's decoded column when one is
+        loaded (:func:`kqlab.authoring.sample_checks.sample_value_shape`), else from the
+        schemas the policy declares; ``dyn`` when neither says."""
+        from kqlab.authoring.sample_checks import sample_value_shape
+        from kqlab.policy.declared_schemas import declared_value_shape
+        from kqlab.policy.value_shapes import DYN
+
+        policy = policy or self.policy
+        key = (id(self.replayer), repr(policy.value), repr(policy.key), policy.topics.names)
+        if key not in self._shapes:
+            shape = DYN
+            if self.replayer is not None:
+                shape = sample_value_shape(self.replayer, policy)
+            if shape.dyn:
+                shape = declared_value_shape(policy.value, policy.topics.names) or DYN
+            self._shapes[key] = shape
+        return self._shapes[key]
+
+    def check_expression(self, expr: str) -> ExpressionProblem | None:
+        """None when the CEL ``expr`` compiles and can hold for some record of the sample;
+        else the problem (an unknown field with the nearest one, types that never compare)
+        and its offset in ``expr``."""
+        from kqlab.authoring.sample_checks import expression_against
+
+        return expression_against(expr, self.value_shape())
+
+    def rule_problem(self, rule: Rule, policy: Policy | None = None) -> str | None:
+        """Why ``rule`` would fail every record of the sample (see
+        :func:`kqlab.authoring.sample_checks.rule_problem`), or None."""
+        from kqlab.authoring.sample_checks import rule_problem
+
+        return rule_problem(rule, self.value_shape(policy))
+
+    # -- internals -----------------------------------------------------------------------------
+    def refuse(self, message: str) -> EditError:
+        """Record and publish why an edit was refused; the caller raises what it returns."""
+        self.error = message
+        self._publish("error", {"error"})
+        return EditError(message)
+
+    def _judged(self, policy: Policy) -> VerdictsView | None:
+        try:
+            return self._judge(policy)
+        except KqlabError as exc:
+            raise self.refuse(str(exc)) from None
+
+    def _commit(self, policy: Policy) -> Any:
+        """Check ``policy`` (as loaded, and its new or changed rules against the sample),
+        judge it, and make it current."""
+        try:
+            checked = check_policy(policy)
+        except KqlabError as exc:
+            raise self.refuse(str(exc)) from None
+        known = set(self.policy.rules)
+        for rule in checked.rules:
+            if rule not in known:
+                problem = self.rule_problem(rule, checked)
+                if problem is not None:
+                    raise self.refuse(f"rule {rule.id}: {problem}")
+        verdicts = self._judged(checked)
+        self.history.append(self.policy)
+        self.future.clear()
+        return self._advance(checked, verdicts, "edit")
+
+    def _advance(self, policy: Policy, verdicts: VerdictsView | None, action: str) -> Any:
+        self.previous, self.verdicts = self.verdicts, verdicts
+        self.previous_policy, self.policy = self.policy, policy
+        self.error = None
+        self.edits_since_run += 1
+        self._refresh_examples()
+        self._publish(action, {"policy", "verdicts", "examples", "error"})
+        return verdicts
+
+
+def _same_source(a: Any, b: Any) -> bool:
+    """Whether two sources name the same sample (the same object, or the same path)."""
+    if a is b:
+        return True
+    if isinstance(a, str | Path) and isinstance(b, str | Path):
+        return Path(a).resolve() == Path(b).resolve()
+    return False
