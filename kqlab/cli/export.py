@@ -88,9 +88,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     targets = list(TARGETS) if args.target == "all" else [args.target]
     from kqlab.cli._ui import progress
 
-    with progress() as p:
-        p.step(f"exporting to {args.target}" + (f", round trips on {args.sample}"
-                                                 if args.sample else ""))
+    with progress() as shown:
+        shown.step(f"exporting to {args.target}" + (f", round trips on {args.sample}"
+                                                     if args.sample else ""))
         report = fidelity_report(policy, sample=args.sample, now=args.now,
                                  targets=tuple(targets), **options)
     if args.target != "all" and args.target in report.skipped:

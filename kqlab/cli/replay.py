@@ -111,28 +111,29 @@ def print_summary(summary: dict[str, Any], *, out: TextIO | None = None) -> None
     c.print(styled(f"policy {summary['policy']} ({summary['profile']}, framing "
                    f"{summary['framing']}): {summary['records']:,} records in "
                    f"{summary['batches']:,} batches", "bold"))
-    rows = [(styled(name, name), n, f"{100 * n / total:.1f} %" if total else "-")
-            for name, n in o.items()]
-    show(table(("outcome", "records", "share"), rows, right=("records", "share")), out=c)
+    outcomes = [(styled(name, name), n, f"{100 * n / total:.1f} %" if total else "-")
+                for name, n in o.items()]
+    show(table(("outcome", "records", "share"), outcomes, right=("records", "share")), out=c)
     c.print(f"would be lost: {summary['records_lost']:,} records; delayed (retried): "
             f"{summary['records_delayed']:,}")
     if summary["by_rule"]:
-        rows = [(r["rule"], r["kind"], r["mode"], r["failed_records"], r["rejected_records"],
-                 styled(f"{r['evaluation_errors']:,}", "error") if r["evaluation_errors"]
-                 else 0, "yes" if r["exportable"] else styled("no", "warning"))
-                for r in summary["by_rule"]]
+        by_rule = [(r["rule"], r["kind"], r["mode"], r["failed_records"],
+                    r["rejected_records"], styled(f"{r['evaluation_errors']:,}", "error")
+                    if r["evaluation_errors"] else 0,
+                    "yes" if r["exportable"] else styled("no", "warning"))
+                   for r in summary["by_rule"]]
         show(table(("rule", "kind", "mode", "failed", "rejected", "evaluation errors",
-                    "exportable"), rows, title="by rule",
+                    "exportable"), by_rule, title="by rule",
                    right=("failed", "rejected", "evaluation errors")), out=c)
     if summary["by_error"]:
-        rows = [(name, e["batches"], e["records"])
-                for name, e in sorted(summary["by_error"].items())]
-        show(table(("broker error", "batches", "records"), rows, title="by broker error",
+        by_error = [(name, e["batches"], e["records"])
+                    for name, e in sorted(summary["by_error"].items())]
+        show(table(("broker error", "batches", "records"), by_error, title="by broker error",
                    right=("batches", "records")), out=c)
     if len(summary["by_partition"]) > 1:
-        rows = [(f"{p['topic']}-{p['partition']}", p["accepted"], p["rejected"],
-                 p["collateral"]) for p in summary["by_partition"]]
-        show(table(("partition", "accepted", "rejected", "collateral"), rows,
+        by_partition = [(f"{p['topic']}-{p['partition']}", p["accepted"], p["rejected"],
+                         p["collateral"]) for p in summary["by_partition"]]
+        show(table(("partition", "accepted", "rejected", "collateral"), by_partition,
                    title="by partition", right=("accepted", "rejected", "collateral")), out=c)
     for r in summary["by_rule"]:
         if r["evaluation_errors"]:
