@@ -59,7 +59,9 @@ def add_parser(sub: SubParsers) -> None:
                      "(kqlab snapshot)")
     rep.add_argument("--policy", required=True, help="the policy file (YAML)")
     rep.add_argument("--now", type=int, default=None, metavar="EPOCH_MS",
-                     help="broker clock (default: the wall clock)")
+                     help="broker clock (default: the sample's own, its newest batch per "
+                     "partition; printed, with a warning when the timestamp bounds reject "
+                     "most of the sample)")
     rep.add_argument("--framing", choices=("exact", "single", "linger"), default="exact",
                      help="batch framing: exact (as read) or rebuilt producer-like batches")
     rep.add_argument("--linger-ms", type=int, default=5, help="for --framing linger")
@@ -157,12 +159,16 @@ def _print_fail_over(verdict: dict[str, Any]) -> None:
         "FAIL" if verdict["exceeded"] else "ok"))
 
 
-def _replay_local(args: argparse.Namespace, policy: Policy, p: Progress) -> Verdicts:
+def _replay_local(args: argparse.Namespace, policy: Policy, p: Progress
+                  ) -> tuple[Verdicts, str]:
     """The local replay, stage by stage so the progress display can follow it: read the
-    sample, evaluate each rule (results cached), then the broker pass and the verdicts."""
+    sample, evaluate each rule (results cached), then the broker pass and the verdicts;
+    with where the clock came from (``given``, ``sample``, ``wall clock``)."""
+    from kqlab.kafka.log import partition_dirs
     from kqlab.validate.replayer import Replayer, with_implicit_rules
 
-    p.step(f"reading {args.source}")
+    folders = len(partition_dirs(args.source))  # a log directory: say how much there is
+    p.step(f"reading {args.source}" + (f" ({folders} partitions)" if folders else ""))
     replayer = Replayer(args.source, now=args.now, framing=args.framing,
                         linger_ms=args.linger_ms, batch_size=args.batch_size)
     rules = with_implicit_rules(policy).rules
@@ -172,7 +178,28 @@ def _replay_local(args: argparse.Namespace, policy: Policy, p: Progress) -> Verd
         replayer.evaluate(policy.with_rules([rule]))  # cached: run() reuses every result
         p.advance()
     p.step(f"broker checks and verdicts ({replayer.sample.batches.num_rows:,} batches)")
-    return replayer.run(policy, profile=args.profile)
+    return replayer.run(policy, profile=args.profile), replayer.clock
+
+
+def _print_clock(summary: dict[str, Any]) -> None:
+    """The clock the timestamps were judged against, and where it came from."""
+    import datetime
+
+    when = datetime.datetime.fromtimestamp(summary["now"] / 1000, datetime.UTC)
+    how = {"given": "as given (--now)",
+           "sample": "the sample's newest batch — pass --now EPOCH_MS to judge against "
+                     "another clock",
+           "wall clock": "the wall clock"}[summary["clock"]]
+    print(f"clock: now = {summary['now']} ({when:%Y-%m-%d %H:%M:%S} UTC), {how}")
+
+
+def _warn_clock(verdicts: Any) -> None:
+    """On stderr: the timestamp bounds reject most of the sample (the clock is suspect)."""
+    from kqlab.validate.replayer import clock_warning
+
+    warning = clock_warning(verdicts)
+    if warning:
+        print(f"kqlab replay: warning: {warning}", file=sys.stderr)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -185,8 +212,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.engine == "spark":
         return _replay_spark(args, policy)
     with progress() as p:
-        verdicts = _replay_local(args, policy, p)
+        verdicts, clock = _replay_local(args, policy, p)
         summary = verdicts.summary()
+        summary["clock"] = clock
         if args.fail_over is not None:
             summary["fail_over"] = fail_over(summary, args.fail_over)
         if args.vet:
@@ -208,10 +236,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
             (out / "summary.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
             p.advance()
     status = EXIT_FINDING if summary.get("fail_over", {}).get("exceeded") else EXIT_OK
+    _warn_clock(verdicts)
     if args.json:
         write_json(summary)
         return status
     print_summary(summary)
+    _print_clock(summary)
     if args.out:
         print(f"verdict tables written to {shown_dir(args.out)}")
     if args.vet:
@@ -233,6 +263,10 @@ def _replay_spark(args: argparse.Namespace, policy: Policy) -> int:
                             profile=args.profile, linger_ms=args.linger_ms,
                             batch_size=args.batch_size, progress=progress_enabled())
     summary = verdicts.summary()
+    # the Spark engine plans from metadata and reads no sample on the driver: its default
+    # clock is still the wall clock (given --now, the sample's clock is yours to pass)
+    summary["clock"] = "given" if args.now is not None else "wall clock"
+    _warn_clock(verdicts)
     if args.fail_over is not None:
         summary["fail_over"] = fail_over(summary, args.fail_over)
     if args.vet:
@@ -244,6 +278,7 @@ def _replay_spark(args: argparse.Namespace, policy: Policy) -> int:
         write_json(summary)
     else:
         print_summary(summary)
+        _print_clock(summary)
         print(f"engine: spark, {summary['units']} unit(s) in {summary['seconds']:.1f} s; "
               f"verdict Parquet files in {shown_dir(summary['out'])}")
         if args.vet:
