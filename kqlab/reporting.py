@@ -1,11 +1,17 @@
-"""The static HTML report of a replay: figures, summaries, top failures, the policy and where
-it was replayed — one self-contained file that opens offline.
+"""The static HTML report of a replay: a verdict first, then figures, failures grouped by rule,
+summaries, the policy and where it was replayed — one self-contained file that opens offline.
 
-The file embeds plotly.js once (the copy inside the installed plotly package; never a CDN) and
-every figure as aggregated data, so its size is plotly.js plus a bounded amount that does not
-grow with the sample: figures are drawn from group-bys (:mod:`kqlab.viz`) and tables are capped
-at ``max_rows``.  Sensitive data (the policy's ``sensitive`` section) is masked exactly as in
-the notebook views; ``unmask=True`` is an explicit choice for one report.
+It opens with the *verdict*: does the policy pass on this sample, against thresholds the
+reader can set (:class:`Thresholds`: by default at most 1 % of the records refused).  Top
+failures are grouped by rule and error code with the rule's message template, a count and
+one real example (:func:`kqlab.viz._failures.failure_groups`), not one row per distinct text.
+
+The file embeds plotly.js once — the vendored *basic* bundle (scatter and bar, 1.2 MB;
+:mod:`kqlab.viz._plotlyjs`), never a CDN unless asked — and every figure as aggregated data,
+so it weighs about 1.3 MB whatever the sample: figures are drawn from group-bys
+(:mod:`kqlab.viz`) and tables are capped at ``max_rows``.  Sensitive data (the policy's
+``sensitive`` section) is masked exactly as in the notebook views; ``unmask=True`` is an
+explicit choice for one report.  The page follows the reader's light or dark preference.
 
 The module is ``kqlab.reporting`` (not ``kqlab.report``) so that the function
 ``kqlab.report`` and a submodule of the same name never shadow each other.
@@ -15,12 +21,15 @@ from __future__ import annotations
 
 import datetime
 import html
+import json
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from kqlab.errors import KqlabError
+from kqlab.viz._plotlyjs import CDN_URL, VERSION, bundle_text
 
 if TYPE_CHECKING:  # pragma: no cover
     import plotly.graph_objects as go
@@ -29,22 +38,49 @@ if TYPE_CHECKING:  # pragma: no cover
     from kqlab.validate.view import VerdictsView
     from kqlab.viz._groups import SampleLike
 
-__all__ = ["ReportError", "report", "top_failures"]
+__all__ = ["PLOTLY_FILE", "PLOTLY_JS_MODES", "ReportError", "ReportVerdict", "Thresholds",
+           "judge", "report", "top_failures"]
 
-PLOTLY_FILE = "plotly.min.js"
+#: the file ``plotlyjs="file"`` writes next to the report (versioned: a report never picks
+#: up another version's bundle left in the folder)
+PLOTLY_FILE = f"plotly-basic-{VERSION}.min.js"
+#: how the report gets plotly.js: embedded, a file beside it, or plotly's CDN
+PLOTLY_JS_MODES = ("inline", "file", "cdn")
 
 _CSS = """
+:root{--fg:#1d2330;--muted:#5b6473;--line:#dde1e7;--soft:#eceef2;--code:#f6f7f9;--bg:#fff;
+--pass:#1e7b45;--pass-bg:#e8f5ed;--fail:#b42318;--fail-bg:#fdecea;--note:#7a5a00}
+@media (prefers-color-scheme:dark){:root{--fg:#dde1e7;--muted:#9aa3b2;--line:#3a404b;
+--soft:#2c313a;--code:#1f232a;--bg:#15181d;--pass:#5fd08e;--pass-bg:#173322;--fail:#ff8a80;
+--fail-bg:#3a1c1a;--note:#e0b84f}}
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;
-max-width:1200px;padding:16px 24px;color:#1d2330}
-h1{margin-bottom:0}h2{border-bottom:1px solid #dde1e7;padding-bottom:4px;margin-top:32px}
-.sub{color:#5b6473;margin-top:4px}
-.cards{display:flex;gap:12px;flex-wrap:wrap}.card{border:1px solid #dde1e7;border-radius:6px;
+max-width:1200px;padding:16px 24px;color:var(--fg);background:var(--bg)}
+h1{margin-bottom:0}h2{border-bottom:1px solid var(--line);padding-bottom:4px;margin-top:32px}
+.sub{color:var(--muted);margin-top:4px}
+.verdict{border-radius:8px;padding:12px 18px;margin:16px 0;border:1px solid}
+.verdict b.word{font-size:1.5em;margin-right:10px}.verdict ul{margin:6px 0 0 0}
+.verdict.pass{background:var(--pass-bg);border-color:var(--pass);color:var(--pass)}
+.verdict.fail{background:var(--fail-bg);border-color:var(--fail);color:var(--fail)}
+.verdict li,.verdict p{color:var(--fg)}
+.cards{display:flex;gap:12px;flex-wrap:wrap}.card{border:1px solid var(--line);border-radius:6px;
 padding:8px 14px;min-width:120px}.card b{display:block;font-size:1.4em}
 table.t{border-collapse:collapse;font-size:.9em;margin:8px 0}
-table.t th,table.t td{border-bottom:1px solid #eceef2;padding:3px 10px;text-align:left;
+table.t th,table.t td{border-bottom:1px solid var(--soft);padding:3px 10px;text-align:left;
 vertical-align:top}td.n{text-align:right;font-variant-numeric:tabular-nums}
-pre{background:#f6f7f9;padding:8px;overflow:auto;font-size:.85em}
-.note{color:#7a5a00}.fig{margin:12px 0}
+td code,td.tmpl{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:.92em}
+td .ex{color:var(--muted);display:block;margin-top:2px}
+pre{background:var(--code);padding:8px;overflow:auto;font-size:.85em}
+.note{color:var(--note)}.fig{margin:12px 0}
+"""
+
+#: restyles the figures' text and grid for a dark page (the figures carry no background)
+_THEME_JS = """
+(function(){if(!window.matchMedia||!window.Plotly)return;
+var q=matchMedia('(prefers-color-scheme: dark)');function apply(){
+var t=THEMES[q.matches?'dark':'light'];document.querySelectorAll('.js-plotly-plot').forEach(
+function(d){Plotly.relayout(d,{'font.color':t.text,'xaxis.gridcolor':t.grid,
+'yaxis.gridcolor':t.grid,'xaxis.zerolinecolor':t.zero,'yaxis.zerolinecolor':t.zero});});}
+if(q.matches)apply();if(q.addEventListener)q.addEventListener('change',apply);})();
 """
 
 
@@ -116,10 +152,148 @@ def _when(ms: int) -> str:
         "%Y-%m-%d %H:%M:%S UTC")
 
 
+# -- the verdict ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Thresholds:
+    """When a policy *passes* on a sample.
+
+    ``max_reject_rate``: the share of the records a broker would refuse (rejected and
+    collateral, as ``kqlab replay --fail-over`` counts them) that is still acceptable, 0 to 1.
+    ``max_rejected``: also at most this many refused records (None: no count limit).
+    """
+
+    max_reject_rate: float = 0.01
+    max_rejected: int | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.max_reject_rate <= 1:
+            raise ReportError(f"max_reject_rate must be a share between 0 and 1, not "
+                              f"{self.max_reject_rate!r}")
+        if self.max_rejected is not None and self.max_rejected < 0:
+            raise ReportError(f"max_rejected must be 0 or more, not {self.max_rejected!r}")
+
+
+@dataclass(frozen=True)
+class ReportVerdict:
+    """The report's verdict: ``passed``, what was measured (records, refused, their share,
+    the rules that refused most) and ``reasons``: one sentence per threshold crossed, and
+    ``warnings`` that do not fail the policy but deserve a look."""
+
+    passed: bool
+    records: int
+    refused: int
+    rate: float
+    thresholds: Thresholds
+    reasons: list[str]
+    warnings: list[str]
+    top: list[tuple[str, int]]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (``kqlab report --json``)."""
+        out = asdict(self)
+        out["top"] = [{"reason": r, "records": n} for r, n in self.top]
+        return out
+
+
+def _pct(share: float) -> str:
+    return f"{100 * share:.2f} %" if share else "0 %"
+
+
+def judge(verdicts: VerdictsView, thresholds: Thresholds | None = None, *,
+          summary: dict[str, Any] | None = None) -> ReportVerdict:
+    """Whether the replayed policy passes on this sample (see :class:`Thresholds`);
+    ``summary``: the verdicts' summary when already at hand (Spark computes it anew)."""
+    t = thresholds or Thresholds()
+    summary = summary if summary is not None else verdicts.summary()
+    outcomes = summary["outcomes"]
+    records = int(summary["records"])
+    refused = int(outcomes.get("rejected", 0)) + int(outcomes.get("collateral", 0))
+    rate = refused / records if records else 0.0
+    reasons = []
+    if rate > t.max_reject_rate:
+        reasons.append(f"it refuses {_pct(rate)} of the records ({refused:,} of {records:,}), "
+                       f"more than the {_pct(t.max_reject_rate)} allowed")
+    if t.max_rejected is not None and refused > t.max_rejected:
+        reasons.append(f"it refuses {refused:,} records, more than the {t.max_rejected:,} "
+                       "allowed")
+    warnings = []
+    undetermined = int(outcomes.get("undetermined", 0))
+    if undetermined:
+        warnings.append(f"{undetermined:,} records could not be judged (damaged batches "
+                        "without their bytes): the verdict does not cover them")
+    errors = [(r["rule"], r.get("evaluation_errors") or 0) for r in summary["by_rule"]]
+    for rule, n in errors:
+        if n:
+            warnings.append(f"rule {rule} could not be evaluated on {n:,} records "
+                            "(evaluation errors)")
+    if not records:
+        warnings.append("the sample holds no records")
+    reason_rows = verdicts.by_reason().to_pylist()
+    top = sorted(((r["reason"], int(r["culprit"]) + int(r["collateral"])) for r in reason_rows
+                  if r["culprit"] or r["collateral"]), key=lambda x: (-x[1], x[0]))[:3]
+    return ReportVerdict(passed=not reasons, records=records, refused=refused, rate=rate,
+                         thresholds=t, reasons=reasons, warnings=warnings, top=top)
+
+
+def _verdict_html(v: ReportVerdict, policy_name: str) -> str:
+    word = "PASS" if v.passed else "FAIL"
+    limits = f"at most {_pct(v.thresholds.max_reject_rate)} of the records refused"
+    if v.thresholds.max_rejected is not None:
+        limits += f" and at most {v.thresholds.max_rejected:,} records"
+    if v.passed:
+        line = (f"policy {_esc(policy_name)} refuses {_pct(v.rate)} of this sample "
+                f"({v.refused:,} of {v.records:,} records): within the threshold ({limits}).")
+    else:
+        line = (f"policy {_esc(policy_name)} fails on this sample: "
+                + "; ".join(_esc(r) for r in v.reasons) + f" (threshold: {limits}).")
+    items = ""
+    if v.top:
+        items += "<li>refused most by: " + ", ".join(
+            f"<code>{_esc(r)}</code> ({n:,})" for r, n in v.top) + "</li>"
+    items += "".join(f"<li class='note'>{_esc(w)}</li>" for w in v.warnings)
+    return (f"<div class='verdict {'pass' if v.passed else 'fail'}' id='kqlab-verdict'>"
+            f"<b class='word'>{word}</b><span>{line}</span>"
+            + (f"<ul>{items}</ul>" if items else "")
+            + "<p class='sub'>Set the threshold with <code>kqlab report --max-reject-rate"
+              "</code> (or <code>thresholds=</code>).</p></div>")
+
+
+def _failures_html(groups: list[Any], max_rows: int) -> str:
+    from kqlab.kafka.errors import error_for_code
+
+    if not groups:
+        return "<p class='sub'>none</p>"
+
+    def code_text(code: int) -> str:
+        if not code:
+            return "0 (not enforced)"
+        try:
+            return f"{code} {error_for_code(code).name}"
+        except KeyError:
+            return str(code)
+
+    rows = []
+    for g in groups:
+        where = f"{g.where[0]}-{g.where[1]} @ {g.where[2]:,}"
+        texts = f" <span class='sub'>(one of {g.texts} texts of this check)</span>" \
+            if g.texts > 1 else ""
+        example = "" if g.example is None else \
+            f"<span class='ex'>e.g. {_esc(g.example)} — {_esc(where)}</span>"
+        rows.append(f"<tr><td><code>{_esc(g.rule)}</code></td><td>{_esc(code_text(g.code))}"
+                    f"</td><td class='n'>{g.records:,}</td><td class='tmpl'>{_esc(g.template)}"
+                    f"{texts}{example}</td></tr>")
+    return ("<table class='t'><tr><th>rule</th><th>code</th><th>records</th>"
+            "<th>message template, and the first example</th></tr>" + "".join(rows)
+            + f"</table><p class='sub'>Failures grouped by rule, error code and message "
+              f"template (fields like <code>{{value}}</code> vary per record); the "
+              f"{max_rows} largest groups.</p>")
+
+
 def report(verdicts: VerdictsView, policy: Policy | None = None, *,
            sample: SampleLike | None = None, path: str | Path | None = None,
            title: str | None = None, source: str | None = None, unmask: bool | None = None,
-           max_rows: int = 50, plotlyjs: str = "inline") -> str | Path:
+           max_rows: int = 50, plotlyjs: str = "inline",
+           thresholds: Thresholds | None = None) -> str | Path:
     """A static HTML report of a replay; written to ``path`` (returned) or returned as text.
 
     Parameters
@@ -131,7 +305,8 @@ def report(verdicts: VerdictsView, policy: Policy | None = None, *,
         the report stays small and quick whatever the sample size, and is the same report
         whichever engine replayed.
     policy
-        The policy replayed: shown in the report, and its ``sensitive`` section masks data.
+        The policy replayed: shown in the report, its rules' messages give the failures'
+        templates, and its ``sensitive`` section masks data.
     sample
         What was replayed (Sample, Replayer or records table): adds the schema-id and
         key-pattern views and producer epochs.
@@ -141,37 +316,47 @@ def report(verdicts: VerdictsView, policy: Policy | None = None, *,
         ``True`` shows sensitive data in this report; ``None`` follows the session
         (:func:`kqlab.viz.unmask`); masked by default.
     max_rows
-        Cap of every table (top failures, partitions).
+        Cap of every table (failure groups, partitions).
     plotlyjs
-        ``"inline"`` embeds plotly.js (one file, opens anywhere offline); ``"file"`` writes
-        ``plotly.min.js`` next to ``path`` once and references it (many small reports).
+        ``"inline"`` embeds plotly.js's basic bundle (one file, opens anywhere offline, about
+        1.3 MB in all); ``"file"`` writes it next to ``path`` once (:data:`PLOTLY_FILE`) and
+        references it (many small reports); ``"cdn"`` loads it from plotly's CDN (the
+        smallest file, needs the network).
+    thresholds
+        When the policy passes on this sample (:class:`Thresholds`; default: at most 1 % of
+        the records refused): the verdict the report opens with.
     """
     import plotly.io as pio
-    from plotly.offline import get_plotlyjs
 
     from kqlab.viz import _figures as figs
+    from kqlab.viz._failures import failure_groups
     from kqlab.viz._groups import sample_tables
     from kqlab.viz._masking import masker
+    from kqlab.viz._style import CONFIG, THEMES, RuleColors
 
-    if plotlyjs not in ("inline", "file"):
-        raise ReportError(f"plotlyjs must be 'inline' or 'file', not {plotlyjs!r}")
+    if plotlyjs not in PLOTLY_JS_MODES:
+        raise ReportError(f"plotlyjs must be 'inline', 'file' or 'cdn', not {plotlyjs!r}")
     if plotlyjs == "file" and path is None:
-        raise ReportError("plotlyjs='file' writes plotly.min.js next to the report: pass path=")
+        raise ReportError(f"plotlyjs='file' writes {PLOTLY_FILE} next to the report: pass path=")
     summary = verdicts.summary()
+    colors = RuleColors().follow(verdicts)  # one map: a rule's colour in every figure
     figures: list[tuple[str, str, go.Figure]] = [
-        ("reasons", "Why records were rejected", figs.rejections_by_reason(verdicts)),
-        ("offsets", "Where in each partition", figs.rejections_by_offset(verdicts)),
-        ("timeline", "When", figs.rejection_timeline(verdicts)),
+        ("reasons", "Why records were rejected", figs.rejections_by_reason(verdicts,
+                                                                           colors=colors)),
+        # 600 runs at most: at a report's width a run is a few pixels anyway, and the spans'
+        # hover data is most of a figure's bytes
+        ("offsets", "Where in each partition", figs.rejections_by_offset(
+            verdicts, colors=colors, max_spans=600)),
+        ("timeline", "When", figs.rejection_timeline(verdicts, colors=colors)),
         ("producers", "Which producers", figs.by_producer(verdicts, sample)),
     ]
     if sample_tables(sample)[0] is not None:  # views of the records' content
         figures.append(("schemas", "Which schema ids", figs.by_schema_id(verdicts, sample)))
         figures.append(("keys", "Which keys", figs.by_key_pattern(
             verdicts, sample, policy=policy, unmask=unmask)))
-    config = {"displaylogo": False, "responsive": True}
     parts = [f"<h2>{_esc(heading)}</h2><div class='fig'>" + pio.to_html(
-        fig, full_html=False, include_plotlyjs=False, div_id=f"kqlab-{name}", config=config)
-        + "</div>" for name, heading, fig in figures]
+        fig, full_html=False, include_plotlyjs=False, div_id=f"kqlab-{name}",
+        config=dict(CONFIG)) + "</div>" for name, heading, fig in figures]
     m = masker(policy, unmask)
     outcomes = summary["outcomes"]
     n = max(summary["records"], 1)
@@ -180,7 +365,7 @@ def report(verdicts: VerdictsView, policy: Policy | None = None, *,
     cards += (f"<div class='card'>records lost<b>{summary['records_lost']:,}</b>producer "
               f"gives up</div><div class='card'>records delayed<b>"
               f"{summary['records_delayed']:,}</b>retried or split</div>")
-    top = top_failures(verdicts, policy, limit=max_rows, unmask=unmask).to_pylist()
+    groups = failure_groups(verdicts, policy, limit=max_rows, unmask=unmask)
     partitions = summary["by_partition"]
     part_note = f"first {max_rows} of {len(partitions)} partitions" \
         if len(partitions) > max_rows else None
@@ -195,6 +380,7 @@ def report(verdicts: VerdictsView, policy: Policy | None = None, *,
                                                         f"({_when(summary['now'])})"},
         {"item": "records / batches", "value": f"{summary['records']:,} / "
                                                f"{summary['batches']:,}"},
+        {"item": "plotly.js", "value": f"{VERSION} (basic bundle, {plotlyjs})"},
     ]
     if policy is not None and policy.provenance is not None:
         vetted = policy.provenance
@@ -204,21 +390,27 @@ def report(verdicts: VerdictsView, policy: Policy | None = None, *,
         "</code>).</p>" if m.active else ""
     name = summary["policy"] or "replay"
     title = title or f"kqlab report: {name}"
+    verdict = judge(verdicts, thresholds, summary=summary)
     if plotlyjs == "inline":
-        script = f"<script type='text/javascript'>{get_plotlyjs()}</script>"
-    else:
+        script = f"<script type='text/javascript'>{bundle_text()}</script>"
+    elif plotlyjs == "file":
         script = f"<script type='text/javascript' src='{PLOTLY_FILE}'></script>"
+    else:
+        script = f"<script type='text/javascript' src='{CDN_URL}' crossorigin='anonymous'>" \
+                 "</script>"
+    theme_js = "<script type='text/javascript'>var THEMES=" + json.dumps(
+        {k: THEMES[k] for k in ("light", "dark")}) + ";" + _THEME_JS + "</script>"
     body = [
         f"<h1>{_esc(title)}</h1>",
         f"<p class='sub'>{summary['records']:,} records in {summary['batches']:,} batches, "
         f"replayed under policy {_esc(name)} ({_esc(summary['profile'])}, framing "
         f"{_esc(summary['framing'])}) at {_esc(_when(summary['now']))}</p>",
+        _verdict_html(verdict, name),
         masked_note,
         f"<div class='cards'>{cards}</div>",
-        *parts,
         "<h2>Top failures</h2>",
-        _table(top, ["rule", "code", "message", "records", "topic", "partition", "offset"],
-               f"the {max_rows} most frequent (rule, code, message); offset: one example"),
+        _failures_html(groups, max_rows),
+        *parts,
         "<h2>Rules</h2>",
         _table(summary["by_rule"]),
         "<h2>Broker errors</h2>",
@@ -238,8 +430,10 @@ def report(verdicts: VerdictsView, policy: Policy | None = None, *,
     if policy is not None:
         body += ["<h2>Policy</h2>", f"<pre>{_esc(_policy_text(policy, unmask))}</pre>"]
     text = ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+            "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+            "<meta name='color-scheme' content='light dark'>"
             f"<title>{_esc(title)}</title><style>{_CSS}</style>{script}</head><body>"
-            + "\n".join(body) + "</body></html>\n")
+            + "\n".join(body) + theme_js + "</body></html>\n")
     if path is None:
         return text
     out = Path(path)
@@ -248,5 +442,5 @@ def report(verdicts: VerdictsView, policy: Policy | None = None, *,
     if plotlyjs == "file":
         js = out.parent / PLOTLY_FILE
         if not js.exists():
-            js.write_text(get_plotlyjs(), encoding="utf-8")
+            js.write_text(bundle_text(), encoding="utf-8")
     return out

@@ -86,6 +86,15 @@ def _title(text: str, note: str | None = None) -> dict[str, Any]:
     return {"text": text, "x": 0, "xanchor": "left"}
 
 
+def _compact(values: np.ndarray) -> np.ndarray:
+    """Integers as int32 when they fit (half the bytes in the figure's JSON, which plotly
+    writes as a typed array), else float64 (exact up to 2**53, which offsets stay below)."""
+    values = np.asarray(values)
+    if values.size and np.abs(values).max() < 2**31:
+        return values.astype(np.int32)
+    return values.astype(np.float64)
+
+
 def _color(colors: RuleColors, reason: str) -> str:
     """A reason's colour; the folded groups (``other``...) are grey."""
     if reason == "collateral":
@@ -124,7 +133,7 @@ def rejections_by_reason(verdicts: VerdictsView, *, max_reasons: int = 30,
         fig.add_trace(go.Bar(y=rows["reason"], x=rows[name], name=label, orientation="h",
                              marker=marker,
                              hovertemplate="%{y}: %{x:,} records<extra>" + label + "</extra>"))
-    fig.update_layout(**_STYLE, barmode="stack",
+    fig.update_layout(**_STYLE, barmode="stack", legend_traceorder="normal",
                       title=_title("Rejections by reason", "records per rule or broker check"),
                       height=max(260, 60 + 26 * len(rows["reason"])),
                       yaxis={"autorange": "reversed", "automargin": True},
@@ -167,13 +176,13 @@ def rejections_by_offset(verdicts: VerdictsView, *, max_spans: int = 2000,
             continue
         s, e, r = spans.start[sel], spans.end[sel], spans.row[sel]
         # numbers in customdata (a typed array in the JSON), not one hover string per point
-        data = np.column_stack([s, e, spans.batches[sel], spans.rejected[sel],
-                                spans.collateral[sel]])
+        data = _compact(np.column_stack([s, e, spans.batches[sel], spans.rejected[sel],
+                                         spans.collateral[sel]]))
         nan = np.full(len(s), np.nan)
         fig.add_trace(go.Scatter(
             x=np.column_stack([s, e + 1, nan]).ravel(),  # end + 1: a one-offset span shows
-            y=np.column_stack([r, r, nan]).ravel(), mode="lines", name=name,
-            connectgaps=False,
+            y=np.column_stack([r, r, nan]).ravel().astype(np.float32), mode="lines",
+            name=name, connectgaps=False,
             line={"color": color, "width": 12}, customdata=np.repeat(data, 3, axis=0),
             hovertemplate="offsets %{customdata[0]:,}–%{customdata[1]:,}<br>"
                           "%{customdata[2]:,} batch(es): %{customdata[3]:,} rejected, "
@@ -183,9 +192,9 @@ def rejections_by_offset(verdicts: VerdictsView, *, max_spans: int = 2000,
         offsets, point_rows = spans.points
         fig.add_trace(go.Scatter(
             x=offsets, y=point_rows, mode="markers",
-            name="rejected records", marker={"color": "#555555", "size": 9,
+            name="rejected records", marker={"color": OTHER, "size": 9,
                                              "symbol": "line-ns-open",
-                                             "line": {"width": 1, "color": "#555555"}},
+                                             "line": {"width": 1, "color": OTHER}},
             hovertemplate="offset %{x:,}<extra>rejected record</extra>"))
     elif spans.culprits:
         note = f"{spans.culprits:,} rejected records: zoom shows spans, points above " \
@@ -242,18 +251,18 @@ def rejection_timeline(verdicts: VerdictsView, *, bucket_ms: int | None = None,
     buckets = np.asarray(cols.pop("bucket"), dtype=np.int64)
     total = np.maximum(np.asarray(cols.pop("total"), dtype=np.float64), 1)
     xs, rows = gapped(buckets, bucket_ms)
-    x = xs.astype("datetime64[ms]")
+    x = xs.astype(np.float64)  # epoch ms on a date axis: a typed array, not ISO strings
     gap = rows < 0
     take = np.where(gap, 0, rows)
     # a point with gaps (or the ends) on both sides has no line: draw it as a dot
     alone = ~gap & ~np.r_[False, ~gap[:-1]] & ~np.r_[~gap[1:], False]
-    size = np.where(alone, 6, 0)
+    size = np.where(alone, 6, 0).astype(np.uint8)
     fig = _figure()
 
     def line(name: str, counts: np.ndarray, color: str, dash: str | None = None) -> None:
         rate = 100 * counts / total
         y = np.where(gap, np.nan, rate[take])
-        data = np.where(gap, 0, counts[take])
+        data = _compact(np.where(gap, 0, counts[take]))
         fig.add_trace(go.Scatter(
             x=x, y=y, name=name, mode="lines+markers", connectgaps=False,
             line={"width": 2 if dash is None else 1.5, "color": color, "dash": dash},
@@ -272,7 +281,7 @@ def rejection_timeline(verdicts: VerdictsView, *, bucket_ms: int | None = None,
                                    f"share of records per {_duration(bucket_ms)} bucket, "
                                    "by reason; gaps: no records"),
                       yaxis={"title": "% of records", "rangemode": "tozero"},
-                      xaxis={"title": "record timestamp"}, height=380)
+                      xaxis={"title": "record timestamp", "type": "date"}, height=380)
     return fig
 
 

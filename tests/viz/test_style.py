@@ -97,7 +97,8 @@ def test_timeline_lines_break_at_buckets_without_records(orders):
     assert lines
     for t in lines:
         assert t.connectgaps is False
-        x = np.asarray(t.x, dtype="datetime64[ms]").astype(np.int64)
+        assert fig.layout.xaxis.type == "date"
+        x = np.asarray(t.x, dtype=np.float64).astype(np.int64)  # epoch ms
         y = np.asarray(t.y, dtype=np.float64)
         shown = ~np.isnan(y)
         # every drawn segment joins neighbouring buckets: no diagonal across a gap
