@@ -391,14 +391,24 @@ def query_filter(query: RecordQuery) -> Column:
 
 def find(sv: SparkFrames, query: RecordQuery, start: int, limit: int,
          matches: int | None) -> RecordPage:
-    """A page of the refused records matching ``query`` in log order (a filter, an ordered
-    ``offset``/``limit``, and a count unless ``matches`` is known)."""
+    """A page of the refused records matching ``query`` in its order (a filter, an ordered
+    ``offset``/``limit``, and a count unless ``matches`` is known); ties in log order."""
+    from pyspark.sql import functions as sf
+
     from kqlab.validate.verdicts import RECORD_VERDICTS_SCHEMA
 
     df = sv.raw_records.filter(query_filter(query))
     if matches is None:
         matches = df.count()
-    t = (df.orderBy("unit", "seq").offset(int(start)).limit(int(limit))
+    log = [sf.col("unit"), sf.col("seq")]
+    if query.order == "log":
+        order = [c.desc() for c in log] if query.descending else log
+    else:
+        key = sf.col(query.order) if query.order != "outcome" else \
+            sf.when(sf.col("outcome") == "rejected", 1).when(
+                sf.col("outcome") == "collateral", 2).otherwise(3)
+        order = [key.desc() if query.descending else key.asc(), *log]
+    t = (df.orderBy(*order).offset(int(start)).limit(int(limit))
          .select(*RECORD_VERDICTS_SCHEMA.names).toArrow())
     rows = pa.table([t.column(f.name).cast(f.type) for f in RECORD_VERDICTS_SCHEMA],
                     schema=RECORD_VERDICTS_SCHEMA)

@@ -255,8 +255,8 @@ class SparkVerdicts:
 
     def find(self, query: RecordQuery, start: int = 0, limit: int = 20) -> RecordPage:
         """A page of the refused records matching ``query`` (the count is kept per query)."""
-        page = agg.find(self, query, start, limit, self._matches.get(query))
-        self._matches[query] = page.matches
+        page = agg.find(self, query, start, limit, self._matches.get(query.unordered()))
+        self._matches[query.unordered()] = page.matches
         return page
 
     def lookup(self, partition: int, offset: int, topic: str | None = None

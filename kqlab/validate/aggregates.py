@@ -424,13 +424,23 @@ class LocalAggregates:
         return out.append_column("example_rule", example).cast(schema)
 
     def find(self, query: RecordQuery, start: int = 0, limit: int = 20) -> RecordPage:
-        """Refused records matching ``query`` (an Arrow mask over the verdicts, kept for the
-        next page of the same query)."""
+        """Refused records matching ``query`` in its order (an Arrow mask over the verdicts,
+        then a stable sort of the matching rows; kept for the next page of the same query)."""
         if self._query is None or self._query[0] != query:
-            self._query = (query, self._select(query))
+            self._query = (query, self._ordered(query, self._select(query)))
         selected = self._query[1]
         idx = selected[start:start + limit]
         return RecordPage(self.table.take(idx), len(selected))
+
+    def _ordered(self, query: RecordQuery, rows: np.ndarray) -> np.ndarray:
+        """``rows`` (in log order) in the query's order; ties stay in log order."""
+        if query.order == "log":
+            return rows[::-1] if query.descending else rows
+        if query.order == "outcome":
+            keys = self.outcome[rows].astype(np.int64)
+        else:
+            keys = _np(self.table.column(query.order).take(pa.array(rows))).astype(np.int64)
+        return rows[np.lexsort((rows, -keys if query.descending else keys))]
 
     def _select(self, query: RecordQuery) -> np.ndarray:
         outcome = self.outcome

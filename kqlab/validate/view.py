@@ -30,7 +30,9 @@ code, message) with ``records`` and one example record (the first in log order).
 failing records per rule, in log order.
 
 ``find(query, start, limit)`` — :class:`RecordPage`: a page of record verdict rows (the
-record verdict columns) and how many records match.
+record verdict columns) and how many records match, in the query's order
+(:data:`RECORD_ORDERS`: log order by default, or by timestamp, offset or outcome, ties in log
+order; either direction) — the explorer's table sorts through it, page by page.
 
 ``by_partition()``, ``by_time(bucket_ms)``, ``by_producer()``, ``by_outcome()``,
 ``by_error()``, ``by_action()``, ``summary()`` — as documented on
@@ -40,7 +42,7 @@ record verdict columns) and how many records match.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -51,13 +53,17 @@ from kqlab.errors import KqlabError
 if TYPE_CHECKING:  # pragma: no cover
     from kqlab.policy.model import Policy
 
-__all__ = ["OUTCOME_CODES", "REASONS_SCHEMA", "TOP_FAILURES_SCHEMA", "OutcomeGroups",
+__all__ = ["OUTCOME_CODES", "REASONS_SCHEMA", "RECORD_ORDERS", "TOP_FAILURES_SCHEMA",
+           "OutcomeGroups",
            "RecordLookup", "RecordPage", "RecordQuery", "RecordReasons", "Spans",
            "VerdictsView", "ViewError", "coarsen_spans", "empty_spans", "nice_bucket"]
 
 #: outcome codes of every per-record array (index = code; ``undetermined``: the tables alone
 #: could not judge the batch)
 OUTCOME_CODES = ("accepted", "rejected", "collateral", "undetermined")
+#: the orders :meth:`VerdictsView.find` lists records in: ``log`` (the replay's order), or by
+#: ``timestamp``, ``offset`` or ``outcome`` (rejected before collateral), ties in log order
+RECORD_ORDERS = ("log", "timestamp", "offset", "outcome")
 
 _REASONS: list[tuple[str, pa.DataType]] = [
     ("reason", pa.string()), ("culprit", pa.int64()), ("collateral", pa.int64()),
@@ -207,7 +213,8 @@ class RecordReasons:
 class RecordQuery:
     """Which refused (rejected or collateral) records to list: failing ``reason`` (a rule id
     or ``broker:<check>``, any enforcement), ``collateral`` only, one ``topic`` and/or
-    ``partition``, inclusive ``offsets`` and ``time`` (epoch ms) ranges (None: open)."""
+    ``partition``, inclusive ``offsets`` and ``time`` (epoch ms) ranges (None: open); and in
+    which ``order`` (:data:`RECORD_ORDERS`), ``descending`` or not."""
 
     reason: str | None = None
     collateral: bool = False
@@ -215,6 +222,16 @@ class RecordQuery:
     partition: int | None = None
     offsets: tuple[int | None, int | None] = (None, None)
     time: tuple[int | None, int | None] = (None, None)
+    order: str = "log"
+    descending: bool = False
+
+    def __post_init__(self) -> None:
+        if self.order not in RECORD_ORDERS:
+            raise ViewError(f"unknown order {self.order!r}: one of {', '.join(RECORD_ORDERS)}")
+
+    def unordered(self) -> RecordQuery:
+        """The same filters in log order (what the number of matches depends on)."""
+        return replace(self, order="log", descending=False)
 
 
 @dataclass
