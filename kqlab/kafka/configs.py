@@ -123,7 +123,7 @@ class BrokerRelease:
         return d
 
 
-def _as_long(name: str, value: Any) -> int:
+def _as_long(name: str, value: object) -> int:
     try:
         n = int(str(value).strip())
     except ValueError:
@@ -248,7 +248,7 @@ class TopicConfig:
         )
 
 
-def _as_bool(name: str, value: Any) -> bool:
+def _as_bool(name: str, value: object) -> bool:
     """A boolean config as Kafka reads it (``true``/``false``, any case)."""
     if isinstance(value, bool):
         return value

@@ -4,9 +4,11 @@ as data (:class:`Cascade`), plus the marker for rows the tables alone cannot jud
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -23,8 +25,11 @@ V2_MIN = 61
 CHECK_LABELS = np.array(["+".join(c for c, bit in (("P", 4), ("R3", 2), ("R4", 1)) if k & bit)
                           for k in range(8)], dtype=object)
 
+#: a decision's text: the same for every row, one per batch row, or computed per decided row
+Text: TypeAlias = str | np.ndarray | Callable[[int], str] | None
 
-def column_np(table: pa.Table, name: str, fill: Any, dtype: Any) -> np.ndarray:
+
+def column_np(table: pa.Table, name: str, fill: object, dtype: npt.DTypeLike) -> np.ndarray:
     col = table.column(name)
     if col.null_count:
         col = pc.fill_null(col, fill)
@@ -47,8 +52,8 @@ class Cascade:
         """Indices of ``mask`` rows not decided yet."""
         return np.flatnonzero(mask & ~self.decided)
 
-    def decide(self, mask: np.ndarray, code: int, check: str, detail: Any,
-               message: Any = None) -> np.ndarray:
+    def decide(self, mask: np.ndarray, code: int, check: str, detail: Text,
+               message: Text = None) -> np.ndarray:
         """Decide the open rows of ``mask``; ``detail``/``message`` are a str, f(i) -> str or
         an object array with one entry per batch (only the decided rows' entries are read)."""
         idx = self.open(mask)

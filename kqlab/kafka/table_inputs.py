@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -14,6 +14,8 @@ from kqlab.kafka.validator import (
     PolicyErrors,
 )
 
+#: per record a text or None: a Python sequence, an Arrow string (or dictionary) array
+Texts: TypeAlias = Sequence[str | None] | pa.Array | pa.ChunkedArray
 
 @dataclass(frozen=True)
 class RecordPolicy:
@@ -31,7 +33,7 @@ class RecordPolicy:
     rules: Sequence[str | None] | pa.Array | pa.ChunkedArray | None = None
 
 
-def messages_array(messages: Any) -> pa.Array:
+def messages_array(messages: Texts) -> pa.Array:
     """A policy's messages as one Arrow ``string`` array (null = the record passes)."""
     if isinstance(messages, pa.ChunkedArray):
         messages = messages.combine_chunks()
@@ -81,7 +83,7 @@ def policy_by_batch(records: pa.Table, batches: pa.Table, policy: RecordPolicy |
     return out
 
 
-def rules_array(rules: Any) -> pa.Array:
+def rules_array(rules: Texts) -> pa.Array:
     """A policy's rule ids as one Arrow array, kept dictionary-encoded when given so (taking
     a few failing records' rules from a million-row column stays cheap)."""
     if isinstance(rules, pa.ChunkedArray):

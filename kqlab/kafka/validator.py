@@ -70,7 +70,7 @@ from kqlab.kafka.checksums import crc32
 from kqlab.kafka.compression import Codec
 from kqlab.kafka.configs import BrokerRelease, TopicConfig
 from kqlab.kafka.producer_state import BatchMetadata, ProducerCheckError, ProducerStateManager
-from kqlab.kafka.records_parser import crc32c
+from kqlab.kafka.records_parser import ParsedRecords, crc32c
 from kqlab.kafka.varint import to_int64
 from kqlab.records import BATCH_VERDICTS_SCHEMA
 
@@ -591,7 +591,7 @@ class PartitionValidator:
                           params={"batch_index": str(first)} | ({"rule": rule} if rule else {}))
 
     def _check_timestamps(self, now: int, ts: np.ndarray, lat: bool,
-                          errors: dict[int, _RecordError], parsed: Any,
+                          errors: dict[int, _RecordError], parsed: ParsedRecords,
                           base_offset: int, *, partial: bool) -> None:
         """R4 over the batch's records (:mod:`kqlab.kafka.checks.record`)."""
         cfg = self.config

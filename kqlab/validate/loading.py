@@ -5,15 +5,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import pyarrow as pa
 
 from kqlab.validate.framing import reconstruct_framing
 from kqlab.validate.sample import FRAMINGS, ReplayError, Sample, record_batch_rows
 
+if TYPE_CHECKING:  # the sources package is imported where a snapshot is opened
+    from kqlab.sources.files import Snapshot
 
-def load_sample(source: Any, *, framing: str = "exact", linger_ms: int = 5,
+#: what a replay accepts as its sample: a segment file, partition folder, log directory or
+#: snapshot (by path or opened), a records table (framing rebuilt), or a sample already made
+SampleSource: TypeAlias = "str | Path | Snapshot | pa.Table | Sample"
+
+
+def load_sample(source: SampleSource, *, framing: str = "exact", linger_ms: int = 5,
                 batch_size: int = 16384) -> Sample:
     """A :class:`Sample` from a segment file/folder, a ``Decoded`` or a records table."""
     if framing not in FRAMINGS:
@@ -65,7 +72,8 @@ def _data_records(records: pa.Table, batches: pa.Table) -> pa.Table:
     return records.filter(pa.array(~control[record_batch_rows(records, batches)]))
 
 
-def _sample_from_snapshot(snap: Any, framing: str, linger_ms: int, batch_size: int) -> Sample:
+def _sample_from_snapshot(snap: Snapshot, framing: str, linger_ms: int, batch_size: int
+                          ) -> Sample:
     """A snapshot as a sample: its tables (no raw bytes) or rebuilt producer-like batches."""
     check_snapshot_framing(snap.framing, framing, snap.path)
     return sample_from_tables(snap.records(), snap.batches() if snap.framing == "exact" else
@@ -73,7 +81,7 @@ def _sample_from_snapshot(snap: Any, framing: str, linger_ms: int, batch_size: i
                               issues=list(snap.issues))
 
 
-def check_snapshot_framing(stored: str, framing: str, where: Any) -> None:
+def check_snapshot_framing(stored: str, framing: str, where: object) -> None:
     """Refuse exact replay of a snapshot whose batches were not kept (its records came
     through a consumer)."""
     if framing not in FRAMINGS:

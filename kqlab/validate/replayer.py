@@ -23,17 +23,22 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
+import pyarrow as pa
 
 from kqlab.policy.model import Policy, Rule
 from kqlab.validate.assemble import Assembler
 from kqlab.validate.context import EvalContext
-from kqlab.validate.loading import load_sample
+from kqlab.validate.loading import SampleSource, load_sample
 from kqlab.validate.rules import RuleResult, evaluate_rule
 from kqlab.validate.sample import Sample, record_batch_rows
+from kqlab.validate.view import VerdictsView
+
+if TYPE_CHECKING:
+    from kqlab.serde.schemas import SchemaResolver
 from kqlab.validate.verdicts import (
     Verdicts,
 )
@@ -66,8 +71,9 @@ class Replayer:
     2
     """
 
-    def __init__(self, source: Any, *, now: int | None = None, framing: str = "exact",
-                 linger_ms: int = 5, batch_size: int = 16384, resolver: Any = None):
+    def __init__(self, source: SampleSource, *, now: int | None = None,
+                 framing: str = "exact", linger_ms: int = 5, batch_size: int = 16384,
+                 resolver: SchemaResolver | None = None):
         self.resolver = resolver
         self.evaluations = 0  # rules evaluated (tests and benchmarks read it)
         self.sample = load_sample(source, framing=framing, linger_ms=linger_ms,
@@ -149,7 +155,7 @@ class Replayer:
         return self._assembler
 
 
-def sample_clock(batches: Any) -> int | None:
+def sample_clock(batches: pa.Table) -> int | None:
     """The clock a sample was taken at, from its batches: per partition the newest batch's
     ``max_timestamp`` (the last batch in log order), the latest of those; None when no batch
     has a timestamp.
@@ -173,7 +179,7 @@ def sample_clock(batches: Any) -> int | None:
 CLOCK_WARNING_SHARE = 0.5
 
 
-def clock_warning(verdicts: Any) -> str | None:
+def clock_warning(verdicts: VerdictsView) -> str | None:
     """A warning when the broker's timestamp checks (R4, ``INVALID_TIMESTAMP``) reject most of
     a sample: then the replay clock, not the data, is the likely culprit.  ``verdicts`` is any
     engine's :class:`~kqlab.validate.view.VerdictsView`; None when all is well."""
@@ -216,9 +222,10 @@ def _without(result: RuleResult, excluded: np.ndarray) -> RuleResult:
                       result.errors)
 
 
-def replay(source: Any, policy: Policy, *, now: int | None = None, framing: str = "exact",
+def replay(source: SampleSource, policy: Policy, *, now: int | None = None,
+           framing: str = "exact",
            profile: str | None = None, linger_ms: int = 5, batch_size: int = 16384,
-           resolver: Any = None) -> Verdicts:
+           resolver: SchemaResolver | None = None) -> Verdicts:
     """Replay ``source`` (segment path, records table or :class:`Sample`) under ``policy``."""
     return Replayer(source, now=now, framing=framing, linger_ms=linger_ms,
                     batch_size=batch_size, resolver=resolver).run(policy, profile=profile)

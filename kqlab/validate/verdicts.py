@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kqlab.kafka.errors import error_for_code
+from kqlab.policy.model import Policy
 from kqlab.validate.aggregates import LocalView, RecordCodes
 from kqlab.validate.verdict_tables import (  # noqa: F401 - the verdict contracts, re-exported
     FAILURE_TYPE,
@@ -127,7 +128,8 @@ class Verdicts(LocalView):
         t = self.batches.group_by("producer_action").aggregate([("record_count", "sum")])
         return {r["producer_action"]: r["record_count_sum"] or 0 for r in t.to_pylist()}
 
-    def vet(self, policy: Any, *, source: str | None = None, today: str | None = None) -> Any:
+    def vet(self, policy: Policy, *, source: str | None = None,
+            today: str | None = None) -> Policy:
         """``policy`` with its provenance: where it was replayed, the counts, its content hash.
 
         Write the result with :func:`kqlab.policy.save_policy`; the hash lets anyone check the
@@ -171,9 +173,9 @@ def summary_of(v: Any, records: int, batches: int) -> dict[str, Any]:
     }
 
 
-def vetted(policy: Any, *, framing: str, now: int, profile: str,
+def vetted(policy: Policy, *, framing: str, now: int, profile: str,
            partitions: list[dict[str, Any]], records: int, batches: int, rejected: int,
-           source: str | None = None, today: str | None = None) -> Any:
+           source: str | None = None, today: str | None = None) -> Policy:
     """``policy`` with the provenance of a replay (every engine's ``vet`` ends here)."""
     import datetime
     from dataclasses import replace
