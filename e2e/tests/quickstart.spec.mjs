@@ -152,3 +152,94 @@ test('quickstart: run all, add a rule in the editor, counts and figures follow, 
     expect(inKernel).toBe("True");
     expect(errors).toEqual([]);
   });
+
+// Notebook 02 (issue 16): the PolicyEditor of an AuthoringSession keeps following edits made
+// in the page.  Was: after the first edit re-showed the figures, every later edit threw
+// "gd.data must be an array" in the page (go.FigureWidget's removed views kept listening to
+// their models) and the editor's figure stopped updating; and selecting a rule to edit could
+// show another rule's kind (the form's dropdown had lost ipywidgets' value -> index sync).
+test('authoring: the editor of notebook 02 follows edits made in the page',
+  async ({ page }, testInfo) => {
+    const errors = [];
+    page.on('pageerror', (e) => errors.push(String(e)));
+    page.on('console', (m) => {
+      if (m.type() === 'error' && /gd\.data|must be an array|plotly/i.test(m.text())) {
+        errors.push(`console: ${m.text()}`);
+      }
+    });
+    const shot = (name) => page.screenshot({ path: testInfo.outputPath(name), fullPage: false });
+
+    await openNotebook(page, '02_authoring_a_policy.ipynb');
+    await page.getByRole('menuitem', { name: 'Run', exact: true }).click();
+    await page.getByRole('menuitem', { name: /^Run All Cells/ }).click();
+    const done = page.locator('[data-mime-type="application/vnd.jupyter.stdout"]',
+      { hasText: 'vetted policy:' });
+    const failed = page.locator('[data-mime-type="application/vnd.jupyter.stderr"]',
+      { hasText: 'Traceback (most recent call last)' });
+    await expect(done.or(failed).first()).toBeVisible({ timeout: 240_000 });
+    if (await failed.count()) {
+      throw new Error(`a notebook cell failed:\n${(await failed.first().innerText()).slice(-3000)}`);
+    }
+
+    const editor = page.locator('.kqlab-policy-editor').first();
+    await editor.scrollIntoViewIfNeeded();
+    const plots = editor.locator('.kqlab-figures .js-plotly-plot');
+    await expect(plots).toHaveCount(2, { timeout: 60_000 });    // reasons, impact
+    const reasons = plots.first();
+    await expect(reasons).toContainText('suggest.key_required', { timeout: 60_000 });
+    const outcomes = editor.locator('.kqlab-outcomes');
+    const before = await outcomes.innerText();
+    await shot('06-authoring.png');
+
+    // what the reasons figure draws, and what the kernel's current figure holds: per trace its
+    // name, the sum of its bars and its labels (plotly's typed arrays read back as numbers)
+    const drawn = async () => JSON.parse(await reasons.evaluate((gd) => JSON.stringify(
+      gd._fullData.map((t) => [t.name, Array.from(t.x || []).reduce((a, b) => a + Number(b), 0),
+                               Array.from(t.y || []).join('|')]))));
+    const inKernel = async () => JSON.parse(await kernelEval(page,
+      'import json; print(json.dumps([[t.name, float(sum(() if t.x is None else t.x)), ' +
+      '"|".join(map(str, () if t.y is None else t.y))] ' +
+      'for t in editor.figures["reasons"].data]))'));
+    const follows = async () => {
+      const want = await inKernel();
+      await expect.poll(drawn, { timeout: 60_000 }).toEqual(want);
+      return want;
+    };
+    const first = await follows();
+
+    // edits made in the page: the figures follow each one (the notebook already re-showed them)
+    await editor.locator('.kqlab-rule-mode-amount-range button', { hasText: 'observe' }).click();
+    await expect(outcomes).not.toHaveText(before, { timeout: 60_000 });
+    expect(await kernelEval(page, 'print(session.policy.rule("amount-range").mode)'))
+      .toBe('observe');
+    const observed = await follows();
+    expect(observed).not.toEqual(first);
+    await expect(plots.nth(1)).toContainText('amount-range: mode reject -> observe',
+      { timeout: 60_000 });                                           // the impact figure
+    await editor.locator('.kqlab-rule-remove-suggest-key_required').click();
+    await expect(reasons).not.toContainText('suggest.key_required', { timeout: 60_000 });
+    await follows();
+    await editor.locator('.kqlab-undo').click();
+    await expect(reasons).toContainText('suggest.key_required', { timeout: 60_000 });
+    expect(await follows()).toEqual(observed);
+    await editor.locator('.kqlab-undo').click();
+    await expect(outcomes).toHaveText(before, { timeout: 60_000 });
+    expect(await follows()).toEqual(first);
+    const shown = count(await editor.locator('.kqlab-rule-count-amount-range').innerText());
+    expect(shown).toBe(Number(await kernelEval(page,
+      'print(session.counts["amount-range"]["failed"])')));
+
+    // the form shows the kind of the rule being edited, however often another was opened
+    const kind = editor.locator('.kqlab-rule-form .kqlab-form-kind select');
+    const shownKind = () => kind.evaluate((s) => s.options[s.selectedIndex].text);
+    for (const [rule, want] of [['amount-range', 'field_range'], ['avro', 'avro_valid'],
+                                ['amount-range', 'field_range']]) {
+      await editor.locator(`.kqlab-rule-edit-${rule}`).click();
+      await expect(editor.locator('.kqlab-rule-form .kqlab-form-id input'))
+        .toHaveValue(rule, { timeout: 30_000 });
+      await expect.poll(shownKind, { timeout: 30_000 }).toBe(want);
+    }
+    await editor.locator('.kqlab-rule-form').scrollIntoViewIfNeeded();
+    await shot('07-form-kind.png');
+    expect(errors).toEqual([]);
+  });

@@ -33,6 +33,7 @@ CSS = {
     "rule_mode": "kqlab-rule-mode-<id>",
     "rule_severity": "kqlab-rule-severity-<id>",
     "form": "kqlab-rule-form",
+    "form_kind": "kqlab-form-kind",
     "form_id": "kqlab-form-id",
     "form_param": "kqlab-form-param-<name>",
     "form_when": "kqlab-form-when",

@@ -104,7 +104,7 @@ class RuleForm:
     def __init__(self, on_apply: Callable[[], Any],
                  problem: Callable[[Rule], str | None] | None = None):
         self._problem = problem
-        self.kind = w.Dropdown(options=sorted(KINDS), description="kind")
+        self.kind = css(w.Dropdown(options=sorted(KINDS), description="kind"), "form_kind")
         self.rule_id = css(w.Text(description="id", continuous_update=True), "form_id")
         self.message = w.Text(description="message", placeholder="catalog default")
         self.when = css(w.Text(description="when", placeholder="CEL precondition (optional)",

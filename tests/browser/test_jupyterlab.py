@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 E2E = ROOT / "e2e"
 ARTIFACTS = ROOT / "out" / "browser"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-NOTEBOOKS = ("01_quickstart.ipynb",)
+NOTEBOOKS = ("01_quickstart.ipynb", "02_authoring_a_policy.ipynb")
 
 
 def _free_port() -> int:
@@ -108,7 +108,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def test_quickstart_in_jupyterlab(lab: str) -> None:
     """Run notebook 01 in the page, add a rule through the PolicyEditor, see its count and the
-    figures follow, open a record detail (the assertions: e2e/tests/quickstart.spec.mjs)."""
+    figures follow, open a record detail; run notebook 02 and edit in the page: the editor's
+    figures follow every edit and undo, the form shows the edited rule's kind (the
+    assertions: e2e/tests/quickstart.spec.mjs)."""
     out = ARTIFACTS / "quickstart"
     if out.exists():
         shutil.rmtree(out)
@@ -119,8 +121,9 @@ def test_quickstart_in_jupyterlab(lab: str) -> None:
                           cwd=E2E, env=env, capture_output=True, text=True, timeout=600)
     report = proc.stdout[-6000:] + proc.stderr[-3000:]
     assert proc.returncode == 0, f"playwright failed (artifacts in {out}):\n{report}"
-    assert "1 passed" in proc.stdout, report
+    assert "2 passed" in proc.stdout, report
     shots = sorted(p.name for p in out.rglob("*.png"))
     assert shots == ["01-workbench.png", "02-rule-form.png", "03-rule-added.png",
-                     "04-figures.png", "05-record-detail.png"], shots
+                     "04-figures.png", "05-record-detail.png", "06-authoring.png",
+                     "07-form-kind.png"], shots
     assert all(p.stat().st_size > 10_000 for p in out.rglob("*.png"))  # real pages, not blanks
