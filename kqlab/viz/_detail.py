@@ -3,6 +3,10 @@ the producer would have been told — with the policy's sensitive data masked.
 
 Only the one record (and its batch) is decoded and turned into Python objects; finding it in
 the verdicts is an Arrow filter, so a detail costs the same on a million-record sample.
+
+The card shows values for people (:mod:`kqlab.viz._people`): floats in their shortest form
+(32-bit floats as 32-bit), decimals as decimals, bytes escaped or in hex — never decoded into
+replacement characters — and a decoding error as one line.  ``to_dict`` keeps the data itself.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import pyarrow.compute as pc
 from kqlab.validate.view import ViewError
 from kqlab.viz._groups import SampleLike, sample_tables
 from kqlab.viz._masking import MASK, Masker, masker
+from kqlab.viz._people import error_line, render, tidy
 
 if TYPE_CHECKING:  # pragma: no cover
     from kqlab.policy.model import Policy
@@ -72,6 +77,9 @@ class RecordDetail:
     producer_saw: dict[str, Any]
     masked: bool
     notes: list[str] = field(default_factory=list)
+    #: the key and value as the card shows them (see :mod:`kqlab.viz._people`)
+    key_text: str | None = None
+    value_text: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""
@@ -88,12 +96,16 @@ class RecordDetail:
                 text = orjson.dumps(text, option=orjson.OPT_INDENT_2, default=str).decode()
             return f"<pre>{esc(text)}</pre>"
 
+        when = _iso(self.timestamp)
         rows = [("record", f"{self.topic}-{self.partition} @ {self.offset:,} "
-                           f"(timestamp {self.timestamp})"),
+                           f"(timestamp {self.timestamp}{f', {when}' if when else ''})"),
                 ("outcome", self.outcome)]
         fails = "".join(f"<li><b>{esc(str(f['rule']))}</b> (code {f['code']} "
-                        f"{esc(str(f['error_name'] or ''))}): {esc(str(f['message']))}</li>"
-                        for f in self.failures) or "<li>none</li>"
+                        f"{esc(str(f['error_name'] or ''))}): {esc(str(tidy(f['message'])))}"
+                        "</li>" for f in self.failures) or "<li>none</li>"
+        key = self.key if self.key_text is None or self.key == MASK else self.key_text
+        value = self.value if self.value_text is None or self.value == MASK \
+            else self.value_text
         heads = "".join(f"<li>{esc(k)}: {esc(v) if v is not None else '<i>null</i>'}</li>"
                         for k, v in self.headers) or "<li>none</li>"
         body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(str(v))}</td></tr>" for k, v in rows)
@@ -102,7 +114,7 @@ class RecordDetail:
         return (f"<div class='kqlab-record'><table>{body}</table>{notes}"
                 f"<h4>Failures</h4><ul>{fails}</ul>"
                 f"<h4>What the producer saw</h4>{pre(saw)}"
-                f"<h4>Key</h4>{pre(self.key)}<h4>Value</h4>{pre(self.value)}"
+                f"<h4>Key</h4>{pre(key)}<h4>Value</h4>{pre(value)}"
                 + (f"<p>decode error: {esc(self.value_error)}</p>" if self.value_error else "")
                 + f"<h4>Headers</h4><ul>{heads}</ul>"
                 f"<h4>Batch</h4>{pre(self.batch)}"
@@ -111,6 +123,19 @@ class RecordDetail:
 
     def _repr_html_(self) -> str:
         return self.to_html()
+
+
+def _iso(ms: int | None) -> str | None:
+    """Epoch ms as ISO 8601 UTC (None when out of the calendar's range)."""
+    import datetime
+
+    if ms is None:
+        return None
+    try:
+        return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).isoformat(
+            timespec="milliseconds").replace("+00:00", "Z")
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 def _one(table: pa.Table, mask: pa.Array) -> dict[str, Any] | None:
@@ -167,7 +192,7 @@ def record_detail(verdicts: VerdictsView, sample: SampleLike | None, *, partitio
     # -- content ------------------------------------------------------------------------------
     key_raw = record.column("key")[0].as_py()
     value_raw = record.column("value")[0].as_py()
-    key, value, value_error = _decode(record, policy, resolver)
+    key, value, value_error, types = _decode(record, policy, resolver)
     if m.key:
         key = None if key_raw is None else MASK
     value = m.value(value)
@@ -213,7 +238,9 @@ def record_detail(verdicts: VerdictsView, sample: SampleLike | None, *, partitio
         topic=topic, partition=partition, offset=offset, timestamp=verdict["timestamp"],
         outcome=verdict["outcome"], key=key, key_hex=key_hex, value=value, value_hex=value_hex,
         value_error=value_error, headers=headers, failures=failures, batch=batch,
-        producer_saw=saw, masked=m.active, notes=notes)
+        producer_saw=saw, masked=m.active, notes=notes,
+        key_text=None if key is None else render(key, types[0]),
+        value_text=None if value is None else render(value, types[1]))
 
 
 def _where_batch(table: pa.Table, topic: str, partition: int, batch_offset: int) -> pa.Array:
@@ -241,35 +268,51 @@ def _scrub(message: str | None, secrets: list[str]) -> str | None:
     return message
 
 
-def _decode(record: pa.Table, policy: Policy | None, resolver: SchemaResolver | None
-            ) -> tuple[Any, Any, str | None]:
-    """The record's key and value decoded with the policy's formats (raw text without one)."""
-    from kqlab.serde.decode import decode
+def _raw(raw: bytes | None) -> Any:
+    """Undecoded content: its text when it is printable UTF-8, else the bytes themselves
+    (shown escaped or in hex, never as replacement characters)."""
+    if raw is None:
+        return None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw
+    if any(ord(c) < 32 and c not in "\t\n\r" for c in text):
+        return raw
+    return text
 
-    def text(raw: bytes | None) -> Any:
-        return None if raw is None else raw.decode("utf-8", "replace")
+
+def _decode(record: pa.Table, policy: Policy | None, resolver: SchemaResolver | None
+            ) -> tuple[Any, Any, str | None, tuple[pa.DataType | None, pa.DataType | None]]:
+    """The record's key and value decoded with the policy's formats (raw content without
+    one), the value's decoding error as one line, and the Arrow types they were read as."""
+    from kqlab.serde.decode import decode
 
     key_raw = record.column("key")[0].as_py()
     value_raw = record.column("value")[0].as_py()
     if policy is None:
-        return text(key_raw), text(value_raw), None
-    out = []
+        return _raw(key_raw), _raw(value_raw), None, (None, None)
+    out: list[Any] = []
+    types: list[pa.DataType | None] = []
     error = None
     for name, fmt in (("key", policy.key), ("value", policy.value)):
         raw = key_raw if name == "key" else value_raw
+        types.append(None)
         if fmt.format in ("none", "bytes") and fmt.wire == "raw":
-            out.append(text(raw))
+            out.append(_raw(raw))
             continue
         try:
             col = decode(record.column(name), fmt, resolver)
-        except Exception as exc:  # a config problem (no registry): show the text, say why
-            out.append(text(raw))
+        except Exception as exc:  # a config problem (no registry): show the raw, say why
+            out.append(_raw(raw))
             if name == "value":
-                error = f"not decoded: {exc}"
+                error = f"not decoded: {error_line(exc)}"
             continue
         out.append(col.python_values()[0])
+        types[-1] = col.values.type
         err = col.errors[0].as_py()
         if err and name == "value":
-            error = err
-            out[-1] = text(raw)
-    return out[0], out[1], error
+            error = error_line(err)
+            out[-1] = _raw(raw)
+            types[-1] = None
+    return out[0], out[1], error, (types[0], types[1])
