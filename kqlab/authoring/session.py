@@ -157,6 +157,9 @@ class AuthoringSession:
         #: why the last edit was refused (None after an accepted one)
         self.error: str | None = None
         self.run_info: RunInfo | None = None
+        #: whether the current verdicts were judged on :attr:`replayer` (the session made
+        #: them, so it knows; no view has to ask the verdicts which engine they came from)
+        self._judged_locally = False
         #: accepted edits since the last full replay
         self.edits_since_run = 0
         self._observers: list[Callable[[SessionChange], Any]] = []
@@ -272,8 +275,7 @@ class AuthoringSession:
     def view_sample(self) -> Replayer | None:
         """The sample record-level views may read with the current verdicts: the local
         replayer when the verdicts are its own, None for a Spark replay (never collected)."""
-        v = self.verdicts
-        return self.replayer if v is not None and v.engine == "local" else None
+        return self.replayer if self._judged_locally else None
 
     def figure_context(self) -> dict[str, Any]:
         """What the figure builders read besides the verdicts (``kqlab.widgets.FIGURES``)."""
@@ -304,18 +306,20 @@ class AuthoringSession:
             self.now = now
         step = step or _no_step
         t0 = time.perf_counter()
+        replayer: Replayer | None
         if engine == "local":
             replayer, verdicts = self._load(source, step)
             step(3, 3, "done")
         else:
             step(0, 0, "starting Spark…")
-            same = self.replayer is not None and _same_source(self.source, source)
+            same = self.replayer if _same_source(self.source, source) else None
             verdicts = self._spark(source, self.policy, master, progress,
-                                   self.replayer.now if same and self.replayer else None)
+                                   same.now if same is not None else None)
             step(0, 0, "done")
-            replayer = self.replayer if same else None
+            replayer = same  # the same sample stays for edits; another one is Spark's only
         new_sample = replayer is not self.replayer
         self.replayer, self.source, self.verdicts = replayer, source, verdicts
+        self._judged_locally = engine == "local"
         self.previous = self.previous_policy = None
         self.run_info = RunInfo(engine, source, time.perf_counter() - t0, master)
         self.edits_since_run = 0
@@ -354,7 +358,8 @@ class AuthoringSession:
 
     def _judge(self, policy: Policy) -> VerdictsView | None:
         """``policy``'s verdicts on the current sample: incrementally on the local replayer,
-        else again on Spark when the sample is only there; None without a sample."""
+        else again on Spark when the sample is only there; None without a sample.  (The
+        caller adopts them: :attr:`view_sample` follows from :attr:`replayer`.)"""
         if self.replayer is not None:
             return self.replayer.run(policy)
         run = self.run_info
@@ -583,6 +588,7 @@ class AuthoringSession:
 
     def _advance(self, policy: Policy, verdicts: VerdictsView | None, action: str) -> Any:
         self.previous, self.verdicts = self.verdicts, verdicts
+        self._judged_locally = verdicts is not None and self.replayer is not None
         self.previous_policy, self.policy = self.policy, policy
         self.error = None
         self.edits_since_run += 1

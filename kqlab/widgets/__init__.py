@@ -1,8 +1,11 @@
 """Jupyter widgets of kqlab, thin over the Python API: :class:`PolicyEditor`,
 :class:`ReplayPanel`, :class:`RejectionExplorer` and the :class:`Workbench` composing them.
 
-Every control's action is a method (the button calls it), so notebooks run unattended and
-tests drive the widgets without a kernel.  Key controls carry the stable CSS classes listed in
+The editor, the panel and the workbench are views of one
+:class:`~kqlab.authoring.AuthoringSession` (policy, history, sample, verdicts, suggestions,
+golden examples): they observe it and call its methods, so they cannot disagree.  Every
+control's action is a method (the button calls it), so notebooks run unattended and tests
+drive the widgets without a kernel.  Key controls carry the stable CSS classes listed in
 :data:`CSS` (browser tests find them in the DOM).  This package is the only one importing
 ipywidgets; ``import kqlab`` does not load it.
 """

@@ -135,11 +135,9 @@ class ReplayPanel:
 
     @property
     def replayer(self) -> Any:
-        """The local sample of the last run (None after a Spark run: nothing was loaded)."""
-        s = self.session
-        if s is None or s.run_info is None or s.run_info.engine != "local":
-            return None
-        return s.replayer
+        """The local sample the current verdicts were judged on (None after a Spark run:
+        its verdicts are Spark's, whatever sample is kept for edits)."""
+        return self.session.view_sample if self.session is not None else None
 
     @property
     def current_source(self) -> Any:
