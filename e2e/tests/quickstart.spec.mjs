@@ -126,30 +126,89 @@ test('quickstart: run all, add a rule in the editor, counts and figures follow, 
     await expect(reasons).toBeVisible({ timeout: 60_000 });
     await expect(reasons).toContainText(RULE, { timeout: 60_000 });
     await reasons.scrollIntoViewIfNeeded();
+    // figures fill the notebook's width (they were a fixed 700 px) and draw no background
+    // (a white box on the dark theme); one plotly.js for all of them, none per figure
+    const plotBox = await reasons.boundingBox();
+    expect(plotBox.width).toBeGreaterThan(800);
+    const paper = await reasons.evaluate((d) => {
+      const bg = d.querySelector('.main-svg rect.bg');
+      return bg ? getComputedStyle(bg).fillOpacity : null;
+    });
+    expect(paper).toBe('0');
+    expect(await kernelEval(page,
+      'import plotly.graph_objects as go; from ipywidgets.widgets.widget import _instances; ' +
+      'from kqlab.widgets._plot import PlotlyFigure; ws = list(_instances.values()); ' +
+      'print(sum(isinstance(x, go.FigureWidget) for x in ws), ' +
+      'sum(isinstance(x, PlotlyFigure) for x in ws) >= 3)')).toBe('0 True');
     await shot('04-figures.png');
 
     // -- one rejected record, down to its bytes --------------------------------------------------
     await wb.locator('.lm-TabBar-tab', { hasText: 'Rejections' }).first().click();
     const explorer = wb.locator('.kqlab-rejection-explorer');
+    const table = explorer.locator('.kqlab-rejected-table');
     await explorer.locator('.kqlab-filter-reason select').selectOption(RULE);
-    const first = explorer.locator('.kqlab-rejected-table .widget-button').first();
-    await expect(first).toBeVisible({ timeout: 60_000 });
-    const where = await first.innerText();             // e.g. orders-1@1234
+    const rows = table.locator('tr.kqlab-rt-row');
+    await expect(rows.first()).toBeVisible({ timeout: 60_000 });
+    await expect(rows.first().locator('.kqlab-rt-reasons')).toContainText(RULE,
+      { timeout: 60_000 });
+    // sort by time, latest first, with the header: the kernel pages through the verdicts
+    const timeHeader = table.locator('th.kqlab-rt-time button');
+    await timeHeader.click();
+    await expect(table.locator('th.kqlab-rt-time')).toHaveAttribute('aria-sort', 'ascending');
+    await timeHeader.click();
+    await expect(table.locator('th.kqlab-rt-time')).toHaveAttribute('aria-sort', 'descending',
+      { timeout: 30_000 });
+    const shownTimes = await rows.locator('.kqlab-rt-time').allInnerTexts();
+    expect(shownTimes.length).toBeGreaterThan(1);
+    expect([...shownTimes].sort().reverse()).toEqual(shownTimes);
+    const latest = JSON.parse(await kernelEval(page,
+      'import json; from kqlab.validate.view import RecordQuery; ' +
+      `p = wb.verdicts.find(RecordQuery(reason="${RULE}", order="timestamp", descending=True), 0, 1); ` +
+      'r = p.rows.to_pylist()[0]; print(json.dumps([r["partition"], r["offset"], wb.explorer.table.sort]))'));
+    expect(latest[2]).toEqual({ key: 'timestamp', descending: true });
+    const first = rows.first();
+    expect(Number(await first.getAttribute('data-partition'))).toBe(latest[0]);
+    expect(Number(await first.getAttribute('data-offset'))).toBe(latest[1]);
+    const topic = await first.getAttribute('data-topic');
+    const partition = await first.getAttribute('data-partition');
+    const offset = await first.getAttribute('data-offset');
+    await expect(first).toHaveClass(new RegExp(`kqlab-record-${partition}-${offset}`));
     await first.click();
+    await expect(first).toHaveClass(/kqlab-rt-selected/, { timeout: 30_000 });
     const detail = explorer.locator('.kqlab-record-detail');
     await expect(detail).toContainText(RULE, { timeout: 60_000 });
-    await expect(detail).toContainText(where.split('@')[0]);
+    await expect(detail).toContainText(`${topic}-${partition}`);
     await expect(detail).toContainText(/[0-9a-f]{2} [0-9a-f]{2} [0-9a-f]{2}/);   // the raw bytes
+    await expect(detail).not.toContainText('Traceback');
     await detail.scrollIntoViewIfNeeded();
     await shot('05-record-detail.png');
 
     // the kernel agrees that this record failed the rule
-    const [topicPart, offset] = where.split('@');
-    const partition = topicPart.split('-').pop();
     const inKernel = await kernelEval(page,
       `d = wb.explorer.detail; print(d.partition == ${partition} and d.offset == ${offset} and ` +
       `"${RULE}" in [f["rule"] for f in d.failures])`);
     expect(inKernel).toBe("True");
+
+    // a filter that leaves the selected record out clears the detail (it went stale before):
+    // the record failed the rule itself, so it is no collateral
+    await explorer.locator('.kqlab-filter-reason select').selectOption('(collateral)');
+    await expect(detail).toContainText('Select a record', { timeout: 30_000 });
+    await expect(table.locator('tr.kqlab-rt-selected')).toHaveCount(0);
+    expect(await kernelEval(page, 'print(wb.explorer.detail is None)')).toBe('True');
+
+    // JupyterLab's dark theme: the figures' text turns light, still no background
+    await page.evaluate(() => window.jupyterapp.commands.execute('apputils:change-theme',
+      { theme: 'JupyterLab Dark' }));
+    await wb.locator('.lm-TabBar-tab', { hasText: 'Figures' }).first().click();
+    await expect(reasons.locator('xpath=ancestor::*[contains(@class,"kqlab-plot")][1]'))
+      .toHaveAttribute('data-theme', 'dark', { timeout: 30_000 });
+    const title = await reasons.evaluate((d) => getComputedStyle(d.querySelector('.gtitle')).fill);
+    const [r, g, b] = title.match(/\d+/g).map(Number);
+    expect(0.2126 * r + 0.7152 * g + 0.0722 * b).toBeGreaterThan(150);   // light text
+    expect(await reasons.evaluate((d) =>
+      getComputedStyle(d.querySelector('.main-svg rect.bg')).fillOpacity)).toBe('0');
+    await reasons.scrollIntoViewIfNeeded();
+    await shot('05b-dark-theme.png');
     expect(errors).toEqual([]);
   });
 

@@ -108,9 +108,10 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def test_quickstart_in_jupyterlab(lab: str) -> None:
     """Run notebook 01 in the page, add a rule through the PolicyEditor, see its count and the
-    figures follow, open a record detail; run notebook 02 and edit in the page: the editor's
-    figures follow every edit and undo, the form shows the edited rule's kind (the
-    assertions: e2e/tests/quickstart.spec.mjs)."""
+    figures follow (full width, no background), sort the explorer's table and open a record
+    detail, see a filter clear it, switch to the dark theme; run notebook 02 and edit in the
+    page: the editor's figures follow every edit and undo, the form shows the edited rule's
+    kind (the assertions: e2e/tests/quickstart.spec.mjs)."""
     out = ARTIFACTS / "quickstart"
     if out.exists():
         shutil.rmtree(out)
@@ -124,6 +125,6 @@ def test_quickstart_in_jupyterlab(lab: str) -> None:
     assert "2 passed" in proc.stdout, report
     shots = sorted(p.name for p in out.rglob("*.png"))
     assert shots == ["01-workbench.png", "02-rule-form.png", "03-rule-added.png",
-                     "04-figures.png", "05-record-detail.png", "06-authoring.png",
-                     "07-form-kind.png"], shots
+                     "04-figures.png", "05-record-detail.png", "05b-dark-theme.png",
+                     "06-authoring.png", "07-form-kind.png"], shots
     assert all(p.stat().st_size > 10_000 for p in out.rglob("*.png"))  # real pages, not blanks
