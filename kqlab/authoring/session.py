@@ -238,7 +238,8 @@ class AuthoringSession:
         when = datetime.datetime.fromtimestamp(now / 1000, datetime.UTC)
         how = {"given": "as given",
                "sample": "the sample's newest batch (no clock given; pass now= to change it)",
-               "wall clock": "the wall clock (the sample has no timestamps)"}[self.clock_source]
+               "wall clock": "the wall clock (none given, none read from a sample)"}[
+            self.clock_source]
         return f"clock: now = {now} ({when:%Y-%m-%d %H:%M:%S} UTC), {how}"
 
     @property
