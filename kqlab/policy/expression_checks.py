@@ -127,7 +127,7 @@ def expression_problem(expr: str, value: Shape = DYN) -> ExpressionProblem | Non
     >>> expression_problem("value.amount > 0") is None
     True
     >>> p = expression_problem("vlaue.amount > 0")
-    >>> p.offset, p.message.split(" — ")[1]
+    >>> p.offset, p.message.split(" — ")[1].split(" (a rule reads")[0]
     (0, "did you mean 'value'?")
     """
     engine_error = _compile_error(expr)
