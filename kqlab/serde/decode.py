@@ -12,11 +12,14 @@ Per format:
 - ``bytes`` — the raw payload (after the 5-byte header with ``wire: confluent``).
 - ``string`` — UTF-8 text (Arrow's vectorised cast; invalid rows are located only when the
   cast fails).
-- ``json`` — one ``orjson.loads`` per value, then ``pa.array`` (type inferred, or
+- ``json`` — defined as one ``orjson.loads`` per value, then ``pa.array`` (type inferred, or
   ``arrow_type=``).  When records disagree on types (``1`` vs ``"1"``, object vs number)
   inference fails and ``values`` falls back to the JSON text of each record (a string
   column; ``fallback`` says so); ``python_values()`` still holds the parsed objects.
-  A JSON ``null`` document decodes to a null value without an error.
+  A JSON ``null`` document decodes to a null value without an error.  Columns of objects
+  are read in bulk by Arrow's JSON reader where it provably gives that very column
+  (:mod:`kqlab.serde.json_arrow`); each record's object is then parsed by orjson only when
+  asked for.
 - ``avro`` — fastavro ``schemaless_reader`` per value on the pre-parsed writer schema, reading
   all values from one in-memory copy of the column's data buffer (no per-value slicing); the
   result becomes a struct column with one ``pa.array`` call.  Each value is read on its own
@@ -39,7 +42,7 @@ same values, and the same failures, the replay judges.
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -89,7 +92,9 @@ class DecodedColumn:
     errors: pa.StringArray
     schema_ids: pa.Int32Array | None = None
     fallback: str | None = None
-    _python: list[object] | None = field(default=None, repr=False)
+    #: per record objects, when the decoder has them: a list, or (JSON read in bulk) a
+    #: sequence that parses a record when it is first read
+    _python: Sequence[object] | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return len(self.values)
@@ -108,7 +113,9 @@ class DecodedColumn:
         """One Python object per record (computed once)."""
         if self._python is None:
             self._python = self.values.to_pylist()
-        return self._python
+        elif not isinstance(self._python, list):
+            self._python = list(self._python)
+        return self._python  # type: ignore[return-value]  # a list since the lines above
 
 
 def _describe(exc: BaseException) -> str:
@@ -130,7 +137,7 @@ class DecodePass:
 
     column: DecodedColumn
     stages: list[DecodeStage | None]
-    datums: list[object] | None
+    datums: Sequence[object] | None
 
 
 def _framing_errors(info: WireInfo, errors: list[str | None],
@@ -209,9 +216,27 @@ def _decode_string(values: pa.Array, info: WireInfo | None,
                          None if info is None else info.schema_id)
 
 
+#: read JSON objects in bulk where that gives the same column (tests switch it off to compare)
+BULK_JSON = True
+
+
 def _decode_json(values: pa.Array, info: WireInfo | None, errors: list[str | None],
-                 arrow_type: pa.DataType | None) -> tuple[DecodedColumn, list[object]]:
+                 arrow_type: pa.DataType | None) -> tuple[DecodedColumn, Sequence[object]]:
     """The JSON column and each record's parsed object (``None`` where it failed)."""
+    if arrow_type is None and BULK_JSON:
+        from kqlab.serde.json_arrow import decode_objects
+
+        bulk = decode_objects(_payloads(values, info), errors)
+        if bulk is not None:
+            column, lazy = bulk
+            return (DecodedColumn(column, pa.array(errors, pa.string()),
+                                  None if info is None else info.schema_id, None, lazy), lazy)
+    return _decode_json_objects(values, info, errors, arrow_type)
+
+
+def _decode_json_objects(values: pa.Array, info: WireInfo | None, errors: list[str | None],
+                         arrow_type: pa.DataType | None) -> tuple[DecodedColumn, list[object]]:
+    """:func:`_decode_json` record by record: the definition the bulk path is held to."""
     framing = info
     if framing is None:
         pos = parse_wire(values)  # only for the buffer positions
@@ -453,7 +478,7 @@ def decode_pass(values: pa.Array | pa.ChunkedArray, fmt: Any,
     if wire == "confluent":
         info = parse_wire(values)
         _framing_errors(info, errors, stages)
-    datums: list[object] | None = None
+    datums: Sequence[object] | None = None
     if kind == "bytes":
         column = DecodedColumn(_payloads(values, info), pa.array(errors, pa.string()),
                                None if info is None else info.schema_id)
