@@ -41,16 +41,22 @@ _EXPORTS = {
     "record_detail": "kqlab.viz._detail",
     "impact_table": "kqlab.viz._impact",
     "policy_impact": "kqlab.viz._impact",
+    "RuleColors": "kqlab.viz._style",
+    "FailureGroup": "kqlab.viz._failures",
+    "failure_groups": "kqlab.viz._failures",
 }
 
 __all__ = [
     "MASK",
+    "FailureGroup",
     "Masker",
     "RecordDetail",
+    "RuleColors",
     "ViewError",
     "by_key_pattern",
     "by_producer",
     "by_schema_id",
+    "failure_groups",
     "impact_table",
     "is_unmasked",
     "masker",
@@ -81,6 +87,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from kqlab.validate.view import ViewError
     from kqlab.viz._detail import RecordDetail, record_detail
+    from kqlab.viz._failures import FailureGroup, failure_groups
     from kqlab.viz._figures import (
         by_key_pattern,
         by_producer,
@@ -92,3 +99,4 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from kqlab.viz._groups import sample_tables
     from kqlab.viz._impact import impact_table, policy_impact
     from kqlab.viz._masking import MASK, Masker, is_unmasked, masker, unmask, unmasked
+    from kqlab.viz._style import RuleColors

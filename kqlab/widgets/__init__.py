@@ -21,8 +21,11 @@ except ImportError as exc:  # pragma: no cover - the lab extra is missing
 from kqlab.widgets._common import CSS, FIGURES, slug
 from kqlab.widgets._editor import EditError, PolicyEditor, RuleForm, check_cel
 from kqlab.widgets._explorer import RejectionExplorer
+from kqlab.widgets._plot import PlotlyFigure
+from kqlab.widgets._record_table import RecordTable
 from kqlab.widgets._replay import ReplayCancelled, ReplayPanel
 from kqlab.widgets._workbench import Workbench
 
-__all__ = ["CSS", "FIGURES", "EditError", "PolicyEditor", "RejectionExplorer", "ReplayCancelled",
-           "ReplayPanel", "RuleForm", "Workbench", "check_cel", "slug"]
+__all__ = ["CSS", "FIGURES", "EditError", "PlotlyFigure", "PolicyEditor", "RecordTable",
+           "RejectionExplorer", "ReplayCancelled", "ReplayPanel", "RuleForm", "Workbench",
+           "check_cel", "slug"]
