@@ -64,8 +64,13 @@ class EvalContext:
         return cast(T, self._memo[key])
 
     def column(self, name: str) -> pa.Array:
-        """A records-table column as one contiguous Arrow array (copied once, then cached)."""
-        return self.memo(f"column:{name}", lambda: self.records.column(name).combine_chunks())
+        """A records-table column as one contiguous Arrow array (cached; copied only when it
+        has several chunks: Arrow's ``combine_chunks`` copies even a single one)."""
+        def combined() -> pa.Array:
+            col = self.records.column(name)
+            return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+
+        return self.memo(f"column:{name}", combined)
 
     def chunked(self, name: str) -> pa.ChunkedArray:
         """A records-table column as it is (kernels that accept chunks need no copy)."""

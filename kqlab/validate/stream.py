@@ -122,7 +122,7 @@ def replay_stream(source: str | Path, policy: Policy, *, now: int | None = None,
     parts = _Parts()
     started = time.perf_counter()
     done_bytes = 0
-    for sample in _chunks(partitions, chunk_batches):
+    for sample in _read_ahead(_chunks(partitions, chunk_batches)):
         replayer = Replayer(sample, now=now, resolver=resolver)
         replayer.assembler.validators = validators
         parts.add(replayer.run(policy, profile=profile))
@@ -193,3 +193,57 @@ def _chunks(partitions: list[Path], chunk_batches: int) -> Iterator[Sample]:
         for chunk in iter_log_tables(part, chunk_batches=chunk_batches, keep_bytes=True):
             yield Sample(chunk.records, chunk.batches, chunk.raw, "exact", "log",
                          list(chunk.issues))
+
+
+def _read_ahead(chunks: Iterator[Sample]) -> Iterator[Sample]:
+    """``chunks``, each read on a thread of its own while the one before it is judged.
+
+    Reading (file reads, decompression, the record parser) and judging (the JSON reader,
+    Arrow kernels) both release the GIL for most of their time, so on two cores they
+    overlap; one chunk waits at most (memory: two chunks, not one).  Order is kept, an
+    error while reading is raised here, and stopping early stops the reader.
+    """
+    import contextlib
+    import queue
+    import threading
+
+    ready: queue.Queue[tuple[str, object]] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def read() -> None:
+        try:
+            for chunk in chunks:
+                while not stop.is_set():
+                    try:
+                        ready.put(("chunk", chunk), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            ready.put(("end", None))
+        except BaseException as ex:  # handed to the judging thread, raised there
+            ready.put(("error", ex))
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:  # a generator stopped early closes its segment files
+                close()
+
+    reader = threading.Thread(target=read, name="kqlab-read-ahead", daemon=True)
+    reader.start()
+    try:
+        while True:
+            kind, item = ready.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                assert isinstance(item, BaseException)
+                raise item
+            assert isinstance(item, Sample)
+            yield item
+    finally:
+        stop.set()
+        while reader.is_alive():  # let a blocked put see the stop
+            with contextlib.suppress(queue.Empty):
+                ready.get_nowait()
+            reader.join(timeout=0.05)
