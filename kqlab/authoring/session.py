@@ -16,7 +16,10 @@ the unedited verdicts; a stale status line survived an edit).  Now the session h
 * the **suggestions** for the sample (:mod:`kqlab.validate.rule_suggestion`) and the policy's
   **golden examples** run through the validator (:mod:`kqlab.validate.golden`);
 * the **clock**: given, or the sample's own (:func:`kqlab.validate.replayer.sample_clock`),
-  and a warning when the timestamp bounds reject most of the sample.
+  and a warning when the timestamp bounds reject most of the sample;
+* the **colours**: one per rule for the session's life (:attr:`AuthoringSession.colors`, a
+  :class:`~kqlab.viz.RuleColors` every figure of the views is drawn with), so an edit or a
+  replay never repaints the rules it did not touch.
 
 Views subscribe with :meth:`observe` (a plain observer list, no traitlets) and act only
 through the session's methods; every number they show is read from the session's current
@@ -57,6 +60,7 @@ from typing import TYPE_CHECKING, Any
 from kqlab.authoring.policy_edits import EditError, changed_rule, check_policy, make_rule
 from kqlab.errors import KqlabError
 from kqlab.policy.model import ENFORCEMENT_PROFILES, Policy, Rule
+from kqlab.viz._style import RuleColors
 
 if TYPE_CHECKING:  # pragma: no cover
     from kqlab.policy.expression_checks import ExpressionProblem
@@ -166,6 +170,10 @@ class AuthoringSession:
         self._derived: dict[str, Any] = {}
         self._derived_for: object = None
         self._shapes: dict[tuple[Any, ...], Shape] = {}
+        #: one colour per rule for the session's life, passed to every figure the views draw
+        #: (:meth:`RuleColors.keep`): removing, moving or re-adding a rule, or undoing an edit,
+        #: never shifts another rule's colour, as a map built per replay would
+        self.colors = RuleColors().keep(r.id for r in self.policy.rules)
         if source is not None:
             self.replay(source)
         else:
@@ -279,10 +287,12 @@ class AuthoringSession:
         return self.replayer if self._judged_locally else None
 
     def figure_context(self) -> dict[str, Any]:
-        """What the figure builders read besides the verdicts (``kqlab.widgets.FIGURES``)."""
+        """What the figure builders read besides the verdicts (``kqlab.widgets.FIGURES``):
+        the sample, the impact figure's base and the session's rule colours."""
         return {"sample": self.view_sample, "before": self.previous,
                 "policies": (self.previous_policy, self.policy)
-                if self.previous_policy is not None else None}
+                if self.previous_policy is not None else None,
+                "colors": self.colors}
 
     # -- replays -----------------------------------------------------------------------------
     def replay(self, source: Any = None, *, engine: str = "local", master: str | None = None,
@@ -591,6 +601,7 @@ class AuthoringSession:
         self.previous, self.verdicts = self.verdicts, verdicts
         self._judged_locally = verdicts is not None and self.replayer is not None
         self.previous_policy, self.policy = self.policy, policy
+        self.colors.keep(r.id for r in policy.rules)
         self.error = None
         self.edits_since_run += 1
         self._refresh_examples()

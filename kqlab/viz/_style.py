@@ -133,6 +133,27 @@ class RuleColors:
                 self._rules[rule] = RULE_PALETTE[len(self._rules) % len(RULE_PALETTE)]
         return self
 
+    def keep(self, rules: Iterable[str]) -> RuleColors:
+        """Give every new policy rule id of ``rules`` (a policy's current rules) the next
+        *free* colour; returns ``self``.
+
+        What an authoring session calls after every edit: a rule keeps the colour it has for
+        the map's life (so removing a rule shifts nobody's colour, and undoing the removal
+        brings the same colour back), and a new rule takes the first palette colour no rule
+        ever had, then — once all ten were handed out — the first one no rule of ``rules``
+        shows, so two rules on screen share a colour only when more than ten are."""
+        rules = list(rules)
+        for rule in rules:
+            if rule in self._rules or _fixed(rule):
+                continue
+            given = set(self._rules.values())
+            shown = {self._rules[r] for r in rules if r in self._rules}
+            free = [c for c in RULE_PALETTE if c not in given] or \
+                [c for c in RULE_PALETTE if c not in shown]
+            self._rules[rule] = free[0] if free else \
+                RULE_PALETTE[len(self._rules) % len(RULE_PALETTE)]
+        return self
+
     def follow(self, verdicts: VerdictsView) -> RuleColors:
         """Add the rules of ``verdicts`` (policy order); returns ``self``."""
         return self.add(verdicts.rules.column("rule").to_pylist())

@@ -182,19 +182,19 @@ def error_html(message: str | None) -> str:
 def _reasons(verdicts: VerdictsView, ctx: dict[str, Any]) -> go.Figure:
     from kqlab.viz import rejections_by_reason
 
-    return rejections_by_reason(verdicts)
+    return rejections_by_reason(verdicts, colors=ctx.get("colors"))
 
 
 def _offsets(verdicts: VerdictsView, ctx: dict[str, Any]) -> go.Figure:
     from kqlab.viz import rejections_by_offset
 
-    return rejections_by_offset(verdicts)
+    return rejections_by_offset(verdicts, colors=ctx.get("colors"))
 
 
 def _timeline(verdicts: VerdictsView, ctx: dict[str, Any]) -> go.Figure:
     from kqlab.viz import rejection_timeline
 
-    return rejection_timeline(verdicts)
+    return rejection_timeline(verdicts, colors=ctx.get("colors"))
 
 
 def _impact(verdicts: VerdictsView, ctx: dict[str, Any]) -> go.Figure | None:
@@ -203,11 +203,13 @@ def _impact(verdicts: VerdictsView, ctx: dict[str, Any]) -> go.Figure | None:
     before = ctx.get("before")
     if before is None:
         return None
-    return policy_impact(before, verdicts, policies=ctx.get("policies"))
+    return policy_impact(before, verdicts, policies=ctx.get("policies"),
+                         colors=ctx.get("colors"))
 
 
 #: figure name -> builder(verdicts, context); context holds ``before`` (the previous
-#: verdicts) and ``policies`` ((old, new)); None: not applicable
+#: verdicts), ``policies`` ((old, new)) and ``colors`` (the session's rule -> colour map,
+#: so a rule keeps its colour across edits and replays); None: not applicable
 FIGURES: dict[str, Callable[[VerdictsView, dict[str, Any]], go.Figure | None]] = {
     "reasons": _reasons, "offsets": _offsets, "timeline": _timeline, "impact": _impact,
 }

@@ -46,9 +46,11 @@ def check(editor: PolicyEditor, source, widgets_before: dict | None = None) -> N
     o = fresh.by_outcome()
     assert f"<b>rejected</b> {o['rejected']:,}" in editor.outcomes.value
     assert editor.yaml.value == dump_policy(editor.policy)
-    # the figures are those of the fresh verdicts, and the views show exactly them
-    assert plain(editor.figures["reasons"]) == plain(rejections_by_reason(fresh))
-    assert plain(editor.figures["offsets"]) == plain(rejections_by_offset(fresh))
+    # the figures are those of the fresh verdicts (in the session's colours: a rule keeps its
+    # colour across edits), and the views show exactly them
+    colors = editor.session.colors
+    assert plain(editor.figures["reasons"]) == plain(rejections_by_reason(fresh, colors=colors))
+    assert plain(editor.figures["offsets"]) == plain(rejections_by_offset(fresh, colors=colors))
     view = editor._figure_view.widgets
     assert list(view) == list(editor.figures)
     for name, fig in editor.figures.items():
