@@ -196,6 +196,10 @@ LOG_SETUPS: list[tuple[str, dict[str, Any]]] = [
 #: log setups per group (rotating through the list, so every setup sees every kind of input
 #: over a run while a case costs a few of them, not all)
 LOG_PER_GROUP = 3
+#: every how many cases one is judged again after its group ran (the history oracle)
+HISTORY_EVERY = 2
+#: checks whose verdict may legitimately not repeat (none: a fresh validator has no state)
+_HISTORY_EXEMPT: frozenset[str] = frozenset()
 #: every how many groups the C kernels are compared with the Python references
 KERNEL_EVERY = 8
 #: every how many groups ``read_log`` reads the group's bytes from a segment file
@@ -1019,8 +1023,10 @@ def check_outcome_invariants(out: Any) -> str | None:
 
 def run_producer(data: bytes, setups: Sequence[tuple[str, dict[str, Any]]],
                  findings: list[Finding], stats: Counter | None = None,
-                 primary: bool = False) -> None:
-    """The byte validator on ``data`` as one request (``source="producer"``)."""
+                 primary: bool = False) -> dict[str, Any] | None:
+    """The byte validator on ``data`` as one request (``source="producer"``); returns the
+    first setup's verdict (its :data:`_VERDICT_FIELDS`)."""
+    first: dict[str, Any] | None = None
     for k, (name, kwargs) in enumerate(setups):
         kw = _setup_kwargs(kwargs)
         config = kw.pop("config", None)
@@ -1037,9 +1043,41 @@ def run_producer(data: bytes, setups: Sequence[tuple[str, dict[str, Any]]],
         if bad:
             findings.append(Finding("invalid", name, f"{name}|{bad}", bad,
                                     details={"outcome": out.to_dict()}))
+        if k == 0:
+            first = _verdict_of(out)
         if stats is not None and primary and k == 0:
             stats[f"verdict|{out.error_code} {out.error_name}"] += 1
             stats[f"check|{out.check}"] += 1
+    return first
+
+
+def _verdict_of(out: Any) -> dict[str, Any]:
+    d = out.to_dict()
+    return {k: d[k] for k in _VERDICT_FIELDS}
+
+
+def primary_verdict(data: bytes) -> dict[str, Any]:
+    """The primary setup's verdict on ``data`` (a fresh validator: no state carried)."""
+    kw = _setup_kwargs(PRODUCER_SETUPS[0][1])
+    config = kw.pop("config")
+    return _verdict_of(PartitionValidator(TOPIC, PARTITION, config, now=NOW,
+                                          source="producer", **kw).validate(data))
+
+
+def check_history(data: bytes, before: dict[str, Any], history: list[bytes],
+                  findings: list[Finding], stats: Counter | None = None) -> None:
+    """The same input judged again after other inputs went through decoders and validators
+    must get the same verdict: state left behind in a module (a shared codec context, a
+    cache) would otherwise make a verdict depend on what the process saw before."""
+    after = primary_verdict(data)
+    if stats is not None:
+        stats["history-checks"] += 1
+    if after != before:
+        cols = ",".join(k for k in _VERDICT_FIELDS if after[k] != before[k])
+        findings.append(Finding(
+            "mismatch", "history", f"history|{before['check']}->{after['check']}|{cols}",
+            f"the verdict changed in {cols} after other batches were decoded and validated",
+            details={"history": [p.hex() for p in history], "expected": before, "got": after}))
 
 
 _OFFSET_NUMBER = re.compile(r"(offset[ =])-?\d+")
@@ -1363,6 +1401,7 @@ class Case:
     data: bytes
     ops: list[str]
     pieces: list[bytes] = field(default_factory=list)
+    first: dict[str, Any] | None = None  # the primary verdict before the group ran
 
 
 class Collector:
@@ -1436,7 +1475,8 @@ def process_group(cases: list[Case], col: Collector, group_no: int,
         t0 = time.perf_counter()
         try:
             with deadline(CASE_SECONDS):
-                run_producer(c.data, setups, found, col.stats, primary=producer_setups is None)
+                c.first = run_producer(c.data, setups, found, col.stats,
+                                       primary=producer_setups is None)
                 if setups:
                     run_metamorphic(c.data, c.index, setups[0], found, col.stats)
                 c.pieces = scan_pieces(c.data)
@@ -1491,6 +1531,21 @@ def process_group(cases: list[Case], col: Collector, group_no: int,
         col.isolations[sig] += 1
         _isolate(cases, col, group_no, log_setups, exc)
         return
+    for c in cases:
+        if c.first is not None and c.index % HISTORY_EVERY == 0 and \
+                c.first["check"] not in _HISTORY_EXEMPT:
+            found = []
+            try:
+                with deadline(CASE_SECONDS):
+                    check_history(c.data, c.first, pieces, found, col.stats)
+            except CaseTimeout:
+                found.append(Finding("hang", "history", "history|timeout",
+                                     f"over {CASE_SECONDS} s validating again"))
+            except Exception as exc:
+                sig, text = _crash_signature("history", exc)
+                found.append(Finding("crash", "history", sig, text))
+            for f in found:
+                col.add(_attribute(f, c))
     slow = time.perf_counter() - t0 > CASE_SECONDS * len(cases)
     if slow:
         col.stats["slow-groups"] += 1
@@ -1825,6 +1880,7 @@ def summary(col: Collector, seconds: float, seed: int, jobs: int, saved: list[st
         "verdicts": sub("verdict|"),
         "checks": sub("check|"),
         "metamorphic": sub("metamorphic|"),
+        "history_checks": st["history-checks"],
         "log_rows": st["log-rows"],
         "log_verdicts": sub("log-verdict|"),
         "log_checks": sub("log-check|"),
@@ -1893,6 +1949,22 @@ def replay_input(data: bytes | None, pieces: list[bytes] | None = None,
     return col.kept
 
 
+def replay_history(data: bytes, history: list[bytes]) -> list[Finding]:
+    """Judge ``data``, push ``history`` through the decoders and both engines, judge it again.
+
+    Module state left by earlier work in the process can hide such a finding: replay it in a
+    fresh interpreter (``--replay``), as the regression test does.
+    """
+    def run() -> list[Finding]:
+        found: list[Finding] = []
+        before = primary_verdict(data)
+        run_log(list(history), LOG_SETUPS[:1])
+        check_history(data, before, history, found)
+        return found
+
+    return _guarded("history", run, CASE_SECONDS * 3)
+
+
 def load_finding(path: str | Path) -> dict[str, Any]:
     doc = json.loads(Path(path).read_text())
     if doc.get("format") != FORMAT:
@@ -1907,6 +1979,9 @@ def replay_file(path: str | Path) -> list[Finding]:
     pieces = [bytes.fromhex(p) for p in doc["pieces"]] if doc.get("pieces") else None
     inputs = (doc.get("details") or {}).get("inputs")
     first = doc.get("case") or 0
+    history = (doc.get("details") or {}).get("history")
+    if data is not None and history is not None:  # the same input before and after others
+        return replay_history(data, [bytes.fromhex(p) for p in history])
     if data is None and pieces is None and inputs:  # a worker died in a group: each case
         return [f for k, x in enumerate(inputs) for f in replay_input(bytes.fromhex(x),
                                                                         index=first + k)]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,6 +33,12 @@ SEEDS = HERE / "fuzz_seeds"
 #: xfail until the fix lands; the 20k run tolerates only those signatures meanwhile.  Remove
 #: an entry when its seed passes (strict: the test then fails as XPASS, as a reminder).
 KNOWN_BUGS: dict[str, tuple[str, str]] = {
+    "zstd-shared-context-history.json": (
+        "kqlab/kafka/compression.py _read_zstd replays a corrupt frame with stream_reader on "
+        "the module-level ZstdDecompressor, which keeps state between batches: a D3.codec "
+        "cause ('Destination buffer is too small' / 'Data corruption detected') depends on "
+        "what the process decompressed before, so the engines can disagree on it",
+        r"^mismatch\|(.*\|)?D3\.codec->D3\.codec\|detail(,params)?$"),
 }
 
 
@@ -70,8 +77,8 @@ def test_fuzz_20k_cases() -> None:
     # every input ended as a verdict of the primary setup, with a known code
     assert sum(result["verdicts"].values()) == 20_000
     assert set(result["checks"]) >= DEEP_CHECKS, set(result["checks"])
-    # the metamorphic relations applied to thousands of cases (and held: no mismatch above)
-    assert min(result["metamorphic"].values()) > 1000, result["metamorphic"]
+    # every metamorphic relation applied to hundreds of cases (and held: no mismatch above)
+    assert min(result["metamorphic"].values()) > 200, result["metamorphic"]
     assert len(result["metamorphic"]) == len(fuzz.METAMORPHIC)
     # the differential compared far more batch rows than cases (several setups per group)
     assert result["log_rows"] > 3 * 20_000
@@ -158,6 +165,29 @@ def test_a_verdict_that_reads_an_unvalidated_field_is_caught(
                for s in result["signatures"])
 
 
+def test_state_left_behind_is_a_history_mismatch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The history oracle: a verdict that depends on what the process decoded before."""
+    real_decode, real_validate = fuzz.decode_batches, fuzz.PartitionValidator.validate
+    decoded = {"calls": 0}
+
+    def counting_decode(*args, **kwargs):
+        decoded["calls"] += 1
+        return real_decode(*args, **kwargs)
+
+    def leaky(self, data, *args, **kwargs):
+        out = real_validate(self, data, *args, **kwargs)
+        if out.error_code != 0:
+            out.detail = f"{out.detail} (after {decoded['calls']} decodes)"
+        return out
+
+    monkeypatch.setattr(fuzz, "decode_batches", counting_decode)
+    monkeypatch.setattr(fuzz.PartitionValidator, "validate", leaky)
+    monkeypatch.setattr(fuzz, "LOG_PER_GROUP", 0)
+    result = fuzz.run_fuzz(512, seed=8, jobs=1)
+    assert result["history_checks"] == 256
+    assert any(s["signature"].startswith("history|") for s in result["signatures"])
+
+
 def test_cases_are_reproducible() -> None:
     corpus = fuzz.corpus()
     a = [fuzz.make_case(9, i, corpus)[0] for i in range(50)]
@@ -183,6 +213,13 @@ def _seed_params() -> list:
 def test_regression_seed(path: Path) -> None:
     doc = fuzz.load_finding(path)
     assert doc["input"] or doc["pieces"]
+    if (doc.get("details") or {}).get("fresh_process"):
+        # a finding about state left in modules: replayed in a fresh interpreter, where the
+        # state is known (this process has decoded who knows what before)
+        run = subprocess.run([sys.executable, str(SCRIPT), "--replay", str(path)],
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+        return
     found = fuzz.replay_file(path)
     assert found == [], [(f.kind, f.signature, f.message[-300:]) for f in found]
 
