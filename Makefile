@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.setup-$(shell cat $(SETUP_INPUTS) 2>/dev/null | sha1sum | cut
 PYTEST_ARGS ?=
 
 .PHONY: setup setup-browser setup-datacontract demo test test-pure test-browser lab bench lint \
-        check-java clean
+        check-java clean readme-screenshot
 
 setup: $(STAMP) check-java
 
@@ -73,17 +73,27 @@ test: setup setup-browser setup-datacontract
 test-pure: setup
 	KQLAB_PURE_PYTHON=1 $(BIN)/python -m pytest tests/kafka $(PYTEST_ARGS)
 
-# JupyterLab in Debian chromium: the quickstart notebook run and the workbench used in the page
-# (part of `make test`; screenshots under out/browser/)
+# JupyterLab, Notebook 7 and marimo in Debian chromium: the quickstart notebook run and the
+# workbench used in the page, the anywidget views in marimo (part of `make test`; screenshots
+# under out/browser/)
 test-browser: setup setup-browser
 	$(BIN)/python -m pytest tests/browser -p no:cacheprovider $(PYTEST_ARGS)
+
+# the README's screenshot (docs/img/workbench.png), taken by the Notebook 7 browser test
+readme-screenshot: setup setup-browser
+	KQLAB_README_SHOT=docs/img/workbench.png $(BIN)/python -m pytest tests/browser/test_notebook7.py \
+	  -p no:cacheprovider $(PYTEST_ARGS)
 
 lint: setup
 	$(BIN)/ruff check kqlab tests benchmarks scripts
 	$(BIN)/mypy
 
+# JupyterLab opened on the quickstart notebook (the printed address too; the other notebooks
+# are in the file browser beside it)
+LAB_NOTEBOOK ?= 01_quickstart.ipynb
 lab: setup
-	$(BIN)/jupyter lab --ip 127.0.0.1 --notebook-dir notebooks
+	$(BIN)/jupyter lab --ip 127.0.0.1 --notebook-dir notebooks \
+	  --LabApp.default_url=/lab/tree/$(LAB_NOTEBOOK)
 
 # the benchmarks' peers (Great Expectations, pandera) are not needed by the tests
 bench: setup
