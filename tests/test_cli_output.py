@@ -207,10 +207,22 @@ def test_progress_is_drawn_on_a_terminals_stderr_only(demo, monkeypatch, capsys)
     monkeypatch.setattr(ui.Progress, "__exit__", spy)
     assert main(argv) == 0
     assert capsys.readouterr().out.count("\n") == 1
-    assert stages and stages[0][0] == f"reading {folder}"
-    assert stages[0][1:] == ["evaluating 7 rule(s)", "broker checks and verdicts (62 batches)"]
+    # log segments with exact framing stream: one stage, its bar follows the bytes read and
+    # says how many records, how fast and how long is left
+    assert stages == [[f"replaying {folder}"]]
     drawn = ANSI.sub("", term.getvalue())
-    assert "broker checks and verdicts (62 batches)" in drawn and "0/?" not in drawn
+    assert re.search(r"replaying: 352 records, [\d,]+ records/s, 0:00 left", drawn), drawn
+    assert "0/?" not in drawn and "/35" not in drawn  # no byte counts beside the bar
+    # a rebuilt framing reads the sample whole, stage by stage
+    stages.clear()
+    term.seek(0)
+    term.truncate()
+    assert main([*argv, "--framing", "linger"]) == 0
+    batches = json.loads(capsys.readouterr().out)["batches"]
+    assert stages == [[f"reading {folder}", "evaluating 7 rule(s)",
+                       f"broker checks and verdicts ({batches} batches)"]]
+    drawn = ANSI.sub("", term.getvalue())
+    assert f"broker checks and verdicts ({batches} batches)" in drawn and "0/?" not in drawn
 
 
 def test_suggest_reports_its_stages_to_the_progress_display(demo, monkeypatch, capsys):

@@ -141,10 +141,12 @@ class Progress:
             from rich.progress import Progress as RichProgress
 
             class _Count(MofNCompleteColumn):
-                """``3/7`` for a stage of known size; nothing for a spinner stage."""
+                """``3/7`` for a stage of known size; nothing for a spinner stage or one
+                whose units are not worth counting (bytes: its text says what it did)."""
 
                 def render(self, task: Any) -> Any:
-                    return super().render(task) if task.total is not None else ""
+                    return super().render(task) if task.total is not None and \
+                        task.fields.get("count", True) else ""
 
             self._live = RichProgress(
                 SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
@@ -160,14 +162,15 @@ class Progress:
             self._live.__exit__(exc_type, exc, tb)
             self._live = None
 
-    def step(self, description: str, total: int | None = None) -> None:
-        """Start the stage ``description`` (``total`` units of work, or unknown)."""
+    def step(self, description: str, total: int | None = None, *, count: bool = True) -> None:
+        """Start the stage ``description`` (``total`` units of work, or unknown); ``count``
+        False draws the bar without its ``done/total`` numbers."""
         self.steps.append(description)
         if self._live is None:
             return
         if self._task is not None:
             self._live.update(self._task, visible=False)
-        self._task = self._live.add_task(description, total=total)
+        self._task = self._live.add_task(description, total=total, count=count)
 
     def advance(self, n: int = 1, *, description: str | None = None) -> None:
         """``n`` more units of the current stage done (and, optionally, a new label)."""

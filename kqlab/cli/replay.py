@@ -159,14 +159,62 @@ def _print_fail_over(verdict: dict[str, Any]) -> None:
         "FAIL" if verdict["exceeded"] else "ok"))
 
 
+def _streamed(args: argparse.Namespace) -> bool:
+    """Log segments with exact framing (a log directory, a partition folder or a segment
+    file) are replayed chunk by chunk (:func:`~kqlab.validate.stream.replay_stream`: the
+    same verdicts, memory bounded by a chunk); snapshots and rebuilt framings are read
+    whole."""
+    from kqlab.sources.files import is_snapshot
+
+    source = Path(args.source)
+    return args.framing == "exact" and source.exists() and not is_snapshot(source)
+
+
+def _eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "time left unknown"
+    s = round(seconds)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d} left" if s >= 3600 else \
+        f"{s // 60}:{s % 60:02d} left"
+
+
+def _replay_streamed(args: argparse.Namespace, policy: Policy, p: Progress
+                     ) -> tuple[Verdicts, str]:
+    """The streamed local replay, with records, rate and time left on the progress bar (of
+    segment bytes read); with where the clock came from, as :func:`_replay_local` says."""
+    from kqlab.kafka.log import partition_dirs, segment_files
+    from kqlab.validate.stream import StreamProgress, log_clock, log_partitions, replay_stream
+
+    partitions = log_partitions(args.source)
+    now, clock = args.now, "given"
+    if now is None:  # the log's own clock, as a whole-sample replay reads it
+        now = log_clock(partitions)
+        clock = "sample" if now is not None else "wall clock"
+    folders = len(partition_dirs(args.source))
+    what = f"replaying {args.source}" + (f" ({folders} partitions)" if folders else "")
+    total = sum(f.stat().st_size for part in partitions for f in segment_files(part))
+    p.step(what, total=max(total, 1), count=False)
+
+    def show(sp: StreamProgress) -> None:  # short: an 80-column terminal shows all of it
+        p.update(completed=sp.bytes_read, description=(
+            f"replaying: {sp.records:,} records, {sp.rate:,.0f} records/s, "
+            f"{_eta(sp.eta_seconds)}"))
+
+    return replay_stream(args.source, policy, now=now, profile=args.profile,
+                         progress=show), clock
+
+
 def _replay_local(args: argparse.Namespace, policy: Policy, p: Progress
                   ) -> tuple[Verdicts, str]:
     """The local replay, stage by stage so the progress display can follow it: read the
     sample, evaluate each rule (results cached), then the broker pass and the verdicts;
-    with where the clock came from (``given``, ``sample``, ``wall clock``)."""
+    with where the clock came from (``given``, ``sample``, ``wall clock``).  Log segments
+    with exact framing stream instead (:func:`_replay_streamed`)."""
     from kqlab.kafka.log import partition_dirs
     from kqlab.validate.replayer import Replayer, with_implicit_rules
 
+    if _streamed(args):
+        return _replay_streamed(args, policy, p)
     folders = len(partition_dirs(args.source))  # a log directory: say how much there is
     p.step(f"reading {args.source}" + (f" ({folders} partitions)" if folders else ""))
     replayer = Replayer(args.source, now=args.now, framing=args.framing,
