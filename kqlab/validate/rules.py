@@ -177,6 +177,18 @@ def _result(rule: Rule, failed: np.ndarray,
     return RuleResult(failed, tuple(out))
 
 
+def _result_of(rule: Rule, failed: np.ndarray, values: np.ndarray, name: str) -> RuleResult:
+    """:func:`_result` for a message with one integer field (``{size}``): each distinct value
+    is rendered once and the texts gathered by index (vectorised; the same texts)."""
+    idx = np.flatnonzero(failed)
+    if not len(idx):
+        return RuleResult(failed, ())
+    distinct, which = np.unique(values[idx], return_inverse=True)
+    texts = np.array([rule.render_message(**{name: int(v)}) for v in distinct.tolist()],
+                     dtype=object)
+    return RuleResult(failed, tuple(texts[which].tolist()))
+
+
 # ---------------------------------------------------------------------------------------------
 # presence and sizes
 # ---------------------------------------------------------------------------------------------
@@ -214,28 +226,28 @@ def _bounded(rule: Rule, size: np.ndarray, applicable: np.ndarray) -> np.ndarray
 def _key_size(ctx: EvalContext, rule: Rule) -> RuleResult:
     size = ctx.key_size
     failed = _bounded(rule, size, size >= 0)  # a null key has no size: key_required judges it
-    return _result(rule, failed, lambda i: {"size": int(size[i])})
+    return _result_of(rule, failed, size, "size")
 
 
 @implements("value_size")
 def _value_size(ctx: EvalContext, rule: Rule) -> RuleResult:
     size = ctx.value_size
     failed = _bounded(rule, size, size >= 0)
-    return _result(rule, failed, lambda i: {"size": int(size[i])})
+    return _result_of(rule, failed, size, "size")
 
 
 @implements("headers_size")
 def _headers_size(ctx: EvalContext, rule: Rule) -> RuleResult:
     size = ctx.headers_size
     failed = size > rule.param("max")
-    return _result(rule, failed, lambda i: {"size": int(size[i])})
+    return _result_of(rule, failed, size, "size")
 
 
 @implements("record_size")
 def _record_size(ctx: EvalContext, rule: Rule) -> RuleResult:
     size = ctx.key_size.clip(min=0) + ctx.value_size.clip(min=0) + ctx.headers_size
     failed = size > rule.param("max")
-    return _result(rule, failed, lambda i: {"size": int(size[i])})
+    return _result_of(rule, failed, size, "size")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -99,14 +99,20 @@ class Verdicts(LocalView):
 
     def by_partition(self) -> pa.Table:
         """Per topic-partition: records by outcome."""
-        return _pivot(self.records, ["topic", "partition"])
+        return _pivot(self.records, ["topic", "partition"], self._outcome_codes())
 
     def by_time(self, bucket_ms: int = 60_000) -> pa.Table:
         """Per time bucket (record timestamp floored to ``bucket_ms``): records by outcome."""
         ts = self.records.column("timestamp")
         bucket = pc.multiply(pc.divide(ts, pa.scalar(bucket_ms, pa.int64())),
                              pa.scalar(bucket_ms, pa.int64()))
-        return _pivot(self.records.append_column("bucket", bucket), ["bucket"])
+        return _pivot(self.records.append_column("bucket", bucket), ["bucket"],
+                      self._outcome_codes())
+
+    def _outcome_codes(self) -> np.ndarray | None:
+        """The replay's per-record outcome codes when they describe this very table."""
+        codes = self.codes
+        return codes.outcome if codes is not None and codes.table is self.records else None
 
     def by_producer(self) -> pa.Table:
         """Per producer id: batches, rejected batches, and records per producer action."""
@@ -194,7 +200,13 @@ def vetted(policy: Policy, *, framing: str, now: int, profile: str,
     return replace(policy, provenance=provenance)
 
 
-def _pivot(records: pa.Table, keys: list[str]) -> pa.Table:
+def _pivot(records: pa.Table, keys: list[str], codes: np.ndarray | None = None) -> pa.Table:
+    """Records per ``keys`` and outcome, one column per outcome (``undetermined`` only when
+    some record is).  With the replay's outcome ``codes`` (int8, ``OUTCOME_CODES`` order) it
+    groups by the codes instead of comparing outcome strings: the same table, in half the
+    time (what every summary pays)."""
+    if codes is not None:
+        return _pivot_codes(records, keys, codes)
     t = records.select([*keys, "outcome"])
     outcomes: tuple[str, ...] = OUTCOMES
     if pc.any(pc.equal(t.column("outcome"), "undetermined")).as_py():
@@ -208,3 +220,24 @@ def _pivot(records: pa.Table, keys: list[str]) -> pa.Table:
     out = t.group_by(keys).aggregate([(o, "sum") for o in outcomes])
     out = out.rename_columns([n[:-4] if n.endswith("_sum") else n for n in out.column_names])
     return out.select([*keys, *outcomes]).sort_by([(k, "ascending") for k in keys])
+
+
+def _pivot_codes(records: pa.Table, keys: list[str], codes: np.ndarray) -> pa.Table:
+    """:func:`_pivot` from outcome codes: one group-by of (keys, code), pivoted in Python
+    (a row per key and outcome seen: partitions or time buckets, not records)."""
+    outcomes: tuple[str, ...] = OUTCOMES
+    if records.num_rows and bool((codes == len(OUTCOMES)).any()):
+        outcomes = (*OUTCOMES, "undetermined")
+    t = records.select(keys).append_column("_code", pa.array(codes, pa.int8()))
+    counted = t.group_by([*keys, "_code"], use_threads=False).aggregate([([], "count_all")])
+    rows: dict[tuple[Any, ...], list[int]] = {}
+    cols = [counted.column(k).to_pylist() for k in keys]
+    for i, (code, count) in enumerate(zip(counted.column("_code").to_pylist(),
+                                          counted.column("count_all").to_pylist(),
+                                          strict=True)):
+        rows.setdefault(tuple(c[i] for c in cols), [0] * len(outcomes))[code] = count
+    out = {k: pa.array([key[j] for key in rows], records.schema.field(k).type)
+           for j, k in enumerate(keys)}
+    for j, outcome in enumerate(outcomes):
+        out[outcome] = pa.array([v[j] for v in rows.values()], pa.int64())
+    return pa.table(out).sort_by([(k, "ascending") for k in keys])
