@@ -28,6 +28,11 @@
 #include <stdint.h>
 #include <string.h>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
+
 #if defined(__GNUC__) || defined(__clang__)
 #define LIKELY(x) __builtin_expect(!!(x), 1)
 #define UNLIKELY(x) __builtin_expect(!!(x), 0)
@@ -338,16 +343,52 @@ grow_headers(Out *o, Py_ssize_t nc)
     return ST_OK;
 }
 
-static int
-databuf_init(DataBuf *d)
+/*
+ * Ask for transparent huge pages on a large output buffer (Linux, THP in "madvise" mode, the
+ * Debian default).  Filling tens of MB of fresh memory otherwise costs one page fault (and a
+ * page zeroing) per 4 KiB, which measured more than the copy itself; numpy asks the same for
+ * its large arrays.  The advice covers the whole pages around the buffer: for the large
+ * blocks malloc maps on their own that is exactly their mapping (no mapping is split, so a
+ * later realloc can still mremap it); anywhere else it is harmless advice.
+ */
+#define HUGEPAGE_MIN_BYTES (4 << 20)
+
+static void
+advise_hugepages(void *p, Py_ssize_t n)
 {
-    d->obj = PyBytes_FromStringAndSize(NULL, INITIAL_DATA);
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    static uintptr_t page = 0;
+    uintptr_t lo, hi;
+    if (n < HUGEPAGE_MIN_BYTES) {
+        return;
+    }
+    if (page == 0) {
+        long ps = sysconf(_SC_PAGESIZE);
+        page = ps > 0 ? (uintptr_t)ps : 4096u;
+    }
+    lo = (uintptr_t)p & ~(page - 1);
+    hi = ((uintptr_t)p + (uintptr_t)n + page - 1) & ~(page - 1);
+    (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE); /* advice: failure changes nothing */
+#else
+    (void)p;
+    (void)n;
+#endif
+}
+
+static int
+databuf_init(DataBuf *d, Py_ssize_t cap)
+{
+    if (cap < INITIAL_DATA) {
+        cap = INITIAL_DATA;
+    }
+    d->obj = PyBytes_FromStringAndSize(NULL, cap);
     if (d->obj == NULL) {
         return -1;
     }
     d->p = PyBytes_AS_STRING(d->obj);
     d->len = 0;
-    d->cap = INITIAL_DATA;
+    d->cap = cap;
+    advise_hugepages(d->p, cap);
     return 0;
 }
 
@@ -378,6 +419,7 @@ databuf_grow(Out *o, DataBuf *d, Py_ssize_t need)
     }
     d->p = PyBytes_AS_STRING(d->obj);
     d->cap = nc;
+    advise_hugepages(d->p, nc);
     return ST_OK;
 }
 
@@ -668,6 +710,243 @@ fatal:
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* zstd: the system libzstd, loaded at import when it is there                                 */
+/* ------------------------------------------------------------------------------------------ */
+
+/*
+ * parse_records decompresses zstd batches itself, into one scratch buffer that stays in the
+ * cache while its records are copied out, with the GIL released: no bytes object per batch,
+ * no second pass over tens of MB of decompressed data.  libzstd's headers are not needed to
+ * build: the few stable-API functions used are declared here and looked up in the shared
+ * library (libzstd1 is part of every Debian/Ubuntu base system, as a dependency of dpkg and
+ * apt).  Without it -- or with KQLAB_NO_LIBZSTD set -- every zstd batch goes to the caller's
+ * exact reader, as every other codec does.
+ *
+ * The fast path is taken only when the stream decodes whole: zstd frames (standard magic only:
+ * legacy and skippable frames are left to the exact reader) back to back, each ending with the
+ * stream's last byte or where the next begins, with zstd's default limits (windowLogMax 27,
+ * checksums verified), exactly what kqlab.kafka.compression._read_zstd reads as a stream that
+ * delivers these bytes and then ends cleanly.  Anything else (a corrupt or truncated frame,
+ * trailing garbage) is decided by the exact reader, which models what the broker's zstd-jni
+ * stream delivers before it fails.
+ */
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <dlfcn.h>
+#define KQ_HAVE_DLOPEN 1
+#endif
+
+#define CODEC_ZSTD 4
+#define ZSTD_FRAME_MAGIC 0xFD2FB528u
+#define KQ_ZSTD_RESET_SESSION_ONLY 1 /* ZSTD_ResetDirective */
+#define KQ_ZSTD_D_WINDOWLOGMAX 100   /* ZSTD_dParameter */
+#define KQ_ZSTD_WINDOWLOG_LIMIT_DEFAULT 27
+#define ZSTD_SCRATCH_INITIAL (256 * 1024)
+#define ZSTD_SCRATCH_MIN_ROOM (128 * 1024) /* ZSTD_DStreamOutSize() */
+
+typedef struct {
+    const void *src;
+    size_t size;
+    size_t pos;
+} KqZstdIn; /* ZSTD_inBuffer */
+
+typedef struct {
+    void *dst;
+    size_t size;
+    size_t pos;
+} KqZstdOut; /* ZSTD_outBuffer */
+
+static struct {
+    int loaded;
+    unsigned version;
+    void *(*createDCtx)(void);
+    size_t (*freeDCtx)(void *);
+    size_t (*reset)(void *, int);
+    size_t (*setParameter)(void *, int, int);
+    size_t (*decompressStream)(void *, KqZstdOut *, KqZstdIn *);
+    unsigned (*isError)(size_t);
+} zstd_lib;
+
+static void
+zstd_load(void)
+{
+#ifdef KQ_HAVE_DLOPEN
+    static const char *const names[] = {"libzstd.so.1", "libzstd.1.dylib", "libzstd.so",
+                                        "libzstd.dylib", NULL};
+    const char *off = getenv("KQLAB_NO_LIBZSTD");
+    void *h = NULL;
+    unsigned (*version)(void);
+    int i;
+    if (off != NULL && off[0] != '\0') {
+        return;
+    }
+    for (i = 0; names[i] != NULL && h == NULL; i++) {
+        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    }
+    if (h == NULL) {
+        return;
+    }
+    version = (unsigned (*)(void))dlsym(h, "ZSTD_versionNumber");
+    zstd_lib.createDCtx = (void *(*)(void))dlsym(h, "ZSTD_createDCtx");
+    zstd_lib.freeDCtx = (size_t (*)(void *))dlsym(h, "ZSTD_freeDCtx");
+    zstd_lib.reset = (size_t (*)(void *, int))dlsym(h, "ZSTD_DCtx_reset");
+    zstd_lib.setParameter = (size_t (*)(void *, int, int))dlsym(h, "ZSTD_DCtx_setParameter");
+    zstd_lib.decompressStream =
+        (size_t (*)(void *, KqZstdOut *, KqZstdIn *))dlsym(h, "ZSTD_decompressStream");
+    zstd_lib.isError = (unsigned (*)(size_t))dlsym(h, "ZSTD_isError");
+    /* the advanced decompression API (DCtx_reset, setParameter) is stable from 1.4.0 */
+    if (version == NULL || zstd_lib.createDCtx == NULL || zstd_lib.freeDCtx == NULL ||
+        zstd_lib.reset == NULL || zstd_lib.setParameter == NULL ||
+        zstd_lib.decompressStream == NULL || zstd_lib.isError == NULL || version() < 10400) {
+        dlclose(h);
+        memset(&zstd_lib, 0, sizeof(zstd_lib));
+        return;
+    }
+    zstd_lib.version = version();
+    zstd_lib.loaded = 1; /* the handle stays open for the life of the process */
+#endif
+}
+
+typedef struct {
+    void *dctx;
+    uint8_t *p;
+    size_t cap;
+} ZstdScratch;
+
+static inline uint32_t
+frame_magic(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+           ((uint32_t)p[3] << 24);
+}
+
+static void
+zstd_scratch_free(ZstdScratch *z)
+{
+    if (z->dctx != NULL) {
+        zstd_lib.freeDCtx(z->dctx);
+        z->dctx = NULL;
+    }
+    PyMem_RawFree(z->p);
+    z->p = NULL;
+    z->cap = 0;
+}
+
+/*
+ * Decompress src[0:n] (a batch's records stream) into z->p.  Returns 1 and the length in
+ * *out_len when the stream is standard zstd frames that all decode whole (see above); 0 when
+ * anything else is found (the exact reader decides); ST_NOMEM-like -1 when memory runs out.
+ * Needs no GIL.
+ */
+static int
+zstd_fast(ZstdScratch *z, const uint8_t *src, size_t n, size_t *out_len)
+{
+    size_t pos = 0, olen = 0;
+    if (z->dctx == NULL) {
+        z->dctx = zstd_lib.createDCtx();
+        if (z->dctx == NULL) {
+            return -1;
+        }
+        if (zstd_lib.isError(zstd_lib.setParameter(z->dctx, KQ_ZSTD_D_WINDOWLOGMAX,
+                                                   KQ_ZSTD_WINDOWLOG_LIMIT_DEFAULT))) {
+            return 0;
+        }
+    }
+    while (pos < n) {
+        KqZstdIn in;
+        if (n - pos < 4 || frame_magic(src + pos) != ZSTD_FRAME_MAGIC) {
+            return 0;
+        }
+        if (zstd_lib.isError(zstd_lib.reset(z->dctx, KQ_ZSTD_RESET_SESSION_ONLY))) {
+            return 0;
+        }
+        in.src = src;
+        in.size = n;
+        in.pos = pos;
+        for (;;) {
+            KqZstdOut out;
+            size_t r, in_before;
+            if (z->cap - olen < ZSTD_SCRATCH_MIN_ROOM) {
+                size_t nc = z->cap ? z->cap : ZSTD_SCRATCH_INITIAL;
+                uint8_t *q;
+                while (nc - olen < ZSTD_SCRATCH_MIN_ROOM) {
+                    if (nc > ((size_t)PY_SSIZE_T_MAX) / 2) {
+                        return -1;
+                    }
+                    nc *= 2;
+                }
+                q = PyMem_RawRealloc(z->p, nc);
+                if (q == NULL) {
+                    return -1;
+                }
+                z->p = q;
+                z->cap = nc;
+            }
+            out.dst = z->p;
+            out.size = z->cap;
+            out.pos = olen;
+            in_before = in.pos;
+            r = zstd_lib.decompressStream(z->dctx, &out, &in);
+            if (zstd_lib.isError(r)) {
+                return 0;
+            }
+            if (r == 0) {
+                olen = out.pos;
+                break; /* the frame is decoded and flushed; in.pos is just past it */
+            }
+            if (out.pos < out.size && in.pos == in.size) {
+                return 0; /* the input ends inside the frame: truncated */
+            }
+            if (out.pos == olen && in.pos == in_before && out.pos < out.size) {
+                return 0; /* no progress: never expected, never looped on */
+            }
+            olen = out.pos;
+        }
+        pos = in.pos;
+    }
+    *out_len = olen;
+    return 1;
+}
+
+PyDoc_STRVAR(zstd_whole_doc,
+"_zstd_whole(data) -> bytes | None\n"
+"\n"
+"The bytes parse_records' zstd fast path decodes from a records stream, or None when it\n"
+"leaves the stream to the exact reader (or libzstd is not loaded).  For tests: whenever this\n"
+"returns bytes, kqlab.kafka.compression.read_stream must deliver the same bytes, no failure.");
+
+static int get_bytes_view(PyObject *obj, Py_buffer *view, PyObject **copy);
+
+static PyObject *
+py_zstd_whole(PyObject *Py_UNUSED(module), PyObject *obj)
+{
+    ZstdScratch zs = {NULL, NULL, 0};
+    Py_buffer view;
+    PyObject *copy, *result;
+    size_t len = 0;
+    int r;
+    if (!zstd_lib.loaded) {
+        Py_RETURN_NONE;
+    }
+    if (get_bytes_view(obj, &view, &copy) < 0) {
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    r = zstd_fast(&zs, (const uint8_t *)view.buf, (size_t)view.len, &len);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    Py_XDECREF(copy);
+    if (r < 0) {
+        zstd_scratch_free(&zs);
+        return PyErr_NoMemory();
+    }
+    result = r == 1 ? PyBytes_FromStringAndSize((const char *)zs.p, (Py_ssize_t)len)
+                    : Py_NewRef(Py_None);
+    zstd_scratch_free(&zs);
+    return result;
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* parse_records                                                                               */
 /* ------------------------------------------------------------------------------------------ */
 
@@ -683,19 +962,25 @@ finish_databuf(DataBuf *d)
 }
 
 PyDoc_STRVAR(parse_records_doc,
-"parse_records(regions, counts, modes=1, with_data=True, failed=None) -> tuple\n"
+"parse_records(regions, counts, modes=1, with_data=True, failed=None, codecs=None,\n"
+"              read=None) -> tuple\n"
 "\n"
 "C implementation of kqlab.kafka._records_py.parse_records; returns the fields of\n"
-"ParsedRecords as a 17-tuple (see kqlab.kafka.records_parser).");
+"ParsedRecords as a 17-tuple (see kqlab.kafka.records_parser).  zstd regions are\n"
+"decompressed here when libzstd is loaded and they decode whole (ZSTD_VERSION); every\n"
+"other compressed region is parsed from what read(i) delivers.");
 
 static PyObject *
 parse_records(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"regions", "counts", "modes", "with_data", "failed", NULL};
+    static char *kwlist[] = {"regions", "counts", "modes", "with_data", "failed", "codecs",
+                             "read", NULL};
     PyObject *regions_in, *counts_in, *modes_in = NULL, *failed_in = Py_None;
+    PyObject *codecs_in = Py_None, *read = Py_None;
     int with_data = 1;
     int one_mode = M_BUFFER;
-    unsigned char *modes = NULL, *failed = NULL;
+    unsigned char *modes = NULL, *failed = NULL, *codecs = NULL;
+    ZstdScratch zs = {NULL, NULL, 0};
     PyObject *regions = NULL, *counts = NULL, *errors = NULL, *result = NULL;
     PyObject *fields[17] = {NULL};
     int64_t *batch_n = NULL;
@@ -703,8 +988,9 @@ parse_records(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwds)
     Out o;
 
     memset(&o, 0, sizeof(o));
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|OpO:parse_records", kwlist, &regions_in,
-                                     &counts_in, &modes_in, &with_data, &failed_in)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|OpOOO:parse_records", kwlist,
+                                     &regions_in, &counts_in, &modes_in, &with_data, &failed_in,
+                                     &codecs_in, &read)) {
         return NULL;
     }
     o.with_data = with_data;
@@ -802,6 +1088,36 @@ parse_records(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwds)
         }
         Py_DECREF(seq);
     }
+    if (codecs_in != Py_None) {
+        PyObject *seq = PySequence_Fast(codecs_in, "parse_records: codecs must be a sequence");
+        if (seq == NULL) {
+            goto done;
+        }
+        if (PySequence_Fast_GET_SIZE(seq) != nb) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_ValueError, "codecs must have one codec id per region");
+            goto done;
+        }
+        codecs = PyMem_RawCalloc(nb > 0 ? (size_t)nb : 1u, 1);
+        if (codecs == NULL) {
+            Py_DECREF(seq);
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (bi = 0; bi < nb; bi++) {
+            long c = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, bi));
+            if (c == -1 && PyErr_Occurred()) {
+                Py_DECREF(seq);
+                goto done;
+            }
+            codecs[bi] = c != 0 ? (unsigned char)(c > 0 && c < 255 ? c : 255) : 0;
+        }
+        Py_DECREF(seq);
+        if (read == Py_None) {
+            PyErr_SetString(PyExc_ValueError, "codecs need a read function");
+            goto done;
+        }
+    }
 
     batch_n = PyMem_RawCalloc(nb > 0 ? (size_t)nb : 1u, sizeof(int64_t));
     if (batch_n == NULL) {
@@ -825,17 +1141,39 @@ parse_records(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwds)
         o.voff[0] = 0;
         o.hkoff[0] = 0;
         o.hvoff[0] = 0;
-        if (databuf_init(&o.key) < 0 || databuf_init(&o.value) < 0 ||
-            databuf_init(&o.hkey) < 0 || databuf_init(&o.hval) < 0) {
+        /* The values of a region are at most its bytes: reserving the regions' total up
+           front lets the value buffer be filled without growing (values are most of the
+           data; keys and headers grow geometrically from a page). */
+        Py_ssize_t total = 0;
+        for (bi = 0; bi < nb; bi++) {
+            Py_buffer view;
+            if (PyObject_GetBuffer(PyList_GET_ITEM(regions, bi), &view, PyBUF_SIMPLE) < 0) {
+                goto done;
+            }
+            if (view.len < (Py_ssize_t)INT32_MAX - total) {
+                total += view.len;
+            }
+            else {
+                total = (Py_ssize_t)INT32_MAX;
+            }
+            PyBuffer_Release(&view);
+        }
+        if (databuf_init(&o.key, 0) < 0 || databuf_init(&o.value, total) < 0 ||
+            databuf_init(&o.hkey, 0) < 0 || databuf_init(&o.hval, 0) < 0) {
             goto done;
         }
     }
 
     for (bi = 0; bi < nb; bi++) {
         PyObject *count_obj = PyList_GET_ITEM(counts, bi);
+        PyObject *src = PyList_GET_ITEM(regions, bi); /* borrowed (our list holds it) */
+        PyObject *delivered = NULL;                    /* read(bi)'s data, owned */
         PyObject *err_obj;
         int overflow = 0;
         long long count = PyLong_AsLongLongAndOverflow(count_obj, &overflow);
+        int fail = failed[bi];
+        int unpacked = 0; /* the records are in zs.p[0:unpacked_len] (zstd fast path) */
+        size_t unpacked_len = 0;
         Py_buffer view;
         BatchErr err;
         int64_t n = 0;
@@ -844,7 +1182,47 @@ parse_records(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwds)
         if (count == -1 && overflow == 0 && PyErr_Occurred()) {
             goto done;
         }
+        if (codecs != NULL && codecs[bi] != 0) {
+            /* a compressed stream, opened before the count is looked at (wrapForInput) */
+            if (codecs[bi] == CODEC_ZSTD && zstd_lib.loaded) {
+                int r;
+                if (PyObject_GetBuffer(src, &view, PyBUF_SIMPLE) < 0) {
+                    goto done;
+                }
+                Py_BEGIN_ALLOW_THREADS
+                r = zstd_fast(&zs, (const uint8_t *)view.buf, (size_t)view.len, &unpacked_len);
+                Py_END_ALLOW_THREADS
+                PyBuffer_Release(&view);
+                if (r < 0) {
+                    PyErr_NoMemory();
+                    goto done;
+                }
+                unpacked = r == 1;
+                fail = 0;
+            }
+            if (!unpacked) {
+                PyObject *got = PyObject_CallFunction(read, "n", bi);
+                if (got == NULL) {
+                    goto done;
+                }
+                if (!PyTuple_Check(got) || PyTuple_GET_SIZE(got) != 2) {
+                    Py_DECREF(got);
+                    PyErr_SetString(PyExc_TypeError,
+                                    "parse_records: read(i) must return (data, failed)");
+                    goto done;
+                }
+                fail = PyObject_IsTrue(PyTuple_GET_ITEM(got, 1));
+                delivered = Py_NewRef(PyTuple_GET_ITEM(got, 0));
+                Py_DECREF(got);
+                if (fail < 0) {
+                    Py_DECREF(delivered);
+                    goto done;
+                }
+                src = delivered;
+            }
+        }
         if (overflow < 0 || (overflow == 0 && count < 0)) {
+            Py_XDECREF(delivered);
             err_obj = Py_BuildValue("(iOi)", K_INVALID_COUNT, count_obj, 0);
             if (err_obj == NULL) {
                 goto done;
@@ -856,19 +1234,30 @@ parse_records(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwds)
             count = INT64_MAX; /* unreachable anyway: every record takes at least one byte */
         }
 
-        if (PyObject_GetBuffer(PyList_GET_ITEM(regions, bi), &view, PyBUF_SIMPLE) < 0) {
-            goto done;
-        }
-        if (view.len >= RELEASE_GIL_MIN_BYTES) {
+        if (unpacked) {
             o.tstate = PyEval_SaveThread();
-        }
-        st = parse_batch(&o, (const uint8_t *)view.buf, view.len, (int64_t)count, modes[bi],
-                         failed[bi], &n, &err);
-        if (o.tstate != NULL) {
+            st = parse_batch(&o, zs.p, (Py_ssize_t)unpacked_len, (int64_t)count, modes[bi], 0,
+                             &n, &err);
             PyEval_RestoreThread(o.tstate);
             o.tstate = NULL;
         }
-        PyBuffer_Release(&view);
+        else {
+            if (PyObject_GetBuffer(src, &view, PyBUF_SIMPLE) < 0) {
+                Py_XDECREF(delivered);
+                goto done;
+            }
+            if (view.len >= RELEASE_GIL_MIN_BYTES) {
+                o.tstate = PyEval_SaveThread();
+            }
+            st = parse_batch(&o, (const uint8_t *)view.buf, view.len, (int64_t)count,
+                             modes[bi], fail, &n, &err);
+            if (o.tstate != NULL) {
+                PyEval_RestoreThread(o.tstate);
+                o.tstate = NULL;
+            }
+            PyBuffer_Release(&view);
+        }
+        Py_XDECREF(delivered);
         if (st != ST_OK) {
             if (st == ST_NOMEM) {
                 PyErr_NoMemory();
@@ -962,6 +1351,8 @@ done:
     PyMem_RawFree(batch_n);
     PyMem_RawFree(modes);
     PyMem_RawFree(failed);
+    PyMem_RawFree(codecs);
+    zstd_scratch_free(&zs);
     out_free(&o);
     Py_XDECREF(errors);
     Py_XDECREF(regions);
@@ -1632,6 +2023,7 @@ static PyMethodDef crecords_methods[] = {
     {"scan_batches", (PyCFunction)(void (*)(void))scan_batches, METH_VARARGS | METH_KEYWORDS,
      scan_batches_doc},
     {"crc32c", (PyCFunction)py_crc32c, METH_O, crc32c_doc},
+    {"_zstd_whole", (PyCFunction)py_zstd_whole, METH_O, zstd_whole_doc},
     {"_crc32c_sw", (PyCFunction)py_crc32c_sw, METH_O, crc32c_sw_doc},
     {NULL, NULL, 0, NULL},
 };
@@ -1698,6 +2090,22 @@ PyInit__crecords(void)
     }
     m = PyModule_Create(&crecords_module);
     if (m == NULL) {
+        return NULL;
+    }
+    if (!zstd_lib.loaded) {
+        zstd_load();
+    }
+    if (zstd_lib.loaded) {
+        PyObject *v = PyLong_FromUnsignedLong(zstd_lib.version);
+        if (v == NULL || PyModule_AddObjectRef(m, "ZSTD_VERSION", v) < 0) {
+            Py_XDECREF(v);
+            Py_DECREF(m);
+            return NULL;
+        }
+        Py_DECREF(v);
+    }
+    else if (PyModule_AddObjectRef(m, "ZSTD_VERSION", Py_None) < 0) {
+        Py_DECREF(m);
         return NULL;
     }
     if (PyModule_AddStringConstant(m, "IMPLEMENTATION", "c") < 0 ||

@@ -24,6 +24,15 @@ structure.md``):
 past its end throws on the broker (UNKNOWN_SERVER_ERROR) instead of meeting a clean end of
 stream.
 
+``codecs`` and ``read`` let the parser decompress: with ``codecs`` (one codec id per region),
+a region whose id is not 0 is a batch's *compressed* records stream, and what is parsed is
+``read(i)``: a ``(data, failed)`` pair, the bytes the broker's codec stream delivers and
+whether it failed after them (``kqlab.kafka.compression.read_stream``; ``failed[i]`` is not
+used for such a region).  This reference calls ``read`` for every compressed region; the C
+kernel decompresses a zstd region itself when every frame of it decodes whole (``read`` would
+then return exactly those bytes and no failure) and calls ``read`` for anything else, so the
+caller's reader stays the one definition of what a damaged stream delivers.
+
 A structural error stops a batch: its ``batch_n`` says how many records came before it and
 ``batch_error`` holds ``(kind, a, b)`` with a kind from :class:`ParseErrorKind`.  Which broker
 check a kind is, and its text, is data in :mod:`kqlab.kafka.checks.structure`, so the C and
@@ -34,7 +43,7 @@ from __future__ import annotations
 
 import enum
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -152,16 +161,27 @@ def _mode_list(modes: int | Sequence[int], n: int) -> list[int]:
     return out
 
 
+#: ``read(i) -> (data, failed)``: what the broker's codec stream delivers from region ``i``
+StreamReader = Callable[[int], tuple[bytes | memoryview, bool]]
+
+
 def parse_records(regions: Sequence[bytes | memoryview], counts: Sequence[int],
                   modes: int | Sequence[int] = ReadMode.BUFFER, with_data: bool = True,
-                  failed: Sequence[bool] | None = None) -> ParsedRecords:
+                  failed: Sequence[bool] | None = None, codecs: Sequence[int] | None = None,
+                  read: StreamReader | None = None) -> ParsedRecords:
     """Parse each region's ``count`` records in its :class:`ReadMode` (a bool is accepted:
-    True is BUFFER, False PARTIAL); see the module docstring."""
+    True is BUFFER, False PARTIAL); compressed regions (``codecs``) are parsed from what
+    ``read`` delivers.  See the module docstring."""
     if len(regions) != len(counts):
         raise ValueError("regions and counts must have the same length")
     mode_of = _mode_list(modes, len(regions))
     if failed is not None and len(failed) != len(regions):
         raise ValueError("failed must have one flag per region")
+    if codecs is not None:
+        if len(codecs) != len(regions):
+            raise ValueError("codecs must have one codec id per region")
+        if read is None:
+            raise ValueError("codecs need a read function")
     batch_n = np.zeros(len(regions), dtype=np.int64)
     batch_error: list[tuple[int, int, int] | None] = []
     ts_delta = array("q")
@@ -183,6 +203,10 @@ def parse_records(regions: Sequence[bytes | memoryview], counts: Sequence[int],
     for bi, (buf, count) in enumerate(zip(regions, counts, strict=True)):
         mode = mode_of[bi]
         fail = bool(failed[bi]) if failed is not None else False
+        if codecs is not None and codecs[bi]:
+            # the codec stream is opened before the count is looked at (wrapForInput)
+            buf, fail = read(bi)  # type: ignore[misc]
+            fail = bool(fail)
         partial = mode == ReadMode.PARTIAL
         stream = mode == ReadMode.STREAM
         end = len(buf)

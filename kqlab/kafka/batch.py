@@ -182,14 +182,6 @@ def records_region(raw: bytes | memoryview, codec: int) -> tuple[bytes | memoryv
 Finding = tuple[Check, dict[str, object]]
 
 
-def batch_read_modes(streams: list[StreamRead | None]) -> tuple[list[int], list[bool]]:
-    """The full reader's :class:`ReadMode` and codec-failure flag per batch (``None`` =
-    uncompressed): the buffer reader, or the stream reader of the rebuild path."""
-    modes = [int(ReadMode.BUFFER if sr is None else ReadMode.STREAM) for sr in streams]
-    failed = [sr is not None and sr.failure is not None for sr in streams]
-    return modes, failed
-
-
 def read_batch_records(raw: bytes | memoryview, codec: int, count: int, *, in_place: bool,
                        with_data: bool = False
                        ) -> tuple[ParsedRecords, bytes | memoryview, Finding | None]:
@@ -223,31 +215,45 @@ def read_batch_records(raw: bytes | memoryview, codec: int, count: int, *, in_pl
     return parsed, sr.data, reading_check(*err, mode, None if failure is None else failure.cause)
 
 
-def reader_findings(regions: list[bytes | memoryview], counts: list[int],
+def reader_findings(regions: list[bytes | memoryview], counts: list[int], codecs: list[int],
                     streams: list[StreamRead | None], parsed: ParsedRecords
                     ) -> tuple[list[Finding | None], list[Finding | None]]:
-    """What each of the broker's two record readers finds in batches parsed with
-    :func:`batch_read_modes` (``parsed``): ``(full, in_place)``, a ``(check, params)`` or None
-    per batch.  Compressed batches the full reader cannot read are read again with the lenient
-    in-place reader (``PARTIAL``, no data), which may get further or stop elsewhere; an
-    uncompressed batch has one reader for both paths."""
+    """What each of the broker's two record readers finds in batches the full reader parsed
+    (``parsed``: the buffer reader for uncompressed batches, the stream reader of the rebuild
+    path for compressed ones, :meth:`TableBuilder.flush`): ``(full, in_place)``, a
+    ``(check, params)`` or None per batch.
+
+    ``regions`` are the batches' records bytes, compressed where ``codecs[i]`` is not 0;
+    ``streams[i]`` is what the exact codec reader delivered from a compressed one, or None when
+    the parser decompressed it whole itself (the exact reader then delivers the same bytes and
+    no failure: it is run here, again, only for the rare batch the full reader stops in).
+    Batches whose codec stream cannot even be opened are the caller's (no reader runs).
+    Compressed batches the full reader cannot read are read again with the lenient in-place
+    reader (``PARTIAL``, no data), which may get further or stop elsewhere; an uncompressed
+    batch has one reader for both paths."""
     nb = len(regions)
     full: list[Finding | None] = [None] * nb
     inplace: list[Finding | None] = [None] * nb
     again: list[int] = []
+    delivered: list[StreamRead] = []
     for i, err in enumerate(parsed.batch_error):
         if err is None or counts[i] == 0:  # a count of 0 reads nothing
             continue
+        if not codecs[i]:
+            full[i] = inplace[i] = reading_check(*err, ReadMode.BUFFER)
+            continue
         sr = streams[i]
         if sr is None:
-            full[i] = inplace[i] = reading_check(*err, ReadMode.BUFFER)
-        else:
-            cause = None if sr.failure is None else sr.failure.cause
-            full[i] = reading_check(*err, ReadMode.STREAM, cause)
-            again.append(i)
+            sr = streams[i] = read_stream(codecs[i], regions[i])
+        if sr.failure is not None and sr.failure.at_open:
+            continue
+        cause = None if sr.failure is None else sr.failure.cause
+        full[i] = reading_check(*err, ReadMode.STREAM, cause)
+        again.append(i)
+        delivered.append(sr)
     if again:
-        failures = [streams[i].failure for i in again]  # type: ignore[union-attr]
-        lenient = parse_records([regions[i] for i in again], [counts[i] for i in again],
+        failures = [sr.failure for sr in delivered]
+        lenient = parse_records([sr.data for sr in delivered], [counts[i] for i in again],
                                 ReadMode.PARTIAL, False, [f is not None for f in failures])
         for j, i in enumerate(again):
             err = lenient.batch_error[j]
@@ -301,7 +307,8 @@ class TableBuilder:
         self._full: list[Finding | None] = []
         self._inplace: list[Finding | None] = []
         self._record_tables: list[pa.Table] = []
-        # pending v2 batches: region bytes, declared count, base offset, base ts, max ts, LAT
+        # pending v2 batches: region bytes (compressed ones as stored: the parser reads them
+        # at flush), declared count, base offset, base ts, max ts, LAT, codec
         self._regions: list[bytes | memoryview] = []
         self._counts: list[int] = []
         self._pending_rows: list[int] = []
@@ -309,7 +316,8 @@ class TableBuilder:
         self._base_ts: list[int] = []
         self._max_ts: list[int] = []
         self._lat: list[bool] = []
-        self._streams: list[StreamRead | None] = []
+        # per pending batch: its codec id when its region is still compressed, else 0
+        self._codecs: list[int] = []
         self.records_added = 0
 
     @property
@@ -377,16 +385,12 @@ class TableBuilder:
         codec = attr & CODEC_MASK
         lat = bool(attr & TIMESTAMP_TYPE_MASK)
         error = kind = None
-        sr: StreamRead | None = None
         region: bytes | memoryview = b""
         count_for_parse = 0
         if codec > Codec.ZSTD:
             error, kind = f"Unknown compression type id {codec}", "codec_id"
-        elif codec == Codec.NONE:
-            region, count_for_parse = memoryview(data)[RECORD_BATCH_OVERHEAD:], count
         else:
-            sr = read_stream(codec, memoryview(data)[RECORD_BATCH_OVERHEAD:])
-            region, count_for_parse = sr.data, count
+            region, count_for_parse = memoryview(data)[RECORD_BATCH_OVERHEAD:], count
         row = self._tuple_row((
             self.topic, self.partition, base_offset, last_delta, 2, codec_label(codec),
             1 if lat else 0, bool(attr & TRANSACTIONAL_MASK), bool(attr & CONTROL_MASK), pid,
@@ -399,7 +403,7 @@ class TableBuilder:
         self._base_ts.append(base_ts)
         self._max_ts.append(max_ts)
         self._lat.append(lat)
-        self._streams.append(sr)
+        self._codecs.append(codec if codec <= Codec.ZSTD else 0)
         if len(self._regions) >= 4096:
             self.flush()
 
@@ -461,22 +465,29 @@ class TableBuilder:
         """Parse the pending v2 regions and append their records."""
         if not self._regions:
             return
-        streams = self._streams
-        modes, failed = batch_read_modes(streams)
-        counts = list(self._counts)
-        opened = []  # the codec cannot even be opened: no record is read (wrapForInput)
+        regions, codecs, counts = self._regions, self._codecs, self._counts
+        # what the exact codec reader delivered, per compressed batch the parser asked about
+        streams: list[StreamRead | None] = [None] * len(regions)
+
+        def read(i: int) -> tuple[bytes, bool]:
+            sr = streams[i] = read_stream(codecs[i], regions[i])
+            f = sr.failure
+            if f is not None and f.at_open:
+                return b"", False  # wrapForInput throws: no record is read
+            return sr.data, f is not None
+
+        # the full reader: the buffer reader, or the stream reader of the rebuild path
+        if any(codecs):
+            modes: int | list[int] = [ReadMode.STREAM if c else ReadMode.BUFFER for c in codecs]
+            parsed = parse_records(regions, counts, modes, True, None, codecs, read)
+        else:
+            parsed = parse_records(regions, counts, ReadMode.BUFFER, True)
+        full, inplace = reader_findings(regions, counts, codecs, streams, parsed)
         for i, sr in enumerate(streams):
             if sr is not None and sr.failure is not None and sr.failure.at_open:
-                opened.append(i)
-                counts[i] = 0
-                failed[i] = False
-        parsed = parse_records(self._regions, counts, modes, True, failed)
-        full, inplace = reader_findings(self._regions, counts, streams, parsed)
-        for i in opened:
-            cause = streams[i].failure.cause  # type: ignore[union-attr]
-            full[i] = (D3_CODEC_OPEN, {"cause": cause})
-            # the in-place reader of a count-0 batch is empty: it never opens the codec
-            inplace[i] = full[i] if self._counts[i] != 0 else None
+                full[i] = (D3_CODEC_OPEN, {"cause": sr.failure.cause})
+                # the in-place reader of a count-0 batch is empty: it never opens the codec
+                inplace[i] = full[i] if counts[i] != 0 else None
         for i, row in enumerate(self._pending_rows):
             self._decoded[row] = int(parsed.batch_n[i])
             f = full[i]
@@ -493,7 +504,7 @@ class TableBuilder:
         self.records_added += table.num_rows
         self._record_tables.append(table)
         for lst in (self._regions, self._counts, self._pending_rows, self._base_offsets,
-                    self._base_ts, self._max_ts, self._lat, self._streams):
+                    self._base_ts, self._max_ts, self._lat, self._codecs):
             lst.clear()
 
     def take(self) -> tuple[pa.Table, pa.Table]:
@@ -593,18 +604,11 @@ class TableBuilder:
         codec = attr & 0x07
         lat = (attr & TIMESTAMP_TYPE_MASK) != 0
         row0 = self._nrows
-        regions = self._regions
-        streams = self._streams
+        # zero-copy views; compressed regions are read (decompressed) by the parser at flush
         starts = (positions + RECORD_BATCH_OVERHEAD).tolist()
         ends = (positions + sizes).tolist()
-        for k, c in enumerate(codec.tolist()):
-            if c == 0:  # the common case, inline: a zero-copy view
-                regions.append(view[starts[k]:ends[k]])
-                streams.append(None)
-            else:
-                sr = read_stream(c, view[starts[k]:ends[k]])
-                regions.append(sr.data)
-                streams.append(sr)
+        self._regions.extend([view[a:b] for a, b in zip(starts, ends, strict=True)])
+        self._codecs.extend(codec.tolist())
         self._blocks.append({
             "topic": np.full(m, self.topic, dtype=object),
             "partition": np.full(m, self.partition, dtype=np.int32),

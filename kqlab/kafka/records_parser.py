@@ -34,9 +34,10 @@ if not os.environ.get("KQLAB_PURE_PYTHON"):
         _parse_records_c = _crecords.parse_records
 
         def parse_records(regions, counts, modes=ReadMode.BUFFER,
-                          with_data=True, failed=None):
+                          with_data=True, failed=None, codecs=None, read=None):
             """C implementation of :func:`kqlab.kafka._records_py.parse_records`."""
-            return ParsedRecords(*_parse_records_c(regions, counts, modes, with_data, failed))
+            return ParsedRecords(*_parse_records_c(regions, counts, modes, with_data, failed,
+                                                   codecs, read))
 
         scan_batches = _crecords.scan_batches
         crc32c = _crecords.crc32c

@@ -1,0 +1,271 @@
+"""The C parser's zstd fast path against the exact reader (``compression.read_stream``).
+
+``parse_records`` decompresses a zstd batch itself (libzstd, loaded at import) only when the
+stream decodes whole, and hands every other stream to the caller's exact reader, which models
+what the broker's zstd-jni stream delivers before it fails.  These tests hold that contract on
+valid, damaged, truncated and odd streams (skippable and legacy frames, trailing garbage,
+frames without a content size), at three levels: the fast path's own output, the parser's
+columns, and the decoder's two tables.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import pyarrow as pa
+import pytest
+import zstandard
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kqlab.kafka import batch as batch_module
+from kqlab.kafka._records_py import ParsedRecords, ReadMode
+from kqlab.kafka._records_py import parse_records as parse_py
+from kqlab.kafka.batch import decode_records
+from kqlab.kafka.builder import Record, build_batch
+from kqlab.kafka.compression import Codec, read_stream
+from kqlab.kafka.records_parser import crc32c
+
+try:
+    from kqlab.kafka import _crecords
+except ImportError:  # not built: nothing to compare
+    _crecords = None  # type: ignore[assignment]
+
+needs_fast = pytest.mark.skipif(_crecords is None or _crecords.ZSTD_VERSION is None,
+                                reason="C extension or libzstd not available")
+
+DIFF = settings(max_examples=200, deadline=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+NOW = 1_700_000_000_000
+
+
+# -- streams ------------------------------------------------------------------------------------
+
+def _frame(payload: bytes, level: int, checksum: bool, content_size: bool) -> bytes:
+    return zstandard.ZstdCompressor(level=level, write_checksum=checksum,
+                                    write_content_size=content_size).compress(payload)
+
+
+def _streamed(payload: bytes) -> bytes:
+    """A frame written by a streaming compressor (no content size: what zstd-jni writes)."""
+    c = zstandard.ZstdCompressor(level=1)
+    obj = c.compressobj()
+    return obj.compress(payload) + obj.flush()
+
+
+frames_st = st.builds(
+    _frame, st.binary(max_size=3000) | st.just(b"r" * 70_000), st.integers(-5, 9),
+    st.booleans(), st.booleans()) | st.builds(_streamed, st.binary(max_size=2000))
+skippable_st = st.builds(lambda n, body: struct.pack("<II", 0x184D2A50 + n, len(body)) + body,
+                         st.integers(0, 15), st.binary(max_size=20))
+legacy_st = st.builds(lambda body: struct.pack("<I", 0xFD2FB527) + body, st.binary(max_size=20))
+
+
+@st.composite
+def streams(draw) -> bytes:
+    """A records stream: frames back to back, maybe damaged."""
+    parts = draw(st.lists(frames_st | skippable_st | legacy_st if draw(st.booleans())
+                          else frames_st, max_size=3))
+    data = bytearray(b"".join(parts))
+    for _ in range(draw(st.integers(0, 2))):
+        how = draw(st.sampled_from(["truncate", "flip", "garbage", "none"]))
+        if how == "truncate" and data:
+            del data[draw(st.integers(0, len(data) - 1)):]
+        elif how == "flip" and data:
+            i = draw(st.integers(0, len(data) - 1))
+            data[i] ^= draw(st.integers(1, 255))
+        elif how == "garbage":
+            data += draw(st.binary(min_size=1, max_size=8))
+    return bytes(data)
+
+
+@needs_fast
+@DIFF
+@given(streams())
+def test_fast_path_delivers_what_the_exact_reader_delivers(data):
+    """Whenever the fast path decodes a stream, the exact reader delivers the same bytes and
+    does not fail; when it declines, the exact reader decides."""
+    whole = _crecords._zstd_whole(data)
+    if whole is not None:
+        sr = read_stream(Codec.ZSTD, data)
+        assert sr.failure is None
+        assert sr.data == whole
+
+
+@needs_fast
+@DIFF
+@given(st.lists(frames_st, max_size=3))
+def test_fast_path_takes_whole_standard_frames(frames):
+    """The fast path is no decoration: standard frames back to back are decoded by it."""
+    data = b"".join(frames)
+    whole = _crecords._zstd_whole(data)
+    assert whole is not None
+    assert whole == read_stream(Codec.ZSTD, data).data
+
+
+@needs_fast
+@pytest.mark.parametrize("data", [
+    b"", b"\x28\xb5\x2f", _frame(b"abc", 3, True, True)[:-1],
+    _frame(b"abc", 3, True, True) + b"\x00", _frame(b"abc", 3, False, True) + b"\x28\xb5\x2f\xfd",
+    struct.pack("<II", 0x184D2A50, 0), struct.pack("<I", 0xFD2FB527) + b"\x00" * 8,
+], ids=["empty", "short-magic", "truncated", "garbage-after", "magic-after", "skippable",
+        "legacy"])
+def test_fast_path_edges(data):
+    """Edges by hand: an empty stream is whole (no frame, nothing delivered); everything the
+    exact reader has to judge is left to it."""
+    whole = _crecords._zstd_whole(data)
+    sr = read_stream(Codec.ZSTD, data)
+    if data == b"":
+        assert whole == b"" and sr.failure is None
+    else:
+        assert whole is None
+
+
+# -- the parser ---------------------------------------------------------------------------------
+
+def _records(n: int, seed: int) -> list[Record]:
+    return [Record(key=None if (i + seed) % 5 == 0 else b"k%d" % (i + seed),
+                   value=b"v" * ((i * 37 + seed) % 300),
+                   headers=(("h", b"%d" % i),) if i % 2 else ()) for i in range(n)]
+
+
+def _region(records: list[Record]) -> bytes:
+    return build_batch(records, base_timestamp=NOW)[61:]
+
+
+@st.composite
+def zstd_regions(draw) -> tuple[bytes, int]:
+    """A compressed records region and a declared count: valid records (or random bytes)
+    compressed as one or two frames, maybe damaged after compression."""
+    n = draw(st.integers(0, 6))
+    plain = _region(_records(n, draw(st.integers(0, 9)))) if draw(st.booleans()) \
+        else draw(st.binary(max_size=200))
+    if draw(st.booleans()):
+        cut = draw(st.integers(0, len(plain)))
+        frames = [plain[:cut], plain[cut:]]
+    else:
+        frames = [plain]
+    data = bytearray(b"".join(_frame(f, 1, draw(st.booleans()), draw(st.booleans()))
+                              for f in frames))
+    how = draw(st.sampled_from(["none", "none", "truncate", "flip", "garbage"]))
+    if how == "truncate" and data:
+        del data[draw(st.integers(0, len(data) - 1)):]
+    elif how == "flip" and data:
+        i = draw(st.integers(0, len(data) - 1))
+        data[i] ^= draw(st.integers(1, 255))
+    elif how == "garbage":
+        data += draw(st.binary(min_size=1, max_size=6))
+    count = n + draw(st.sampled_from([0, 0, 0, -1, 1, -n - 1]))
+    return bytes(data), count
+
+
+def _exact_read(regions: list[bytes], calls: list[int]):
+    def read(i: int) -> tuple[bytes, bool]:
+        calls.append(i)
+        sr = read_stream(Codec.ZSTD, regions[i])
+        return sr.data, sr.failure is not None
+    return read
+
+
+def _same(got: ParsedRecords, want: ParsedRecords) -> None:
+    for name, g, w in zip(ParsedRecords._fields, got, want, strict=True):
+        if hasattr(w, "dtype"):
+            assert g.dtype == w.dtype and g.tolist() == w.tolist(), name
+        else:
+            assert type(g) is type(w) and g == w, name
+
+
+@needs_fast
+@DIFF
+@given(st.lists(zstd_regions(), max_size=4), st.sampled_from(list(ReadMode)), st.booleans())
+def test_parser_fast_path_equals_the_reference(batches, mode, with_data):
+    """``parse_records`` with ``codecs``: the C kernel (fast path where it decodes whole) and the
+    reference (the exact reader for every batch) give the same columns; the C kernel asks the
+    exact reader exactly about the streams its fast path leaves."""
+    regions = [r for r, _ in batches]
+    counts = [c for _, c in batches]
+    codecs = [int(Codec.ZSTD)] * len(regions)
+    py_calls: list[int] = []
+    c_calls: list[int] = []
+    want = parse_py(regions, counts, mode, with_data, None, codecs,
+                    _exact_read(regions, py_calls))
+    got = ParsedRecords(*_crecords.parse_records(regions, counts, mode, with_data, None, codecs,
+                                                 _exact_read(regions, c_calls)))
+    _same(got, want)
+    assert py_calls == list(range(len(regions)))
+    assert c_calls == [i for i, r in enumerate(regions) if _crecords._zstd_whole(r) is None]
+
+
+def test_parser_codecs_need_a_reader():
+    with pytest.raises(ValueError, match="read"):
+        parse_py([b""], [0], ReadMode.STREAM, True, None, [4])
+    if _crecords is not None:
+        with pytest.raises(ValueError, match="read"):
+            _crecords.parse_records([b""], [0], ReadMode.STREAM, True, None, [4])
+        with pytest.raises(TypeError, match="data, failed"):
+            _crecords.parse_records([b"x"], [0], ReadMode.STREAM, True, None, [3],
+                                    lambda i: b"")
+
+
+# -- the decoder --------------------------------------------------------------------------------
+
+def _reframe(batch: bytes, wire: bytes) -> bytes:
+    """``batch`` with its records stream replaced by ``wire``; length and CRC recomputed."""
+    out = bytearray(batch[:61] + wire)
+    struct.pack_into(">i", out, 8, 49 + len(wire))
+    struct.pack_into(">I", out, 17, crc32c(bytes(out[21:])))
+    return bytes(out)
+
+
+@st.composite
+def zstd_segments(draw) -> bytes:
+    """Consecutive zstd batches (and an uncompressed one now and then), some with their
+    records stream damaged, replaced by garbage, or left whole."""
+    parts = []
+    offset = 0
+    for b in range(draw(st.integers(1, 5))):
+        n = draw(st.integers(1, 5))
+        codec = Codec.NONE if draw(st.integers(0, 4)) == 0 else Codec.ZSTD
+        raw = build_batch(_records(n, b), codec=codec, base_offset=offset,
+                          base_timestamp=NOW, producer_id=7, base_sequence=offset)
+        if codec is Codec.ZSTD:
+            wire = bytearray(raw[61:])
+            how = draw(st.sampled_from(["none", "none", "truncate", "flip", "garbage",
+                                        "plain", "records"]))
+            if how == "truncate":
+                del wire[draw(st.integers(0, len(wire) - 1)):]
+            elif how == "flip":
+                i = draw(st.integers(0, len(wire) - 1))
+                wire[i] ^= draw(st.integers(1, 255))
+            elif how == "garbage":
+                wire += draw(st.binary(min_size=1, max_size=6))
+            elif how == "plain":
+                wire = bytearray(draw(st.binary(max_size=40)))
+            elif how == "records":  # whole frames around damaged records
+                plain = bytearray(_region(_records(n, b)))
+                i = draw(st.integers(0, len(plain) - 1))
+                plain[i] ^= draw(st.integers(1, 255))
+                wire = bytearray(_frame(bytes(plain), 1, False, draw(st.booleans())))
+            raw = _reframe(raw, bytes(wire))
+        parts.append(raw)
+        offset += n
+    return b"".join(parts)
+
+
+def _decode_exact(data: bytes) -> tuple[pa.Table, pa.Table]:
+    """The decoder on the pure-Python reference parser (every zstd batch read exactly)."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(batch_module, "parse_records", parse_py)
+        d = decode_records(data, topic="t", partition=3)
+    return d.records, d.batches
+
+
+@needs_fast
+@DIFF
+@given(zstd_segments())
+def test_decoder_tables_equal_the_exact_path(data):
+    """Both tables, byte for byte, with the fast path and with the exact reader everywhere."""
+    d = decode_records(data, topic="t", partition=3)
+    records, batches = _decode_exact(data)
+    assert d.records.equals(records)
+    assert d.batches.equals(batches)
