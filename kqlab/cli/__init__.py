@@ -5,7 +5,8 @@
 (:mod:`~kqlab.cli.demo`), ``test`` and ``suggest`` (:mod:`~kqlab.cli.policy`), ``report``
 (:mod:`~kqlab.cli.report`), ``export`` (:mod:`~kqlab.cli.export`), ``gate``
 (:mod:`~kqlab.cli.gate`), ``verify`` (:mod:`~kqlab.cli.verify`), ``import``
-(:mod:`~kqlab.cli.import_`).  Each module adds its parser (``add_parser``) and binds it to its
+(:mod:`~kqlab.cli.import_`), ``whatif`` (:mod:`~kqlab.cli.whatif`), ``plan``
+(:mod:`~kqlab.cli.plan`).  Each module adds its parser (``add_parser``) and binds it to its
 command function (``set_defaults(run=...)``); :func:`main` only parses and dispatches.
 
 Every command takes ``--json`` and then prints exactly one JSON document on stdout, for scripts;
@@ -29,12 +30,14 @@ from kqlab.cli import (
     gate,
     import_,
     inspect,
+    plan,
     policy,
     replay,
     report,
     sample,
     snapshot,
     verify,
+    whatif,
 )
 from kqlab.cli._common import EXIT_OK, EXIT_REQUEST, exit_code_table
 from kqlab.errors import KqlabError
@@ -42,8 +45,8 @@ from kqlab.errors import KqlabError
 __all__ = ["build_parser", "main"]
 
 #: the command modules, in the order ``kqlab --help`` lists them
-_COMMANDS = (inspect, replay, sample, snapshot, demo, policy, report, export, gate, verify,
-             import_)
+_COMMANDS = (inspect, replay, sample, snapshot, demo, policy, report, whatif, plan, export,
+             gate, verify, import_)
 
 
 _EXAMPLES = """\

@@ -35,7 +35,7 @@ _EXPORTS = {
     "POINTS": "kqlab.rollout.points",
     "EnforcementPoint": "kqlab.rollout.points",
     "SampleReplays": "kqlab.rollout.replays",
-    "RolloutError": "kqlab.rollout.replays",
+    "RolloutError": "kqlab.rollout.errors",
     "Outcome": "kqlab.rollout.outcome",
     "Answer": "kqlab.rollout.outcome",
     "whatif_figure": "kqlab.rollout.figures",
@@ -62,10 +62,11 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover
+    from kqlab.rollout.errors import RolloutError
     from kqlab.rollout.figures import plan_figure, whatif_figure
     from kqlab.rollout.html import rollout_section
     from kqlab.rollout.outcome import Answer, Outcome
     from kqlab.rollout.plan import RolloutPlan, RulePlan, Stage, rollout_plan
     from kqlab.rollout.points import POINTS, EnforcementPoint
-    from kqlab.rollout.replays import RolloutError, SampleReplays
+    from kqlab.rollout.replays import SampleReplays
     from kqlab.rollout.whatif import TargetOutcome, WhatIf, what_if

@@ -43,9 +43,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kqlab.rollout.errors import RolloutError
 from kqlab.rollout.outcome import Outcome
-from kqlab.rollout.points import Fidelity, fidelity_at, point, staged_rules
-from kqlab.rollout.replays import AUTO, RolloutError, SampleReplays
+from kqlab.rollout.points import BLOCK_POINTS, Fidelity, fidelity_at, point, staged_rules
+from kqlab.rollout.replays import AUTO, SampleReplays
 from kqlab.rollout.whatif import deployment_outcome
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -55,11 +56,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from kqlab.policy.model import Policy
     from kqlab.validate.loading import SampleSource
 
-__all__ = ["BLOCK_POINTS", "STAGE_KINDS", "RolloutPlan", "RulePlan", "Stage", "rollout_plan"]
+__all__ = ["STAGE_KINDS", "RolloutPlan", "RulePlan", "Stage", "rollout_plan"]
 
 STAGE_KINDS = ("observe", "dead-letter", "block")
-#: the points a plan can block at (whole batch in the produce path, or the client)
-BLOCK_POINTS = ("kip-940", "kip-729", "kip-686", "kroxylicious", "confluent")
 #: the exporter writing each blocking point's config
 _BLOCK_EXPORTER = {"kip-940": "kip", "kip-729": "kip", "kip-686": None,
                    "kroxylicious": "kroxylicious", "confluent": "confluent"}

@@ -10,6 +10,8 @@ Points whose enforcement *is* kqlab's validator (the KIP-940/729 broker plugin, 
 Spark enforcer) fall back to every rule when their export cannot be built (e.g. a policy
 naming no topics); points run by other engines (Confluent's serializer, Kroxylicious) are then
 unavailable, with the exporter's reason.
+
+This module imports nothing heavy (the command line's parser lists the points from it).
 """
 
 from __future__ import annotations
@@ -17,14 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from kqlab.rollout.replays import RolloutError
+from kqlab.rollout.errors import RolloutError
 
 if TYPE_CHECKING:  # pragma: no cover
     from kqlab.export.base import Export
     from kqlab.policy.model import Policy
 
-__all__ = ["POINTS", "EnforcementPoint", "Fidelity", "enforced_policy", "fidelity_at",
-           "observe_all", "point", "staged_rules"]
+__all__ = ["BLOCK_POINTS", "POINTS", "EnforcementPoint", "Fidelity", "enforced_policy",
+           "fidelity_at", "observe_all", "point", "staged_rules"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,10 @@ POINTS: tuple[EnforcementPoint, ...] = (
                      "verdicts inside mapInArrow, per record)", "stream", "record", "gate",
                      own_validator=True, dead_letters=True),
 )
+
+
+#: the points a rollout plan can block at (whole batch in the produce path, or the client)
+BLOCK_POINTS = ("kip-940", "kip-729", "kip-686", "kroxylicious", "confluent")
 
 
 def point(name: str) -> EnforcementPoint:

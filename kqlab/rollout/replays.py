@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kqlab.errors import KqlabError
+from kqlab.rollout.errors import RolloutError
 from kqlab.validate.loading import SampleSource, load_sample, sample_from_tables
 from kqlab.validate.replayer import Replayer
 from kqlab.validate.sample import Sample, record_batch_rows
@@ -45,10 +45,6 @@ AUTO = "auto"
 #: header names that commonly carry the producing application's identity, in order of trust
 CLIENT_HEADERS = ("client.id", "client-id", "client_id", "clientId", "producer",
                   "producer.id", "app", "application", "service", "source")
-
-
-class RolloutError(KqlabError, ValueError):
-    """A what-if or rollout plan cannot be computed as asked (the message says what to give)."""
 
 
 def load_samples(source: SampleSource | Sequence[SampleSource], *, framing: str = "exact",
