@@ -289,11 +289,17 @@ def _failures_html(groups: list[Any], max_rows: int) -> str:
               f"{max_rows} largest groups.</p>")
 
 
+def _rollout_section(rollout: Any) -> str:
+    from kqlab.rollout.html import rollout_section
+
+    return rollout_section(rollout)
+
+
 def report(verdicts: VerdictsView, policy: Policy | None = None, *,
            sample: SampleLike | None = None, path: str | Path | None = None,
            title: str | None = None, source: str | None = None, unmask: bool | None = None,
            max_rows: int = 50, plotlyjs: str = "inline",
-           thresholds: Thresholds | None = None) -> str | Path:
+           thresholds: Thresholds | None = None, rollout: Any = None) -> str | Path:
     """A static HTML report of a replay; written to ``path`` (returned) or returned as text.
 
     Parameters
@@ -325,6 +331,10 @@ def report(verdicts: VerdictsView, policy: Policy | None = None, *,
     thresholds
         When the policy passes on this sample (:class:`Thresholds`; default: at most 1 % of
         the records refused): the verdict the report opens with.
+    rollout
+        A what-if and/or rollout plan (:mod:`kqlab.rollout`: a ``WhatIf``, a ``RolloutPlan``
+        or a tuple of both) to add as the report's rollout section; None (the default) adds
+        nothing, so the report stays the same whichever engine replayed.
     """
     import plotly.io as pio
 
@@ -411,6 +421,7 @@ def report(verdicts: VerdictsView, policy: Policy | None = None, *,
         "<h2>Top failures</h2>",
         _failures_html(groups, max_rows),
         *parts,
+        *([] if rollout is None else [_rollout_section(rollout)]),
         "<h2>Rules</h2>",
         _table(summary["by_rule"]),
         "<h2>Broker errors</h2>",
