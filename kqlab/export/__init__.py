@@ -11,6 +11,7 @@ imported only when used, so ``import kqlab.export`` stays light:
 ``kip``            KIP-940 / KIP-729 broker and topic properties (proposed API, not in Kafka)
 ``topic-policy``   KIP-108 topic-config requirements, checks and a create-topics dry run
 ``gate``           the config file a kqlab validating gate takes (minimal)
+``spark-streaming`` the gate as a Structured Streaming job: config, launcher, spark-submit line
 ``odcs``           an Open Data Contract Standard v3 contract (``kqlab import odcs`` reads it back)
 =================  ==========================================================================
 
@@ -97,6 +98,8 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("topic-policy", "Topic-config policy (KIP-108 CreateTopicPolicy)", "admin",
            "kqlab.export.topic_policy"),
     Target("gate", "kqlab validating gate config", "gate", "kqlab.export.gate"),
+    Target("spark-streaming", "kqlab Structured Streaming enforcer (spark-submit job)", "gate",
+           "kqlab.export.spark_streaming"),
     Target("odcs", "Open Data Contract Standard v3 (schema + quality rules)", "contract",
            "kqlab.export.odcs"),
 )}

@@ -50,7 +50,8 @@ from kqlab.gate._judge import Judge
 from kqlab.policy.model import Policy
 from kqlab.records import HEADER_TYPE, RECORDS_SCHEMA
 
-__all__ = ["Gate", "GateError", "GateMetrics", "GateSettings", "Route", "records_table"]
+__all__ = ["Gate", "GateError", "GateMetrics", "GateSettings", "Route", "failure_headers",
+           "policy_id", "records_table"]
 
 log = logging.getLogger("kqlab.gate")
 
@@ -62,6 +63,22 @@ H_POLICY = "kqlab.policy"
 
 #: the points of a poll batch's cycle ``KQLAB_GATE_KILL_AT`` can kill the process at
 KILL_PHASES = ("polled", "producing", "produced", "flushed", "committed")
+
+
+def policy_id(policy: Policy) -> bytes:
+    """The ``kqlab.policy`` header's value: the policy's name and content hash (12 digits)."""
+    return f"{policy.name}@{policy.content_hash()[:12]}".encode()
+
+
+def failure_headers(headers: Any, rule: str, message: str, topic: str, partition: int,
+                    offset: int, policy: bytes) -> list[tuple[str, bytes | None]]:
+    """A dead-lettered record's headers: its own (order and duplicates kept), then the failure
+    (rule, message), where it came from (source topic, partition, offset) and the policy
+    (:func:`policy_id`).  Every enforcer that dead-letters builds them here, so a DLQ reader
+    sees one format whichever wrote the record."""
+    return [*(headers or ()), (H_RULE, rule.encode()), (H_MESSAGE, message.encode()),
+            (H_TOPIC, topic.encode()), (H_PARTITION, str(partition).encode()),
+            (H_OFFSET, str(offset).encode()), (H_POLICY, policy)]
 
 
 def _kill_at() -> tuple[str, int] | None:
@@ -229,7 +246,7 @@ class Gate:
         self._routes = {r.source: r for r in settings.routes}
         self._stop = threading.Event()
         self._errors: list[str] = []
-        self._policy_id = f"{policy.name}@{policy.content_hash()[:12]}".encode()
+        self._policy_id = policy_id(policy)
         self.health_address: tuple[str, int] | None = None
         #: the clients are up and subscribed (errors before that are configuration errors)
         self.subscribed = False
@@ -431,10 +448,8 @@ class Gate:
             t_type, ts = stamps[i]
             h = headers[i]
             if is_dead:
-                h = [*(h or ()), (H_RULE, verdict.rules[k].encode()),
-                     (H_MESSAGE, verdict.messages[k].encode()),
-                     (H_TOPIC, topics[i].encode()), (H_PARTITION, str(parts[i]).encode()),
-                     (H_OFFSET, str(offsets[i]).encode()), (H_POLICY, self._policy_id)]
+                h = failure_headers(h, verdict.rules[k], verdict.messages[k], topics[i],
+                                    parts[i], offsets[i], self._policy_id)
                 k += 1
             kwargs: dict[str, Any] = {}
             if t_type:

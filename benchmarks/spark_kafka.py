@@ -1,0 +1,199 @@
+"""Kafka on Spark: the ``kqlab-kafka`` read and the Structured Streaming enforcer, each against
+its single-process peer, on one embedded Tansu broker (127.0.0.1), in one run.
+
+Data: a 4-partition topic of clicks-like records (JSON values ~110 bytes, a ``source`` header,
+no key; 3 % invalid; lz4 batches), produced once (not timed).  Then:
+
+* **read**: the whole topic read on Spark ``local[2]`` (``spark.read.format("kqlab-kafka")``,
+  every column materialised by the ``noop`` sink) against the single-process sampler,
+  ``kqlab.sources.kafka.sample`` — its default (the consumer: what ``kqlab sample`` runs) and
+  ``exact_framing=True`` (raw Fetch + kqlab's parser, the framing the Spark read also has).
+  Goal: Spark ≥ 1.6× the sampler.
+* **enforce**: the Structured Streaming enforcer (``kqlab.spark.enforcer.Enforcer``,
+  ``local[2]``, ``Trigger.AvailableNow``) against the validating gate (``kqlab.gate.Gate``,
+  as in ``benchmarks/gate.py``) with the demo clicks policy, each to its own sink and
+  dead-letter topics.  Rates count records from the first micro-batch / poll batch to the
+  last commit (session start, worker start-up and group joins excluded; a small warm-up topic
+  is enforced first so the Python workers are up).  Goal: enforcer ≥ 0.5× the gate.
+
+Broker, Spark and the peers share the machine's cores; the Spark session is started once.
+The last line is one JSON object with every rate and both ratios.  ``--quick``: 200k records
+(< 60 s after Spark's start-up), one round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+PARTS = 4
+TOPIC = "bench.kafka"
+NOW = int(time.time() * 1000)
+GROUP = {"session.timeout.ms": "2000", "heartbeat.interval.ms": "300",
+         "fetch.max.bytes": "52428800", "max.partition.fetch.bytes": "10485760"}
+
+
+def _value(rng: random.Random, i: int) -> bytes:
+    kind = rng.choice(("view", "click", "scroll", "add_to_cart"))
+    if i % 50 == 0:
+        kind = "purchase"  # not a tracked event
+    v = (f'{{"event_id":"e-{i:08d}","session":"s-{rng.getrandbits(40):010x}","user_id":null,'
+         f'"type":"{kind}","page":"/p/{i % 40}","ts":{NOW}}}').encode()
+    return v[:40] if i % 100 == 1 else v  # truncated JSON
+
+
+def produce(bootstrap: str, topic: str, n: int) -> None:
+    from confluent_kafka import Producer
+
+    rng = random.Random(7)
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "compression.type": "lz4",
+                  "queue.buffering.max.messages": 1_000_000, "batch.num.messages": 10_000})
+    for i in range(n):
+        src = b"web" if i % 3 else b"mobile"
+        while True:
+            try:
+                p.produce(topic, _value(rng, i), None, partition=i % PARTS, timestamp=NOW,
+                          headers=[("source", b"tv" if i % 200 == 3 else src)])
+                break
+            except BufferError:
+                p.poll(0.05)
+    assert p.flush(60) == 0
+
+
+def read_rates(spark: object, bootstrap: str, n: int) -> dict[str, float]:
+    """records/s of the sampler (both ways) and of the Spark read, same topic."""
+    from kqlab.sources.kafka import sample
+
+    def spark_read() -> float:
+        df = (spark.read.format("kqlab-kafka")  # type: ignore[attr-defined]
+              .option("kafka.bootstrap.servers", bootstrap).option("subscribe", TOPIC).load())
+        t0 = time.perf_counter()
+        df.write.format("noop").mode("overwrite").save()
+        return n / (time.perf_counter() - t0)
+
+    spark_read()  # warm-up: the Python workers start, kqlab is imported
+    out = {}
+    t0 = time.perf_counter()
+    got = sample(bootstrap, TOPIC).records.num_rows
+    out["sampler"] = got / (time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    got = sample(bootstrap, TOPIC, exact_framing=True).records.num_rows
+    out["sampler_exact"] = got / (time.perf_counter() - t0)
+    assert got == n, (got, n)
+    out["spark"] = spark_read()
+    return out
+
+
+def gate_rate(bootstrap: str, n: int, suffix: str) -> float:
+    from kqlab.gate import Gate, GateSettings, Route
+    from kqlab.sources.demo_topics import load_policies
+
+    g = Gate(load_policies()["clicks"], GateSettings(
+        routes=(Route(source=TOPIC, sink=f"gate.valid{suffix}", dlq=f"gate.dlq{suffix}"),),
+        bootstrap=bootstrap, group=f"bench-gate{suffix}", consumer=GROUP, batch_max=20_000,
+        log_interval=0, now=NOW, final_log=False))
+    t = threading.Thread(target=g.run, daemon=True)
+    t.start()
+    while g.metrics.records < n:
+        time.sleep(0.01)
+    g.stop()
+    t.join(30)
+    m = g.metrics
+    assert m.first_at is not None and m.last_at is not None
+    return m.records / (m.last_at - m.first_at)
+
+
+def enforcer_rate(spark: object, bootstrap: str, topic: str, n: int, suffix: str,
+                  checkpoint: str) -> tuple[float, dict]:
+    from kqlab.sources.demo_topics import load_policies
+    from kqlab.spark.enforcer import Enforcer, EnforcerSettings
+    from kqlab.spark.enforcer_config import Route
+
+    starts: list[float] = []
+    e = Enforcer(spark, load_policies()["clicks"], EnforcerSettings(
+        routes=(Route(topic, f"enf.valid{suffix}", f"enf.dlq{suffix}"),),
+        bootstrap=bootstrap, checkpoint=checkpoint, now=NOW, available_now=True,
+        source={"maxOffsetsPerTrigger": str(max(n, 1))}))
+    ends: list[float] = []
+    e.on_batch.append(lambda line: ends.append(time.monotonic()))
+    original = e._on_micro_batch
+
+    def timed(df: object, batch_id: int) -> None:
+        starts.append(time.monotonic())
+        original(df, batch_id)
+
+    e._on_micro_batch = timed  # type: ignore[method-assign]
+    snap = e.run()
+    assert snap["records"] == n, (snap["records"], n)
+    return n / (ends[-1] - starts[0]), snap
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="200k records, one round")
+    ap.add_argument("--records", type=int, default=None)
+    ap.add_argument("--rounds", type=int, default=None)
+    args = ap.parse_args()
+    n = args.records or (200_000 if args.quick else 1_000_000)
+    rounds = args.rounds or (1 if args.quick else 3)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from kqlab.embedded import broker
+    from kqlab.spark.kafka_source import register
+    from kqlab.spark.session import spark_session
+
+    work = tempfile.mkdtemp(prefix="kqlab-bench-spark-kafka-")
+    with broker() as b:
+        topics = [TOPIC, "warmup", *(f"{k}.{s}{r}" for r in range(rounds)
+                                     for k in ("gate", "enf") for s in ("valid", "dlq"))]
+        for t in topics:
+            b.create_topic(t, partitions=PARTS)
+        t0 = time.perf_counter()
+        produce(b.bootstrap, TOPIC, n)
+        produce(b.bootstrap, "warmup", 2_000)
+        print(f"produced {n:,} records in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+        spark = spark_session("local[2]", app_name="kqlab-bench-spark-kafka")
+        register(spark)
+        reads, gates, enfs, snap = [], [], [], {}
+        for r in range(rounds):
+            reads.append(read_rates(spark, b.bootstrap, n))
+            print(f"round {r + 1}: read — sampler {reads[-1]['sampler']:,.0f}, exact sampler "
+                  f"{reads[-1]['sampler_exact']:,.0f}, spark local[2] "
+                  f"{reads[-1]['spark']:,.0f} records/s", file=sys.stderr)
+            for t in ("enf.valid", "enf.dlq"):  # the warm-up's output is not measured
+                b.create_topic(f"{t}.w{r}", partitions=PARTS)
+            enforcer_rate(spark, b.bootstrap, "warmup", 2_000, f".w{r}",
+                          f"{work}/warmup{r}")  # Python workers up, kqlab imported
+            gates.append(gate_rate(b.bootstrap, n, str(r)))
+            rate, snap = enforcer_rate(spark, b.bootstrap, TOPIC, n, str(r),
+                                       f"{work}/enforcer{r}")
+            enfs.append(rate)
+            print(f"round {r + 1}: enforce — gate {gates[-1]:,.0f}, spark enforcer "
+                  f"{enfs[-1]:,.0f} records/s", file=sys.stderr)
+        spark.stop()
+    best = {k: max(x[k] for x in reads) for k in reads[0]}
+    print(json.dumps({
+        "benchmark": "spark_kafka", "records": n, "partitions": PARTS, "rounds": rounds,
+        "read": {"sampler_records_per_s": round(best["sampler"]),
+                 "sampler_exact_records_per_s": round(best["sampler_exact"]),
+                 "spark_local2_records_per_s": round(best["spark"]),
+                 "ratio": round(best["spark"] / best["sampler"], 3),
+                 "ratio_vs_exact_sampler": round(best["spark"] / best["sampler_exact"], 3),
+                 "goal_ratio": 1.6},
+        "enforce": {"gate_records_per_s": round(max(gates)),
+                    "enforcer_local2_records_per_s": round(max(enfs)),
+                    "ratio": round(max(enfs) / max(gates), 3), "goal_ratio": 0.5,
+                    "forwarded": snap.get("forwarded"),
+                    "dead_lettered": snap.get("dead_lettered"),
+                    "by_rule": snap.get("by_rule")}}))
+
+
+if __name__ == "__main__":
+    main()

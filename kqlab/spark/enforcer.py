@@ -1,0 +1,786 @@
+"""The Structured Streaming enforcer: the validating gate as a Spark streaming job.
+
+``kqlab export --target spark-streaming`` writes its config (``enforcer.yaml``), the policy, a
+launcher (``enforcer_main.py``) and the ``spark-submit`` line (``submit.sh``)::
+
+    BOOTSTRAP=broker:9092 CHECKPOINT=s3a://bucket/kqlab/orders SPARK_MASTER=yarn \\
+        sh export/spark-streaming/submit.sh -X security.protocol=SSL
+
+What it does, per micro-batch (``foreachBatch``): the records Spark read since the last one
+(``format("kqlab-kafka")``, :mod:`kqlab.spark.kafka_source`; one task per topic-partition
+range, in offset order) are judged by the gate's own :class:`~kqlab.gate._judge.Judge`
+(each record alone: the policy's rules and the record-level broker checks, exactly
+``replay(framing="single")``), and each task produces them unchanged — key, value, headers,
+timestamp, partition — to the clean topic, or to the dead-letter topic with the gate's
+failure headers (:func:`kqlab.gate._gate.failure_headers`), with an idempotent producer
+(``acks=all``), then flushes.  Only when every task has flushed does the batch function
+return, and only then does Spark write the micro-batch to its commit log.
+
+Delivery: at least once.  A crash anywhere before the commit log entry runs the micro-batch
+again from the checkpoint (same offsets: Spark's write-ahead offset log), so a record can be
+forwarded twice, never lost; per partition, the first copy of each record keeps the source
+order (one task produces a partition's range in order; micro-batches run one after another).
+The enforcer counts what a restart may duplicate: a micro-batch whose attempt marker
+(``<checkpoint>/kqlab/attempts/<batch id>``) exists already is a re-run, and its records are
+reported as ``redelivered`` (an upper bound of the duplicates: a crash before the first
+produce duplicated none of them).  Counters survive restarts in
+``<checkpoint>/kqlab/metrics.json``.
+
+Fault injection (for the crash test): ``KQLAB_ENFORCER_KILL_AT=PHASE:N`` SIGKILLs the driver
+when its ``N``-th micro-batch of this run reaches ``PHASE`` (:data:`KILL_PHASES`): ``planned``
+(nothing produced), ``producing`` (a task produced half its records: the task kills the
+driver's process group and its own), ``flushed`` (every record delivered, nothing committed),
+``committed`` (Spark committed the micro-batch).  Unset in production.
+
+``connector: spark`` in the config reads with Spark's own Kafka source and writes with its
+Kafka sink (``format("kafka")``, the ``spark-sql-kafka-0-10`` package on the cluster); the
+same judge and headers run in between, but the sink sets no record timestamp (Kafka's broker
+or producer stamps it) and its producer settings are ``kafka.*`` options of the sink.  That
+path needs the connector jar and is not exercised here (the Python path is the default and
+the tested one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kqlab.errors import KqlabError
+from kqlab.spark.enforcer_config import (
+    EnforcerConfigError,
+    Route,
+    load_enforcer_file,
+)
+
+__all__ = [
+    "KILL_PHASES",
+    "PRODUCED_SCHEMA",
+    "Enforcer",
+    "EnforcerError",
+    "EnforcerSettings",
+    "enforce_records",
+    "judge_for_sink",
+    "main",
+]
+
+#: the points of a micro-batch ``KQLAB_ENFORCER_KILL_AT`` can kill the driver at
+KILL_PHASES = ("planned", "producing", "flushed", "committed")
+#: what a task returns: one row per topic-partition it produced
+PRODUCED_SCHEMA = pa.schema([
+    ("topic", pa.string()), ("partition", pa.int32()),
+    ("first_offset", pa.int64()), ("last_offset", pa.int64()),
+    ("records", pa.int64()), ("dead_lettered", pa.int64()),
+    ("by_rule", pa.string()), ("observed", pa.string()),
+])
+#: the rows ``connector: spark`` hands Spark's Kafka sink
+SINK_SCHEMA = pa.schema([
+    ("topic", pa.string()), ("partition", pa.int32()), ("key", pa.binary()),
+    ("value", pa.binary()),
+    ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+])
+#: the producer settings the enforcer's contract needs (a config cannot turn them off)
+PRODUCER_DEFAULTS = {"enable.idempotence": True, "acks": "all", "linger.ms": 5,
+                     "queue.buffering.max.messages": 1_000_000, "batch.num.messages": 10_000}
+
+
+class EnforcerError(KqlabError):
+    """The enforcer cannot start as configured, or a delivery failed (nothing committed)."""
+
+
+def _kill_at() -> tuple[str, int] | None:
+    spec = os.environ.get("KQLAB_ENFORCER_KILL_AT")
+    if not spec:
+        return None
+    phase, _, n = spec.partition(":")
+    if phase not in KILL_PHASES or not n.isdigit() or int(n) < 1:
+        raise EnforcerError(f"KQLAB_ENFORCER_KILL_AT must be PHASE:N with PHASE in "
+                            f"{', '.join(KILL_PHASES)} and N >= 1, not {spec!r}")
+    return phase, int(n)
+
+
+def _driver_pid() -> int:
+    """The JVM that runs this Python worker: the nearest ``java`` among its ancestors
+    (``/proc``; fault injection only, so Linux only)."""
+    pid = os.getppid()
+    while pid > 1:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        if comm == "java":
+            return pid
+        pid = int(stat[stat.rindex(")") + 2:].split()[1])
+    raise EnforcerError("no JVM among this worker's parents")
+
+
+def _kill_driver_from_task(phase: str) -> None:
+    """SIGKILL the driver's process group (JVM and Python driver) and this worker's."""
+    print(f"kqlab enforcer: KQLAB_ENFORCER_KILL_AT={phase}: SIGKILL", file=sys.stderr,
+          flush=True)
+    with contextlib.suppress(Exception):
+        os.killpg(os.getpgid(_driver_pid()), signal.SIGKILL)
+    os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
+# -- the task --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class EnforceJob:
+    """What a producing task needs (pickled into each micro-batch's task closure)."""
+
+    policy: Any
+    routes: dict[str, tuple[str, str]]  # source -> (sink, dlq)
+    producer: dict[str, Any]
+    partitioning: str
+    now: int | None
+    policy_id: bytes
+    kill_producing: bool = False
+
+
+_PRODUCERS: dict[tuple[Any, ...], Any] = {}
+_JUDGES: dict[tuple[str, int | None], Any] = {}
+_ERRORS: list[str] = []
+
+
+def _on_delivery(err: Any, msg: Any) -> None:
+    if err is not None:
+        _ERRORS.append(f"{msg.topic()}[{msg.partition()}]: {err}")
+
+
+def _producer(config: Mapping[str, Any]) -> Any:
+    """One idempotent producer per config per Python worker (Spark reuses workers)."""
+    from confluent_kafka import Producer
+
+    key = tuple(sorted((k, str(v)) for k, v in config.items()))
+    p = _PRODUCERS.get(key)
+    if p is None:
+        p = _PRODUCERS[key] = Producer({
+            **PRODUCER_DEFAULTS, **dict(config),
+            "delivery.report.only.error": True, "on_delivery": _on_delivery})
+    return p
+
+
+def _judge(job: EnforceJob) -> Any:
+    from kqlab.gate._judge import Judge
+
+    key = (job.policy.content_hash(), job.now)
+    j = _JUDGES.get(key)
+    if j is None:
+        j = _JUDGES[key] = Judge(job.policy, now=job.now)
+    return j
+
+
+def single_records(batch: pa.RecordBatch | pa.Table) -> pa.Table:
+    """Spark's record rows as kqlab's records table with every record its own batch
+    (``batch_offset = offset``, ``batch_index = 0``): how the gate judges records."""
+    from kqlab.records import RECORDS_SCHEMA
+
+    t = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+    t = t.select(RECORDS_SCHEMA.names).cast(RECORDS_SCHEMA)
+    n = t.num_rows
+    t = t.set_column(RECORDS_SCHEMA.get_field_index("batch_offset"), "batch_offset",
+                     t.column("offset"))
+    return t.set_column(RECORDS_SCHEMA.get_field_index("batch_index"), "batch_index",
+                        pa.array(np.zeros(n, np.int32)))
+
+
+def header_lists(column: pa.ChunkedArray | pa.Array
+                 ) -> list[list[tuple[str, bytes | None]] | None]:
+    """Per record its headers as the ``(key, value)`` list a producer takes (None: none),
+    sliced from the column's flat pairs (no per-header dicts; a null list has no entries)."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if isinstance(arr, pa.ChunkedArray):  # no chunks at all
+        return []
+    offsets = arr.offsets.to_pylist()
+    flat = arr.values
+    pairs: list[tuple[str, bytes | None]] = list(zip(
+        flat.field("key").to_pylist(), flat.field("value").to_pylist(), strict=True))
+    return [pairs[a:b] or None for a, b in itertools.pairwise(offsets)]
+
+
+def enforce_records(job: EnforceJob) -> Callable[[Iterator[pa.RecordBatch]],
+                                                 Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function: records in (one range of one topic-partition per task, in
+    offset order), judged and produced, flushed; one :data:`PRODUCED_SCHEMA` row per
+    topic-partition out.  A delivery failure raises :class:`EnforcerError` (the micro-batch
+    fails and is not committed)."""
+    from kqlab.gate._gate import failure_headers
+
+    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        judge = _judge(job)
+        producer = _producer(job.producer)
+        _ERRORS.clear()
+        produce = producer.produce
+        same = job.partitioning == "same"
+        stats: dict[tuple[str, int], dict[str, int]] = {}
+        by_rule: dict[str, int] = {}
+        observed: dict[str, int] = {}
+        for rb in batches:
+            if not rb.num_rows:
+                continue
+            table = single_records(rb)
+            verdict = judge(table)
+            topics = table.column("topic").to_pylist()
+            parts = table.column("partition").to_pylist()
+            offsets = table.column("offset").to_pylist()
+            # librdkafka: partition -1 lets the partitioner pick, timestamp 0 stamps "now"
+            stamps = pc.max_element_wise(pc.fill_null(table.column("timestamp"), 0), 0
+                                         ).to_pylist()
+            keys = table.column("key").to_pylist()
+            values = table.column("value").to_pylist()
+            headers = header_lists(table.column("headers"))
+            dead = verdict.dead.tolist()
+            single = job.routes[topics[0]] if len(job.routes) == 1 else None
+            k = 0
+            half = len(dead) // 2 if job.kill_producing else -1
+            for i, is_dead in enumerate(dead):
+                if i == half:
+                    producer.flush(10)
+                    _kill_driver_from_task("producing")
+                sink, dlq = single or job.routes[topics[i]]
+                h = headers[i]
+                if is_dead:
+                    h = failure_headers(h, verdict.rules[k], verdict.messages[k], topics[i],
+                                        parts[i], offsets[i], job.policy_id)
+                    k += 1
+                while True:
+                    try:
+                        produce(dlq if is_dead else sink, values[i], keys[i],
+                                partition=parts[i] if same else -1, timestamp=stamps[i],
+                                headers=h)
+                        break
+                    except BufferError:  # the local queue is full: let deliveries drain it
+                        producer.poll(0.05)
+            offs = np.asarray(offsets, dtype=np.int64)
+            dead_np = np.asarray(dead, dtype=bool)
+            tps = {(topics[0], parts[0])} if topics.count(topics[0]) == len(topics) and \
+                parts.count(parts[0]) == len(parts) else set(zip(topics, parts, strict=True))
+            for t, p in tps:
+                mask = None if len(tps) == 1 else \
+                    (np.asarray(topics, dtype=object) == t) & (np.asarray(parts) == p)
+                o = offs if mask is None else offs[mask]
+                s = stats.setdefault((t, p), {"first": int(o.min()), "records": 0, "dead": 0})
+                s["last"] = int(o.max())
+                s["records"] += len(o)
+                s["dead"] += int(dead_np.sum() if mask is None else dead_np[mask].sum())
+            for target, counts in ((by_rule, verdict.by_rule), (observed, verdict.observed)):
+                for r, v in counts.items():
+                    target[r] = target.get(r, 0) + int(v)
+        while producer.flush(1.0):  # every record of the task delivered (or failed)
+            pass
+        if _ERRORS:
+            first, n = _ERRORS[0], len(_ERRORS)
+            _ERRORS.clear()
+            with contextlib.suppress(Exception):
+                del _PRODUCERS[next(k for k, v in _PRODUCERS.items() if v is producer)]
+            raise EnforcerError(f"{n} record(s) were not delivered (first: {first}); the "
+                                "micro-batch is not committed and runs again on restart")
+        for i, ((t, p), st) in enumerate(sorted(stats.items())):
+            # the task's rule counts ride on its first row (the driver sums the rows)
+            yield pa.RecordBatch.from_pylist([{
+                "topic": t, "partition": p, "first_offset": st["first"],
+                "last_offset": st["last"], "records": st["records"],
+                "dead_lettered": st["dead"], "by_rule": json.dumps(by_rule if i == 0 else {}),
+                "observed": json.dumps(observed if i == 0 else {})}], schema=PRODUCED_SCHEMA)
+    return fn
+
+
+def judge_for_sink(job: EnforceJob) -> Callable[[Iterator[pa.RecordBatch]],
+                                                Iterator[pa.RecordBatch]]:
+    """``connector: spark``: the ``mapInArrow`` function that judges records (Spark's Kafka
+    source rows, converted by the caller to kqlab's records columns) and returns the rows
+    Spark's Kafka sink writes (:data:`SINK_SCHEMA`): the same judge, routes and failure
+    headers as :func:`enforce_records`, without producing."""
+    from kqlab.gate._gate import failure_headers
+
+    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        judge = _judge(job)
+        for rb in batches:
+            if not rb.num_rows:
+                continue
+            table = single_records(rb)
+            verdict = judge(table)
+            topics = table.column("topic").to_pylist()
+            parts = table.column("partition").to_pylist()
+            offsets = table.column("offset").to_pylist()
+            headers = table.column("headers").to_pylist()
+            out_topics, out_headers = [], []
+            k = 0
+            for i, is_dead in enumerate(verdict.dead.tolist()):
+                sink, dlq = job.routes[topics[i]]
+                h = [(x["key"], x["value"]) for x in headers[i] or ()]
+                if is_dead:
+                    h = failure_headers(h, verdict.rules[k], verdict.messages[k], topics[i],
+                                        parts[i], offsets[i], job.policy_id)
+                    k += 1
+                out_topics.append(dlq if is_dead else sink)
+                out_headers.append([{"key": a, "value": b} for a, b in h])
+            same = job.partitioning == "same"
+            yield pa.RecordBatch.from_arrays([
+                pa.array(out_topics, pa.string()),
+                table.column("partition").combine_chunks() if same else
+                pa.nulls(table.num_rows, pa.int32()),
+                table.column("key").combine_chunks(), table.column("value").combine_chunks(),
+                pa.array(out_headers, SINK_SCHEMA.field("headers").type)], schema=SINK_SCHEMA)
+    return fn
+
+
+# -- the driver ------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class EnforcerSettings:
+    """Everything a run needs besides the policy (deployment settings)."""
+
+    routes: tuple[Route, ...]
+    bootstrap: str
+    checkpoint: str
+    #: librdkafka settings for reading and producing (security, client.id ...)
+    client: Mapping[str, Any] = field(default_factory=dict)
+    producer: Mapping[str, Any] = field(default_factory=dict)
+    #: ``format("kqlab-kafka")`` options: startingOffsets, maxOffsetsPerTrigger ...
+    source: Mapping[str, str] = field(default_factory=dict)
+    partitioning: str = "same"
+    now: int | None = None
+    trigger_seconds: float = 0.0
+    #: process what is there when the run starts, then stop (Trigger.AvailableNow)
+    available_now: bool = False
+    connector: str = "python"
+    #: print a JSON line per micro-batch on stdout
+    json_metrics: bool = False
+
+
+class Enforcer:
+    """One enforcer run: ``Enforcer(spark, policy, settings).run()`` until :meth:`stop`
+    (or, with ``available_now``, until what was there at the start is enforced)."""
+
+    def __init__(self, spark: Any, policy: Any, settings: EnforcerSettings):
+        from kqlab.gate._gate import policy_id
+
+        if settings.partitioning not in ("same", "key"):
+            raise EnforcerError(f"partitioning must be 'same' or 'key', not "
+                                f"{settings.partitioning!r}")
+        if not settings.routes:
+            raise EnforcerError("the enforcer needs at least one source → sink/dlq route")
+        self.spark = spark
+        self.policy = policy
+        self.settings = settings
+        self.checkpoint = settings.checkpoint.rstrip("/")
+        self.location = f"{self.checkpoint}/kqlab"
+        self._policy_id = policy_id(policy)
+        self._kill = _kill_at()
+        self._runs = 0  # micro-batches this run handled
+        self._handled = -1  # the last micro-batch id handled
+        self._stop = threading.Event()
+        self._batch_lock = threading.Lock()
+        self._closed = False
+        self.query: Any = None
+        self.lag: dict[str, int] = {}
+        self.metrics = self._load_metrics()
+        self.metrics["restarts"] = int(self.metrics.get("restarts", -1)) + 1
+        self.batches: list[dict[str, Any]] = []
+        self.on_batch: list[Callable[[dict[str, Any]], None]] = []
+
+    # -- persistence -----------------------------------------------------------------------
+    def _fs(self) -> tuple[Any, str]:
+        from kqlab.spark.outputs import filesystem
+
+        return filesystem(self.location)
+
+    def _load_metrics(self) -> dict[str, Any]:
+        fs, base = self._fs()
+        with contextlib.suppress(FileNotFoundError, OSError), \
+                fs.open_input_stream(f"{base}/metrics.json") as f:
+            doc: dict[str, Any] = json.loads(f.read())
+            return doc
+        return {"records": 0, "forwarded": 0, "dead_lettered": 0, "by_rule": {},
+                "observed": {}, "micro_batches": 0, "reruns": 0, "redelivered": 0,
+                "restarts": -1}
+
+    def _save_metrics(self) -> None:
+        fs, base = self._fs()
+        fs.create_dir(base, recursive=True)
+        tmp = f"{base}/.metrics.{os.getpid()}.tmp"
+        with fs.open_output_stream(tmp) as f:
+            f.write(json.dumps(self.metrics, sort_keys=True).encode())
+        fs.move(tmp, f"{base}/metrics.json")
+
+    def _attempted(self, batch_id: int) -> bool:
+        """Whether ``batch_id`` was attempted before (then mark it attempted)."""
+        from pyarrow import fs as pafs
+
+        fs, base = self._fs()
+        folder = f"{base}/attempts"
+        fs.create_dir(folder, recursive=True)
+        path = f"{folder}/{batch_id:012d}"
+        seen = fs.get_file_info(path).type != pafs.FileType.NotFound
+        if not seen:
+            with fs.open_output_stream(path) as f:
+                f.write(str(time.time()).encode())
+        for info in fs.get_file_info(pafs.FileSelector(folder)):
+            if info.is_file and info.base_name.isdigit() and \
+                    int(info.base_name) < batch_id - 100:
+                with contextlib.suppress(OSError):
+                    fs.delete_file(info.path)
+        return seen
+
+    # -- checks ------------------------------------------------------------------------------
+    def _client_config(self) -> dict[str, Any]:
+        return {**dict(self.settings.client), "bootstrap.servers": self.settings.bootstrap}
+
+    def check_topics(self) -> None:
+        """Every source topic exists, and with ``partitioning="same"`` its sink and
+        dead-letter topics have at least as many partitions (records keep theirs)."""
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient(self._client_config())
+        try:
+            md = admin.list_topics(timeout=15)
+        except Exception as exc:
+            raise EnforcerError(f"cannot reach {self.settings.bootstrap}: {exc}") from None
+        counts = {t: len(m.partitions) for t, m in md.topics.items() if m.error is None}
+        for r in self.settings.routes:
+            if not counts.get(r.source):
+                raise EnforcerError(f"source topic {r.source!r} does not exist on "
+                                    f"{self.settings.bootstrap}")
+            if self.settings.partitioning != "same":
+                continue
+            for t in (r.sink, r.dlq):
+                if counts.get(t, 0) < counts[r.source]:
+                    raise EnforcerError(
+                        f"topic {t!r} has {counts.get(t, 0)} partition(s), source "
+                        f"{r.source!r} has {counts[r.source]}: create it with at least as "
+                        "many (records keep their partition so per-partition order holds), "
+                        "or set partitioning: key")
+
+    # -- the query -------------------------------------------------------------------------
+    def _job(self, kill_producing: bool = False) -> EnforceJob:
+        return EnforceJob(self.policy, {r.source: (r.sink, r.dlq) for r in self.settings.routes},
+                          {**self._client_config(), **dict(self.settings.producer)},
+                          self.settings.partitioning, self.settings.now, self._policy_id,
+                          kill_producing)
+
+    def _die(self, phase: str) -> None:
+        if self._kill == (phase, self._runs):
+            print(f"kqlab enforcer: KQLAB_ENFORCER_KILL_AT={phase}:{self._runs}: SIGKILL",
+                  file=sys.stderr, flush=True)
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    def _stream(self) -> Any:
+        s = self.settings
+        sources = ",".join(r.source for r in s.routes)
+        if s.connector == "spark":
+            reader = (self.spark.readStream.format("kafka")
+                      .option("kafka.bootstrap.servers", s.bootstrap)
+                      .option("subscribe", sources).option("includeHeaders", "true"))
+            for k, v in s.client.items():
+                reader = reader.option(f"kafka.{k}", str(v))
+            for k, v in s.source.items():
+                reader = reader.option(k, v)
+            return reader.load()
+        from kqlab.spark.kafka_source import register
+
+        register(self.spark)
+        opts = {"kafka.bootstrap.servers": s.bootstrap, "subscribe": sources,
+                **{f"kafka.{k}": str(v) for k, v in s.client.items()}, **dict(s.source)}
+        return self.spark.readStream.format("kqlab-kafka").options(**opts).load()
+
+    def _on_micro_batch(self, df: Any, batch_id: int) -> None:
+        """``foreachBatch``: judge and produce every record, then return (Spark commits)."""
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        with self._batch_lock:
+            if self._closed:
+                raise EnforcerError("the enforcer is stopping: this micro-batch runs again "
+                                    "on the next start")
+            self._runs += 1
+            t0 = time.monotonic()
+            self._die("planned")
+            rerun = self._attempted(batch_id)
+            kill_producing = self._kill == ("producing", self._runs)
+            if self.settings.connector == "spark":
+                rows = self._sink_natively(df)
+            else:
+                rows = df.mapInArrow(enforce_records(self._job(kill_producing)),
+                                     from_arrow_schema(PRODUCED_SCHEMA)).collect()
+            self._die("flushed")
+            self._account(batch_id, rows, rerun, time.monotonic() - t0)
+            self._handled = batch_id
+
+    def _sink_natively(self, df: Any) -> list[Any]:
+        """``connector: spark``: Spark's Kafka rows → kqlab's records → judged rows →
+        Spark's Kafka sink; the per-partition counts from the judged rows."""
+        from pyspark.sql import functions as sf
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        s = self.settings
+        records = df.select(
+            "topic", "partition", "offset",
+            sf.unix_millis("timestamp").alias("timestamp"),
+            sf.when(sf.col("timestampType") == 1, 1).otherwise(0).cast("byte")
+            .alias("timestamp_type"), "key", "value",
+            sf.coalesce("headers", sf.array()).alias("headers"),
+            sf.col("offset").alias("batch_offset"), sf.lit(0).alias("batch_index"))
+        judged = records.mapInArrow(judge_for_sink(self._job()),
+                                    from_arrow_schema(SINK_SCHEMA)).cache()
+        try:
+            writer = judged.write.format("kafka").option("kafka.bootstrap.servers",
+                                                         s.bootstrap)
+            for k, v in {**dict(s.client), **PRODUCER_DEFAULTS, **dict(s.producer)}.items():
+                writer = writer.option(f"kafka.{k}", str(v))
+            writer.save()
+            dlqs = {r.dlq for r in s.routes}
+            counts = judged.groupBy("topic").count().collect()
+            dead = sum(r["count"] for r in counts if r["topic"] in dlqs)
+            total = sum(r["count"] for r in counts)
+        finally:
+            judged.unpersist()
+        return [{"topic": "*", "partition": -1, "first_offset": None, "last_offset": None,
+                 "records": total, "dead_lettered": dead, "by_rule": "{}",
+                 "observed": "{}"}]
+
+    def _account(self, batch_id: int, rows: Sequence[Any], rerun: bool,
+                 seconds: float) -> None:
+        m = self.metrics
+        n = sum(int(r["records"]) for r in rows)
+        dead = sum(int(r["dead_lettered"]) for r in rows)
+        by_rule: dict[str, int] = {}
+        observed: dict[str, int] = {}
+        for r in rows:
+            for target, text in ((by_rule, r["by_rule"]), (observed, r["observed"])):
+                for k, v in json.loads(text).items():
+                    target[k] = target.get(k, 0) + int(v)
+        m["records"] += n
+        m["forwarded"] += n - dead
+        m["dead_lettered"] += dead
+        m["micro_batches"] += 1
+        for name, counts in (("by_rule", by_rule), ("observed", observed)):
+            for k, v in counts.items():
+                m[name][k] = m[name].get(k, 0) + v
+        if rerun:
+            m["reruns"] += 1
+            m["redelivered"] += n
+        self._save_metrics()
+        line = {"event": "batch", "batch_id": batch_id, "records": n, "forwarded": n - dead,
+                "dead_lettered": dead, "by_rule": by_rule, "observed": observed,
+                "rerun": rerun, "redelivered": n if rerun else 0,
+                "reject_rate": round(dead / n, 6) if n else 0.0,
+                "lag": sum(self.lag.values()) if self.lag else None,
+                "seconds": round(seconds, 3),
+                "partitions": [{"topic": r["topic"], "partition": r["partition"],
+                                "first_offset": r["first_offset"],
+                                "last_offset": r["last_offset"]} for r in rows]}
+        self.batches.append(line)
+        for fn in self.on_batch:
+            with contextlib.suppress(Exception):
+                fn(line)
+        if self.settings.json_metrics:
+            print(json.dumps(line), flush=True)
+
+    def _listener(self) -> Any:
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        owner = self
+
+        class Listener(StreamingQueryListener):
+            def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's name
+                pass
+
+            def onQueryProgress(self, event: Any) -> None:  # noqa: N802 - Spark's name
+                p = event.progress
+                if owner.query is None or str(p.id) != str(owner.query.id):
+                    return
+                owner._progress(p)
+
+            def onQueryIdle(self, event: Any) -> None:  # noqa: N802 - Spark's name
+                pass
+
+            def onQueryTerminated(self, event: Any) -> None:  # noqa: N802 - Spark's name
+                pass
+
+        return Listener()
+
+    def _progress(self, progress: Any) -> None:
+        """After Spark committed a micro-batch: the lag per partition, and the committed
+        kill point."""
+        from kqlab.spark.streaming import _offsets
+
+        for src in progress.sources or ():
+            end = _offsets(src.endOffset)
+            latest = _offsets(getattr(src, "latestOffset", None))
+            for t, parts in latest.items():
+                for p, o in parts.items():
+                    self.lag[f"{t}-{p}"] = max(o - end.get(t, {}).get(p, o), 0)
+        if progress.batchId == self._handled:
+            self._die("committed")
+
+    def run(self) -> dict[str, Any]:
+        """Run until :meth:`stop` (or, with ``available_now``, until done); the final
+        metrics.  A failed micro-batch (a delivery failed) raises :class:`EnforcerError`."""
+        s = self.settings
+        self.check_topics()
+        listener = self._listener()
+        self.spark.streams.addListener(listener)
+        writer = (self._stream().writeStream.foreachBatch(self._on_micro_batch)
+                  .queryName(f"kqlab-enforcer-{self.policy.name}")
+                  .option("checkpointLocation", f"{self.checkpoint}/spark"))
+        writer = writer.trigger(availableNow=True) if s.available_now else \
+            writer.trigger(processingTime=f"{s.trigger_seconds:g} seconds")
+        try:
+            self.query = writer.start()
+            while self.query.isActive:
+                if self._stop.is_set():
+                    with self._batch_lock:  # the micro-batch in flight finishes first
+                        self._closed = True
+                        self.query.stop()
+                    break
+                self.query.awaitTermination(0.2)
+            if not self._closed:
+                exc = self.query.exception()
+                if exc is not None:
+                    text = str(exc).strip().splitlines()
+                    raise EnforcerError(f"the enforcer's query failed: "
+                                        f"{text[0] if text else exc}")
+        finally:
+            with contextlib.suppress(Exception):
+                self.spark.streams.removeListener(listener)
+        return self.snapshot()
+
+    def stop(self) -> None:
+        """Finish the micro-batch in flight, then stop (signal-safe)."""
+        self._stop.set()
+
+    def snapshot(self) -> dict[str, Any]:
+        """The counters over every run on this checkpoint, and the current lag."""
+        m = dict(self.metrics)
+        m["lag"] = dict(sorted(self.lag.items()))
+        m["lag_total"] = sum(self.lag.values())
+        return m
+
+
+# -- the entry point -------------------------------------------------------------------------
+def _session(master: str | None) -> Any:
+    """Under ``spark-submit`` (a JVM gateway exists): its session, as submitted; else a
+    local one from :func:`kqlab.spark.spark_session`."""
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.builder.appName("kqlab-enforcer").getOrCreate()
+        spark.conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
+        return spark
+    from kqlab.spark.session import spark_session
+
+    return spark_session(master or "local[2]", app_name="kqlab-enforcer")
+
+
+def _settings(items: Sequence[str]) -> tuple[dict[str, str], dict[str, str]]:
+    both: dict[str, str] = {}
+    prod: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise EnforcerConfigError(f"-X expects KEY=VALUE, got {item!r}")
+        if key.startswith("producer."):
+            prod[key.removeprefix("producer.")] = value
+        else:
+            both[key] = value
+    return both, prod
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="kqlab-spark-enforcer",
+        description="The Structured Streaming enforcer: read the source topics, judge every "
+        "record with the policy, forward valid records unchanged to the sink and invalid "
+        "ones to the dead-letter topic with failure headers; at least once, checkpointed.",
+        epilog="exit status: 0 stopped (SIGTERM/SIGINT, or --available-now done), 1 a "
+        "micro-batch failed (a delivery failed; nothing of it committed), 2 a wrong request "
+        "(config, policy edited after export, missing topics)")
+    ap.add_argument("--config", required=True, help="enforcer.yaml from `kqlab export "
+                    "--target spark-streaming`")
+    ap.add_argument("--bootstrap", required=True, help="bootstrap servers, host:port[,...]")
+    ap.add_argument("--checkpoint", required=True, help="the checkpoint location (a path, "
+                    "or hdfs://, s3a://, gs://, abfs:// on a cluster); restart with the "
+                    "same one to resume")
+    ap.add_argument("-X", "--client-config", action="append", default=[], metavar="KEY=VALUE",
+                    help="librdkafka setting for reading and producing; prefix producer. "
+                    "for the producer only; repeatable")
+    ap.add_argument("--now", type=int, default=None, metavar="EPOCH_MS",
+                    help="fixed clock for the timestamp check (default: the wall clock)")
+    ap.add_argument("--available-now", action="store_true",
+                    help="enforce what the topics hold now, then stop")
+    ap.add_argument("--master", default=None,
+                    help="Spark master when not run by spark-submit (default local[2])")
+    ap.add_argument("--json-metrics", action="store_true",
+                    help="a JSON line per micro-batch on stdout")
+    ap.add_argument("--json", action="store_true",
+                    help="one JSON document on stdout at exit: the final metrics")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m kqlab.spark.enforcer`` / ``spark-submit enforcer_main.py``."""
+    args = parser().parse_args(argv)
+    try:
+        enforcer = _build(args)
+    except (KqlabError, ValueError) as exc:
+        print(f"kqlab enforcer: error: {exc}", file=sys.stderr)
+        return 2
+
+    def on_signal(signum: int, frame: Any) -> None:
+        enforcer.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        final = enforcer.run()
+    except EnforcerError as exc:
+        if enforcer.query is None:
+            print(f"kqlab enforcer: error: {exc}", file=sys.stderr)
+            return 2
+        print(f"kqlab enforcer: error: {exc}", file=sys.stderr)
+        if args.json or args.json_metrics:
+            print(json.dumps({"event": "failed", "error": str(exc), **enforcer.snapshot()}),
+                  flush=True)
+        return 1
+    if args.json or args.json_metrics:
+        print(json.dumps({"event": "stopped", **final}), flush=True)
+    else:
+        print(f"kqlab enforcer stopped: {final['records']} records, {final['forwarded']} "
+              f"forwarded, {final['dead_lettered']} dead-lettered, {final['redelivered']} "
+              f"redelivered after restarts", file=sys.stderr)
+    return 0
+
+
+def _build(args: argparse.Namespace) -> Enforcer:
+    from kqlab.cli._common import load_policy_file, prepare_registries
+
+    cfg = load_enforcer_file(args.config)
+    policy = load_policy_file(str(cfg.policy_path))
+    if cfg.content_hash and policy.content_hash() != cfg.content_hash:
+        raise EnforcerConfigError(
+            f"policy {cfg.policy_path} has content hash {policy.content_hash()[:16]}… but "
+            f"{cfg.path} expects {cfg.content_hash[:16]}…: the policy was edited after "
+            "export; vet and export it again")
+    prepare_registries(policy)
+    both, prod = _settings(args.client_config)
+    settings = EnforcerSettings(
+        routes=cfg.routes, bootstrap=args.bootstrap, checkpoint=args.checkpoint, client=both,
+        producer=prod, source=cfg.source, partitioning=cfg.partitioning, now=args.now,
+        trigger_seconds=cfg.trigger_seconds, available_now=args.available_now,
+        connector=cfg.connector, json_metrics=args.json_metrics)
+    return Enforcer(_session(args.master), policy, settings)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
