@@ -71,6 +71,11 @@ _EXPORTS = {
     "PolicyEditor": "kqlab.widgets",
     "ReplayPanel": "kqlab.widgets",
     "RejectionExplorer": "kqlab.widgets",
+    "RolloutView": "kqlab.widgets",
+    "what_if": "kqlab.rollout",
+    "WhatIf": "kqlab.rollout",
+    "rollout_plan": "kqlab.rollout",
+    "RolloutPlan": "kqlab.rollout",
 }
 
 __all__ = [
@@ -96,12 +101,15 @@ __all__ = [
     "RejectionExplorer",
     "ReplayPanel",
     "Replayer",
+    "RolloutPlan",
+    "RolloutView",
     "Rule",
     "SparkVerdicts",
     "Suggestion",
     "Suggestions",
     "TopicConfig",
     "Verdicts",
+    "WhatIf",
     "Workbench",
     "__version__",
     "broker_verdicts",
@@ -122,11 +130,13 @@ __all__ = [
     "replay",
     "replay_spark",
     "report",
+    "rollout_plan",
     "save_policy",
     "spark_session",
     "suggest",
     "unmask",
     "validate_batches",
+    "what_if",
 ]
 
 
@@ -166,10 +176,17 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     )
     from kqlab.records import BATCH_VERDICTS_SCHEMA, BATCHES_SCHEMA, RECORDS_SCHEMA
     from kqlab.reporting import report
+    from kqlab.rollout import RolloutPlan, WhatIf, rollout_plan, what_if
     from kqlab.spark import SparkVerdicts, parity_check, replay_spark, spark_session
     from kqlab.validate import Replayer, Verdicts, replay
     from kqlab.validate.golden import ExamplesReport, check_examples
     from kqlab.validate.rule_suggestion import suggest
     from kqlab.validate.suggestions import Suggestion, Suggestions
     from kqlab.viz import unmask
-    from kqlab.widgets import PolicyEditor, RejectionExplorer, ReplayPanel, Workbench
+    from kqlab.widgets import (
+        PolicyEditor,
+        RejectionExplorer,
+        ReplayPanel,
+        RolloutView,
+        Workbench,
+    )

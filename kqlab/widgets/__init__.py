@@ -1,5 +1,6 @@
 """Jupyter widgets of kqlab, thin over the Python API: :class:`PolicyEditor`,
-:class:`ReplayPanel`, :class:`RejectionExplorer` and the :class:`Workbench` composing them.
+:class:`ReplayPanel`, :class:`RejectionExplorer` and the :class:`Workbench` composing them;
+:class:`RolloutView` shows the what-if per enforcement point and the rollout plan.
 
 The editor, the panel and the workbench are views of one
 :class:`~kqlab.authoring.AuthoringSession` (policy, history, sample, verdicts, suggestions,
@@ -24,8 +25,9 @@ from kqlab.widgets._explorer import RejectionExplorer
 from kqlab.widgets._plot import PlotlyFigure
 from kqlab.widgets._record_table import RecordTable
 from kqlab.widgets._replay import ReplayCancelled, ReplayPanel
+from kqlab.widgets._rollout import ROLLOUT_CSS, RolloutView
 from kqlab.widgets._workbench import Workbench
 
-__all__ = ["CSS", "FIGURES", "EditError", "PlotlyFigure", "PolicyEditor", "RecordTable",
-           "RejectionExplorer", "ReplayCancelled", "ReplayPanel", "RuleForm", "Workbench",
-           "check_cel", "slug"]
+__all__ = ["CSS", "FIGURES", "ROLLOUT_CSS", "EditError", "PlotlyFigure", "PolicyEditor",
+           "RecordTable", "RejectionExplorer", "ReplayCancelled", "ReplayPanel", "RolloutView",
+           "RuleForm", "Workbench", "check_cel", "slug"]
