@@ -6,8 +6,9 @@
 (:mod:`~kqlab.cli.report`), ``export`` (:mod:`~kqlab.cli.export`), ``gate``
 (:mod:`~kqlab.cli.gate`), ``verify`` (:mod:`~kqlab.cli.verify`), ``import``
 (:mod:`~kqlab.cli.import_`), ``whatif`` (:mod:`~kqlab.cli.whatif`), ``plan``
-(:mod:`~kqlab.cli.plan`).  Each module adds its parser (``add_parser``) and binds it to its
-command function (``set_defaults(run=...)``); :func:`main` only parses and dispatches.
+(:mod:`~kqlab.cli.plan`), ``dlq inspect`` / ``dlq redrive`` (:mod:`~kqlab.cli.dlq`).  Each
+module adds its parser (``add_parser``) and binds it to its command function
+(``set_defaults(run=...)``); :func:`main` only parses and dispatches.
 
 Every command takes ``--json`` and then prints exactly one JSON document on stdout, for scripts;
 without it, tables for people (:mod:`kqlab.cli._ui`: colour only on a terminal and without
@@ -26,6 +27,7 @@ import sys
 from kqlab._version import __version__
 from kqlab.cli import (
     demo,
+    dlq,
     export,
     gate,
     import_,
@@ -46,7 +48,7 @@ __all__ = ["build_parser", "main"]
 
 #: the command modules, in the order ``kqlab --help`` lists them
 _COMMANDS = (inspect, replay, sample, snapshot, demo, policy, report, whatif, plan, export,
-             gate, verify, import_)
+             gate, verify, import_, dlq)
 
 
 _EXAMPLES = """\

@@ -1,0 +1,483 @@
+"""Redrive: send the dead letters that pass an amended policy back to their source topic (or
+a chosen one), exactly once across re-runs and crashes.
+
+:func:`redrive` reads the dead-letter topic, recovers what an interrupted earlier run may
+have sent (:mod:`kqlab.dlq.redrive_log`), plans (:func:`~kqlab.dlq.revalidate.revalidate`)
+and — only with ``execute=True`` — sends, chunk by chunk: log intent, produce, flush, log
+done.  A dry run (the default) reads and plans and writes nothing.
+
+What a redriven record is: the original key, value and headers (the failure headers
+removed), the original timestamp (the producer's clock where the dead letter has none), plus
+one header ``kqlab.redrive: <dlq topic>:<partition>:<offset>`` naming the dead letter it
+came from.  It goes to its source partition when it returns to its source topic (where it
+was), else the producer's partitioner places it by key (murmur2, as the Java client does).
+The producer is idempotent (``enable.idempotence=true``, ``acks=all``).  The dead letters
+themselves stay in the dead-letter topic (Kafka cannot delete single records): the log says
+which were redriven, and a later triage sees their markers when they come back.
+
+Fault injection (for the crash test): ``KQLAB_REDRIVE_KILL_AT=PHASE:N`` SIGKILLs the process
+when its ``N``-th chunk reaches ``PHASE`` — one of :data:`KILL_PHASES`: ``intent`` (intent
+logged, nothing produced), ``producing`` (half the chunk produced), ``produced`` (all
+produced, not flushed), ``flushed`` (delivered, done not logged), ``done`` (done logged).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import secrets
+import signal
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kqlab.dlq.headers import REDRIVE_HEADER
+from kqlab.dlq.parse import last_header
+from kqlab.dlq.redrive_log import RedriveLog
+from kqlab.dlq.revalidate import RedrivePlan, marker_values, revalidate
+from kqlab.dlq.triage import DeadLetterError, read_dead_letters
+
+if TYPE_CHECKING:
+    from kqlab.policy.model import Policy
+    from kqlab.serde.schemas import SchemaResolver
+
+__all__ = ["KILL_PHASES", "RecoveryReport", "RedriveResult", "recover", "redrive"]
+
+#: the points of a chunk's cycle ``KQLAB_REDRIVE_KILL_AT`` can kill the process at
+KILL_PHASES = ("intent", "producing", "produced", "flushed", "done")
+#: records per chunk: one intent line, one flush, one done line each
+CHUNK = 10_000
+#: ``progress(stage, done, total)``: a stage name, units done and the total (None: unknown)
+ProgressFn = Callable[[str, int, "int | None"], None]
+
+
+def _kill_at() -> tuple[str, int] | None:
+    spec = os.environ.get("KQLAB_REDRIVE_KILL_AT")
+    if not spec:
+        return None
+    phase, _, n = spec.partition(":")
+    if phase not in KILL_PHASES or not n.isdigit() or int(n) < 1:
+        raise DeadLetterError(f"KQLAB_REDRIVE_KILL_AT must be PHASE:N with PHASE in "
+                              f"{', '.join(KILL_PHASES)} and N >= 1, not {spec!r}")
+    return phase, int(n)
+
+
+@dataclass
+class RecoveryReport:
+    """What recovery found for the intents an interrupted run left: ``found`` in the target
+    (now done), ``missing`` (sent again by this run)."""
+
+    pending: int = 0
+    found: int = 0
+    missing: int = 0
+    scanned: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return {"pending": self.pending, "found": self.found, "missing": self.missing,
+                "scanned": self.scanned}
+
+
+@dataclass
+class RedriveResult:
+    """A redrive (or its dry run): the plan, and what was sent where."""
+
+    plan: RedrivePlan
+    dry_run: bool
+    log: str | None = None
+    run: str | None = None
+    delivered: int = 0
+    #: dead letters the broker refused on redrive: ``(partition, offset, error)``
+    failed: list[tuple[int, int, str]] = field(default_factory=list)
+    #: dead letters whose delivery's fate is unknown (left to the next run's recovery)
+    unknown: list[tuple[int, int, str]] = field(default_factory=list)
+    recovery: RecoveryReport = field(default_factory=RecoveryReport)
+    elapsed_s: float = 0.0
+    send_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Every record that was to be sent was delivered."""
+        return not self.failed and not self.unknown
+
+    def summary(self, examples: int = 5) -> dict[str, Any]:
+        """The result as one JSON-ready dict (``kqlab dlq redrive --json``)."""
+        doc = self.plan.summary(examples)
+        doc.update({
+            "dlq": self.plan.dead.topic, "dry_run": self.dry_run, "log": self.log,
+            "run": self.run, "delivered": self.delivered,
+            "failed": [{"partition": p, "offset": o, "error": e} for p, o, e in self.failed],
+            "unknown": [{"partition": p, "offset": o, "error": e} for p, o, e in self.unknown],
+            "recovered": self.recovery.to_dict(), "elapsed_s": round(self.elapsed_s, 3),
+            "records_per_s": round(self.delivered / self.send_s, 1) if self.send_s else None,
+            "notes": [*doc["notes"], *self.notes],
+        })
+        if not self.dry_run:
+            doc["redrive"]["planned"] = (doc["redrive"]["records"] + len(self.failed)
+                                         + len(self.unknown))
+        return doc
+
+
+def _quiet_logger() -> Any:
+    import logging
+
+    logger = logging.getLogger("kqlab.dlq.librdkafka")
+    if not logger.handlers:
+        logger.propagate = False
+        logger.addHandler(logging.NullHandler())
+    return logger
+
+
+def _partition_counts(config: Mapping[str, Any], topics: list[str], timeout_s: float
+                      ) -> dict[str, int]:
+    """Partition counts of the ``topics`` that exist (one Metadata request)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({**config, "logger": _quiet_logger()})
+    try:
+        md = admin.list_topics(timeout=timeout_s)
+    except Exception as exc:
+        raise DeadLetterError(f"no metadata from {config.get('bootstrap.servers')} within "
+                              f"{timeout_s:g}s: {exc}") from None
+    return {t: len(md.topics[t].partitions) for t in topics
+            if t in md.topics and md.topics[t].error is None}
+
+
+def _low_watermarks(config: Mapping[str, Any], counts: Mapping[str, int], timeout_s: float
+                    ) -> dict[str, dict[int, int]]:
+    """Per target partition, the end offset now (ListOffsets latest): where recovery reads
+    from.  It may be low (Tansu's is for multi-record batches), never high, so a record this
+    run writes is always after it."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from kqlab.sources.kafka_client import consumer_conf, new_group_id
+
+    errors: list[str] = []
+    c = Consumer(consumer_conf(config, new_group_id(), errors))
+    try:
+        out: dict[str, dict[int, int]] = {}
+        for t, n in counts.items():
+            out[t] = {}
+            for p in range(n):
+                try:
+                    _, hi = c.get_watermark_offsets(TopicPartition(t, p), timeout=timeout_s)
+                except Exception as exc:
+                    raise DeadLetterError(f"no offsets for {t}[{p}] within {timeout_s:g}s: "
+                                          f"{exc}") from None
+                out[t][p] = max(int(hi), 0)
+        return out
+    finally:
+        c.close()
+
+
+def recover(log: RedriveLog, config: Mapping[str, Any], dlq_topic: str, *,
+            run: str, timeout_s: float = 30.0,
+            progress: ProgressFn | None = None) -> RecoveryReport:
+    """Settle the intents an interrupted run left for ``dlq_topic``: read each target
+    partition from the interrupted run's ``scan_from`` to its end, find records whose last
+    ``kqlab.redrive`` header names a pending dead letter; log them ``found`` (done) and the
+    rest ``missing`` (to be sent again)."""
+    from kqlab.sources.kafka import sample
+
+    pending = log.state(dlq_topic, "intent")
+    report = RecoveryReport(pending=len(pending))
+    if not pending:
+        return report
+    by_marker = {f"{dlq_topic}:{p}:{o}": (p, o) for (p, o) in pending}
+    # what to read: per target topic, the partitions pending records may be in, each from
+    # the earliest scan_from of the runs that left them
+    wanted: dict[str, dict[int, int]] = {}
+    for entry in pending.values():
+        starts = log.scan_from(entry.run).get(entry.target_topic, {})
+        parts = starts.keys() if entry.target_partition < 0 else [entry.target_partition]
+        for p in parts:
+            s = starts.get(p, 0)
+            cur = wanted.setdefault(entry.target_topic, {})
+            cur[p] = min(cur.get(p, s), s)
+    found: list[tuple[int, int, str, int, int]] = []
+    seen: set[tuple[int, int]] = set()
+    for topic, starts in sorted(wanted.items()):
+        if progress is not None:
+            progress(f"recovering: reading {topic}", 0, None)
+        got = sample(dict(config), topic, partitions=sorted(starts), start_offset=starts,
+                     allow_empty=True, timeout_s=timeout_s)
+        recs = got.records
+        report.scanned += recs.num_rows
+        if not recs.num_rows:
+            continue
+        marks = last_header(recs["headers"].combine_chunks(), REDRIVE_HEADER)
+        hit = np.flatnonzero(np.asarray(pc.fill_null(pc.is_in(
+            marks, value_set=pa.array([m.encode() for m in by_marker], pa.binary())), False)
+            .to_numpy(zero_copy_only=False)))
+        if not len(hit):
+            continue
+        vals = marks.take(pa.array(hit)).to_pylist()
+        parts = recs["partition"].take(pa.array(hit)).to_pylist()
+        offs = recs["offset"].take(pa.array(hit)).to_pylist()
+        for v, tp, to in zip(vals, parts, offs, strict=True):
+            key = by_marker[v.decode()]
+            if key not in seen:
+                seen.add(key)
+                found.append((key[0], key[1], topic, int(tp), int(to)))
+    missing = [k for k in pending if k not in seen]
+    log.recovered(run, dlq_topic, found, missing)
+    report.found, report.missing = len(found), len(missing)
+    return report
+
+
+def redrive(config_or_bootstrap: str | Mapping[str, Any], topic: str, policy: Policy, *,
+            to: str | None = None, execute: bool = False,
+            log: str | os.PathLike[str] | RedriveLog | None = None, now: int | None = None,
+            chunk_size: int = CHUNK, producer_config: Mapping[str, Any] | None = None,
+            timeout_s: float = 30.0, progress: ProgressFn | None = None,
+            resolver: SchemaResolver | None = None) -> RedriveResult:
+    """Re-validate the dead letters of ``topic`` against ``policy`` and, with
+    ``execute=True``, redrive the ones that pass (see the module doc).
+
+    ``to``: send them there instead of their source topics.  ``log``: the redrive log (a path
+    or an open :class:`RedriveLog`); required to execute — without it a re-run could not
+    know what was sent.  A dry run reads it (if it exists) to leave out what was redriven.
+    ``producer_config`` adds librdkafka settings (security, ``client.id`` ...); idempotence
+    and ``acks=all`` are the redrive's own.  ``progress(stage, done, total)`` is called per
+    stage and per chunk sent.
+    """
+    from kqlab.sources.kafka_client import client_config
+
+    t0 = time.monotonic()
+    if chunk_size < 1:
+        raise DeadLetterError(f"chunk_size must be at least 1, not {chunk_size}")
+    if execute and log is None:
+        raise DeadLetterError("an executed redrive needs a redrive log (log=PATH, --log "
+                              "FILE): without it a re-run could send a record twice")
+    kill = _kill_at() if execute else None
+    config, bootstrap = client_config(config_or_bootstrap)
+    config = {**config, "logger": _quiet_logger()}
+    rlog = log if isinstance(log, RedriveLog) else RedriveLog(log) if log is not None else None
+    if rlog is not None and execute:
+        rlog.open()
+    try:
+        def stage(name: str, done: int = 0, total: int | None = None) -> None:
+            if progress is not None:
+                progress(name, done, total)
+
+        stage(f"reading {topic}")
+
+        def read_progress(records: int, nbytes: int, done: int, rate: float) -> None:
+            stage(f"reading {topic}: {records:,} dead letters", records, None)
+
+        dead = read_dead_letters(config, topic, timeout_s=timeout_s, progress=read_progress)
+        targets = sorted({to} if to is not None else {
+            t for t in dead.records["source_topic"].unique().to_pylist() if t is not None})
+        counts = _partition_counts(config, targets, timeout_s) if targets else {}
+        if to is not None and to not in counts:
+            raise DeadLetterError(f"the target topic {to!r} does not exist on {bootstrap}: "
+                                  "create it, or check the name given to --to")
+        run = time.strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
+        recovery = RecoveryReport()
+        if rlog is not None and execute and rlog.state(topic, "intent"):
+            stage("recovering an interrupted redrive")
+            recovery = recover(rlog, config, topic, run=run, timeout_s=timeout_s,
+                               progress=progress)
+        stage("re-validating", 0, len(dead))
+        plan = revalidate(
+            dead, policy, to=to, now=now, partitions=counts, resolver=resolver,
+            done=rlog.state(topic, "done") if rlog is not None else None,
+            pending=rlog.state(topic, "intent") if rlog is not None else None)
+        result = RedriveResult(plan, dry_run=not execute,
+                               log=str(rlog.path) if rlog is not None else None,
+                               recovery=recovery, notes=list(rlog.notes) if rlog else [])
+        if execute:
+            assert rlog is not None
+            result.run = run
+            _send(plan, config, rlog, run, result, chunk_size=chunk_size,
+                  producer_config=producer_config or {}, timeout_s=timeout_s, stage=stage,
+                  kill=kill, counts=counts, bootstrap=bootstrap)
+        result.elapsed_s = time.monotonic() - t0
+        return result
+    finally:
+        if rlog is not None and not isinstance(log, RedriveLog):
+            rlog.close()
+
+
+def _die(kill: tuple[str, int] | None, phase: str, chunk_no: int) -> None:
+    """SIGKILL this process if ``KQLAB_REDRIVE_KILL_AT`` names this chunk and ``phase``."""
+    if kill == (phase, chunk_no):
+        print(f"kqlab dlq redrive: KQLAB_REDRIVE_KILL_AT={phase}:{chunk_no}: SIGKILL",
+              file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+#: delivery errors after which the record is certainly not in the target (the broker refused
+#: it, or it never left); any other error's fate is unknown and left to recovery
+def _definitely_not_written(err: Any) -> bool:
+    from confluent_kafka import KafkaError
+
+    code = err.code()
+    if code > 0:  # a broker error code: the broker answered and refused the batch
+        return not err.retriable()
+    return code in (KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION,
+                    KafkaError._INVALID_ARG, KafkaError.MSG_SIZE_TOO_LARGE)
+
+
+def _send(plan: RedrivePlan, config: Mapping[str, Any], rlog: RedriveLog, run: str,
+          result: RedriveResult, *, chunk_size: int, producer_config: Mapping[str, Any],
+          timeout_s: float, stage: Callable[..., None], kill: tuple[str, int] | None,
+          counts: Mapping[str, int], bootstrap: str) -> None:
+    """Send the plan's ``redrive`` rows: per chunk intent → produce → flush → done."""
+    from confluent_kafka import KafkaException, Producer
+
+    rows = plan.rows("redrive")
+    topic = plan.dead.topic
+    scan_from = _low_watermarks(config, {t: counts[t] for t in sorted(
+        set(plan.decisions["target_topic"].take(pa.array(rows)).to_pylist()))} if len(rows)
+        else {}, timeout_s)
+    rlog.start_run(run, topic, at=int(time.time() * 1000), bootstrap=bootstrap,
+                   policy=f"{plan.policy_name}@{plan.policy_hash[:12]}", to=plan.to,
+                   scan_from=scan_from)
+    stage("redriving", 0, len(rows))
+    if not len(rows):
+        return
+    producer = Producer({
+        **config, "linger.ms": 5, "queue.buffering.max.messages": 1_000_000,
+        "batch.num.messages": 10_000, "partitioner": "murmur2_random",
+        **dict(producer_config),
+        # the redrive's own contract: idempotent, every replica acknowledges
+        "enable.idempotence": True, "acks": "all"})
+    t = plan.dead.records
+    d = plan.decisions
+    t_send = time.monotonic()
+    sent = 0
+    for chunk_no, start in enumerate(range(0, len(rows), chunk_size), start=1):
+        idx = rows[start:start + chunk_size]
+        take = pa.array(idx)
+        dp = np.asarray(t["dlq_partition"].take(take).to_numpy(zero_copy_only=False),
+                        dtype=np.int64)
+        do = np.asarray(t["dlq_offset"].take(take).to_numpy(zero_copy_only=False),
+                        dtype=np.int64)
+        ttop = d["target_topic"].take(take).to_pylist()
+        tpar = d["target_partition"].take(take).to_pylist()
+        rlog.intent(run, chunk_no, topic, zip(dp.tolist(), do.tolist(), ttop, tpar,
+                                              strict=True))
+        _die(kill, "intent", chunk_no)
+        keys = t["key"].take(take).to_pylist()
+        values = t["value"].take(take).to_pylist()
+        stamps = t["timestamp"].take(take).to_pylist()
+        markers = marker_values(topic, dp, do)
+        headers = _header_lists(t["headers"].take(take), markers)
+        k = len(idx)
+        reports = _Deliveries(k)
+        report = reports.report
+        half = k // 2 if kill == ("producing", chunk_no) else -1
+        produce = producer.produce
+        for i in range(k):
+            if i == half:
+                _die(kill, "producing", chunk_no)
+            ts = stamps[i]
+            while True:
+                try:
+                    produce(ttop[i], values[i], keys[i], partition=tpar[i],
+                            timestamp=ts if ts is not None and ts > 0 else 0,
+                            headers=headers[i],
+                            on_delivery=functools.partial(report, i))
+                    break
+                except BufferError:  # the local queue is full: let deliveries drain it
+                    producer.poll(0.05)
+                except KafkaException as exc:  # refused before sending (e.g. too large)
+                    reports.errors[i] = exc.args[0]
+                    break
+        _die(kill, "produced", chunk_no)
+        while producer.flush(1.0):
+            pass
+        _die(kill, "flushed", chunk_no)
+        delivered: list[tuple[int, int, str, int, int]] = []
+        failed: list[tuple[int, int, str]] = []
+        unknown: list[tuple[int, int, str]] = []
+        for i in range(k):
+            p, o = int(dp[i]), int(do[i])
+            err = reports.errors.get(i)
+            if err is not None:
+                text = f"{err.name()}: {err.str()}"
+                (failed if _definitely_not_written(err) else unknown).append((p, o, text))
+            else:
+                delivered.append((p, o, ttop[i], int(reports.partition[i]),
+                                  int(reports.offset[i])))
+        rlog.done(run, chunk_no, topic, delivered, failed, unknown)
+        _die(kill, "done", chunk_no)
+        result.delivered += len(delivered)
+        result.failed += failed
+        result.unknown += unknown
+        sent += k
+        stage("redriving", sent, len(rows))
+    result.send_s = time.monotonic() - t_send
+    _mark_outcomes(plan, result)
+
+
+class _Deliveries:
+    """Where each record of a chunk landed, or its error (filled by delivery callbacks)."""
+
+    def __init__(self, k: int) -> None:
+        self.offset = np.full(k, -1, dtype=np.int64)
+        self.partition = np.full(k, -1, dtype=np.int64)
+        self.errors: dict[int, Any] = {}
+
+    def report(self, i: int, err: Any, msg: Any) -> None:
+        if err is not None:
+            self.errors[i] = err
+        else:
+            self.offset[i] = msg.offset()
+            self.partition[i] = msg.partition()
+
+
+def _header_lists(headers: pa.ChunkedArray | pa.Array, markers: list[bytes]
+                  ) -> list[list[tuple[str, str | bytes | None]]]:
+    """Per record, its headers as the producer takes them, with the marker last."""
+    lists = headers.combine_chunks() if isinstance(headers, pa.ChunkedArray) else headers
+    counts = np.asarray(pc.fill_null(pc.list_value_length(lists), 0).to_numpy(
+        zero_copy_only=False), dtype=np.int64)
+    flat = pc.list_flatten(lists)
+    hk = flat.field("key").to_pylist()
+    hv = flat.field("value").to_pylist()
+    ends = np.cumsum(counts).tolist()
+    out: list[list[tuple[str, str | bytes | None]]] = []
+    s = 0
+    for e, m in zip(ends, markers, strict=True):
+        h = list(zip(hk[s:e], hv[s:e], strict=True)) if e > s else []
+        h.append((REDRIVE_HEADER, m))
+        out.append(h)
+        s = e
+    return out
+
+
+def _mark_outcomes(plan: RedrivePlan, result: RedriveResult) -> None:
+    """Rows that were to be redriven but failed or timed out: ``stay`` with why."""
+    bad = {(p, o): "failed" for p, o, _ in result.failed}
+    bad.update({(p, o): "unknown" for p, o, _ in result.unknown})
+    msg = {(p, o): e for p, o, e in [*result.failed, *result.unknown]}
+    if not bad:
+        return
+    d = plan.decisions
+    parts = d["dlq_partition"].to_pylist()
+    offs = d["dlq_offset"].to_pylist()
+    decision = d["decision"].to_pylist()
+    why = d["why"].to_pylist()
+    message = d["message"].to_pylist()
+    for i, key in enumerate(zip(parts, offs, strict=True)):
+        if key in bad:
+            decision[i], why[i], message[i] = "stay", bad[key], msg[key]
+    plan.decisions = d.set_column(d.schema.get_field_index("decision"), "decision",
+                                  pa.array(decision, pa.string())) \
+        .set_column(d.schema.get_field_index("why"), "why", pa.array(why, pa.string())) \
+        .set_column(d.schema.get_field_index("message"), "message",
+                    pa.array(message, pa.string()))
+
+
+def default_log_path(topic: str) -> Path:
+    """The CLI's redrive log when ``--log`` is not given: ``<topic>.redrive.jsonl`` here."""
+    return Path(f"{topic}.redrive.jsonl")
