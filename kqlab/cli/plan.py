@@ -16,12 +16,11 @@ from kqlab.cli._common import (
     SubParsers,
     add_json_flag,
     add_parser_with_examples,
-    load_policy_file,
     prepare_registries,
     shown_dir,
     write_json,
 )
-from kqlab.cli.whatif import add_sample_options, client_header
+from kqlab.cli.whatif import add_sample_options, client_header, policy_file
 
 if TYPE_CHECKING:
     from kqlab.rollout.plan import RolloutPlan
@@ -64,7 +63,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from kqlab.cli._ui import progress
     from kqlab.rollout.plan import rollout_plan
 
-    policy = load_policy_file(args.policy)
+    policy = policy_file(args.policy)
     prepare_registries(policy)
     with progress() as shown:
         shown.step(f"replaying {', '.join(args.sample)} stage by stage")

@@ -22,11 +22,14 @@ from kqlab.cli._common import (
     prepare_registries,
     write_json,
 )
+from kqlab.rollout.errors import RolloutError
 
 if TYPE_CHECKING:
+    from kqlab.policy.model import Policy
     from kqlab.rollout.whatif import WhatIf
 
-__all__ = ["add_parser", "add_sample_options", "cmd_whatif", "print_whatif"]
+__all__ = ["add_parser", "add_sample_options", "client_header", "cmd_whatif", "policy_file",
+           "print_whatif"]
 
 _EXAMPLES = """\
   kqlab whatif orders.yaml --sample orders-0 --now 1763700000000
@@ -76,6 +79,15 @@ def add_parser(sub: SubParsers) -> None:
     wi.set_defaults(run=cmd_whatif)
 
 
+def policy_file(path: str) -> Policy:
+    """The policy file ``path`` (:func:`~kqlab.cli._common.load_policy_file`); a file that
+    cannot be read is a wrong request (status 2, one line), not a traceback."""
+    try:
+        return load_policy_file(path)
+    except OSError as exc:
+        raise RolloutError(f"policy {path}: {exc.strerror or exc}") from None
+
+
 def client_header(value: str) -> str | None:
     """``--client-header``: '' means none."""
     return value or None
@@ -86,7 +98,7 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     from kqlab.cli._ui import progress
     from kqlab.rollout.whatif import what_if
 
-    policy = load_policy_file(args.policy)
+    policy = policy_file(args.policy)
     prepare_registries(policy)
     with progress() as shown:
         shown.step(f"replaying {', '.join(args.sample)} at each enforcement point")
