@@ -182,9 +182,20 @@ def decode_objects(payload: pa.Array, errors: list[str | None]
     the bulk path cannot prove equal); ``errors`` is then untouched.
     """
     try:
-        return _Decoder(payload).run(errors)
+        column, lazy = _Decoder(payload).run(errors)
     except _Unsupported:
         return None
+    return column, lazy
+
+
+def _valid(column: pa.Array) -> pa.Array:
+    """``column``, structurally checked: Arrow's reader has built malformed arrays (a list of
+    nulls whose child is too short, pyarrow 26); such a column is not used."""
+    try:
+        column.validate()
+    except pa.ArrowInvalid as ex:
+        raise _Unsupported(f"Arrow's reader built a malformed column: {ex}") from ex
+    return column
 
 
 class _Decoder:
@@ -266,23 +277,35 @@ class _Decoder:
 
     def _read(self, bulk: np.ndarray, known: dict[int, object]
               ) -> tuple[np.ndarray, pa.Array | None]:
-        """Read the bulk rows (in pieces) and the objects parsed one by one; (rows to take
-        out of bulk, None) when some must go through orjson first."""
+        """Read the bulk rows and the objects parsed one by one, in row order and in pieces;
+        (rows to take out of bulk, None) when some must go through orjson first."""
         rows = np.flatnonzero(bulk)
-        buf, offs = self._bulk_buffer(rows)
-        pieces = _pieces(offs)
-        tables = _read_all(buf, offs, pieces)
+        singles = np.array(sorted(i for i, obj in known.items() if obj is not None),
+                           dtype=np.int64)
+        if len(singles):
+            # re-serialized where they sit: pa.array orders fields by first appearance, so
+            # a field first seen in one of them must be seen there
+            order = np.union1d(rows, singles)
+            single = np.isin(order, singles)
+            buf, offs = self._mixed_buffer(order, single, known)
+        else:
+            order, single = rows, np.zeros(len(rows), dtype=bool)
+            buf, offs = self._bulk_buffer(rows)
+        tables = _read_all(buf, offs, _pieces(offs))
         redo: list[np.ndarray] = []
         good: list[_Piece] = []
         todo = list(tables)
         while todo:
             p = todo.pop()
+            ours = ~single[p.lo:p.hi]  # rows that can still go through orjson
             if p.table is None:
                 if p.error is not None and "changed from" in p.error \
                         and "Column()" not in p.error:
                     raise _Unsupported(p.error)  # a field's types conflict: pa.array's call
                 if p.hi - p.lo <= _MIN_PIECE:
-                    redo.append(rows[p.lo:p.hi])
+                    if not ours.any():
+                        raise _Unsupported("re-serialized objects do not read back in bulk")
+                    redo.append(order[p.lo:p.hi][ours])
                 else:
                     mid = (p.lo + p.hi) // 2
                     todo.extend(_read_all(buf, offs, [(p.lo, mid), (mid, p.hi)]))
@@ -291,9 +314,11 @@ class _Decoder:
             if suspect is None:
                 good.append(p)
                 continue
-            hits = _matches(self.payload.take(pa.array(rows[p.lo:p.hi])), _SUSPECT_NUMBER)
-            if hits.any():
-                redo.append(rows[p.lo:p.hi][hits])
+            hits = _matches(_values_of(buf, offs, p.lo, p.hi), _SUSPECT_NUMBER)
+            if (hits & ours).any():
+                redo.append(order[p.lo:p.hi][hits & ours])
+            elif hits.any():
+                raise _Unsupported("a re-serialized object holds a number Arrow reads apart")
             elif suspect == "large":  # written as floats: the same doubles either way
                 good.append(p)
             else:
@@ -301,23 +326,24 @@ class _Decoder:
         if redo:
             return np.concatenate(redo), None
         good.sort(key=lambda p: p.lo)
-        singles = sorted(i for i, obj in known.items() if obj is not None)
         parts = [p.table for p in good if p.table is not None]
-        if singles:
-            try:
-                extra = b"".join(orjson.dumps(known[i]) for i in singles)
-            except (TypeError, orjson.JSONEncodeError) as ex:  # nested deeper than it writes
-                raise _Unsupported(str(ex)) from ex
-            t = _read_one(pa.py_buffer(extra), len(singles))
-            if t is None or _check_leaves(t) is not None:
-                raise _Unsupported("objects parsed one by one do not read back in bulk")
-            if parts and not _covers(pa.struct(list(_union([pt.schema for pt in parts]))),
-                                     pa.struct(list(t.schema))):
-                # a field first seen in one of them: its place in pa.array's field order
-                # depends on where that record sits among the others
-                raise _Unsupported("fields only in values read one by one")
-            parts.append(t)
-        return np.zeros(0, dtype=np.int64), self._assemble(rows, singles, parts)
+        return np.zeros(0, dtype=np.int64), self._assemble(order, parts)
+
+    def _mixed_buffer(self, order: np.ndarray, single: np.ndarray, known: dict[int, object]
+                      ) -> tuple[pa.Buffer, np.ndarray]:
+        """Bulk values and re-serialized objects back to back, in row order (a copy: only
+        when some values were parsed one by one)."""
+        mv = self.mv
+        chunks: list[bytes | memoryview] = []
+        try:
+            for i, one in zip(order.tolist(), single.tolist(), strict=True):
+                chunks.append(orjson.dumps(known[i]) if one
+                              else mv[int(self.starts[i]):int(self.ends[i])])
+        except (TypeError, orjson.JSONEncodeError) as ex:  # nested deeper than it writes
+            raise _Unsupported(str(ex)) from ex
+        offs = np.zeros(len(order) + 1, dtype=np.int64)
+        np.cumsum([len(c) for c in chunks], out=offs[1:])
+        return pa.py_buffer(b"".join(chunks)), offs
 
     def _bulk_buffer(self, rows: np.ndarray) -> tuple[pa.Buffer, np.ndarray]:
         """The bulk values back to back and their boundaries (zero-copy when nothing else
@@ -340,14 +366,15 @@ class _Decoder:
         assert pbuf is not None
         return pbuf.slice(base, int(pe[-1]) - base), offs
 
-    def _assemble(self, rows: np.ndarray, singles: list[int], parts: list[pa.Table]
-                  ) -> pa.Array:
-        """One struct column, row for row: bulk rows, then objects read one by one, placed."""
+    def _assemble(self, order: np.ndarray, parts: list[pa.Table]) -> pa.Array:
+        """One struct column, row for row: the rows read (``order``) placed, nulls between."""
         if not parts:  # nothing but nulls and failures: pa.array's null column
             return pa.nulls(self.n)
         target = pa.struct(list(_union([t.schema for t in parts])))
-        column = pa.concat_arrays([_conform(_as_struct(t), target) for t in parts])
-        order = np.concatenate([rows, np.asarray(singles, dtype=np.int64)])
+        try:
+            column = _valid(pa.concat_arrays([_conform(_as_struct(t), target) for t in parts]))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as ex:
+            raise _Unsupported(str(ex)) from ex
         if len(order) == self.n and np.array_equal(order, np.arange(self.n)):
             return column
         where = np.full(self.n, -1, dtype=np.int64)
@@ -359,6 +386,13 @@ def _buffers_of(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     from kqlab.serde.wire import _buffers
 
     return _buffers(arr)
+
+
+def _values_of(buf: pa.Buffer, offs: np.ndarray, lo: int, hi: int) -> pa.Array:
+    """Values ``lo:hi`` of a piece buffer as a binary column (zero-copy)."""
+    rel = offs[lo:hi + 1] - offs[lo]
+    return pa.Array.from_buffers(pa.binary(), hi - lo, [
+        None, pa.py_buffer(rel.astype(np.int32)), buf.slice(int(offs[lo]), int(rel[-1]))])
 
 
 def _matches(arr: pa.Array, pattern: str) -> np.ndarray:
@@ -534,19 +568,6 @@ def _merge(a: pa.DataType, b: pa.DataType) -> pa.DataType:
     if pa.types.is_list(a) and pa.types.is_list(b):
         return pa.list_(_merge(a.value_type, b.value_type))
     raise _Unsupported(f"{a} and {b} in one field")
-
-
-def _covers(a: pa.DataType, b: pa.DataType) -> bool:
-    """Every field of ``b`` (at every depth) is already a field of ``a``."""
-    if pa.types.is_struct(b):
-        if not pa.types.is_struct(a):
-            return pa.types.is_null(a) and b.num_fields == 0
-        names = {a.field(i).name: a.field(i).type for i in range(a.num_fields)}
-        return all(b.field(i).name in names and _covers(names[b.field(i).name], b.field(i).type)
-                   for i in range(b.num_fields))
-    if pa.types.is_list(b):
-        return not pa.types.is_list(a) or _covers(a.value_type, b.value_type)
-    return True
 
 
 def _conform(arr: pa.Array, target: pa.DataType) -> pa.Array:

@@ -113,6 +113,7 @@ CASES = {
     "list beside object": [b'{"a":[1]}', b'{"a":{"b":1}}'] * 3,
     "fields in new orders": [b'{"b":1}', b'{"a":1,"b":2}', b'{"c":{"y":1}}',
                              b'{"c":{"x":2,"y":3},"a":null}'] * 2,
+    "lists of nulls": [b'{"a":[null,null]}', b'{"a":[]}', b'{"a":[null]}'],
     "null then typed": [b'{"a":null,"l":[]}', b'{"a":null,"l":[null]}',
                         b'{"a":{"x":1},"l":[[1.5]]}', b'{"a":"s"}'],
     "empty objects": [b'{"a":{}}', b'{"a":{"b":1}}', b"{}", b'{"a":[{}]}'] * 2,
