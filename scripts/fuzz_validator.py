@@ -1240,8 +1240,10 @@ def run_log(pieces: list[bytes], setups: Sequence[tuple[str, dict[str, Any]]],
         if not (same_records and same_batches and not bulk_d.issues):
             which = "records" if not same_records else "batches" if not same_batches \
                 else "issues"
-            res.findings.append(Finding("mismatch", "decode", f"decode|bulk-vs-batches|{which}",
-                                        f"decode_records and decode_batches disagree on {which}"))
+            res.findings.append(Finding(
+                "mismatch", "decode", f"decode|bulk-vs-batches|{which}",
+                f"decode_records and decode_batches disagree on {which}",
+                details=_table_diff(decoded, bulk_d, which, pieces)))
     for name, kwargs in setups:
         kw = _setup_kwargs(kwargs)
         config = kw.pop("config", None)
@@ -1306,6 +1308,27 @@ def run_log(pieces: list[bytes], setups: Sequence[tuple[str, dict[str, Any]]],
                         f"|{cols}", f"broker_verdicts without raw differs in {cols}",
                         details={"row": i, "expected": w, "got": g})))
     return res
+
+
+def _table_diff(a: Any, b: Any, which: str, pieces: list[bytes]) -> dict[str, Any]:
+    """The first differing rows of two decodes, and whether decoding again agrees (a
+    difference that vanishes on a second try is state or nondeterminism, not the bytes)."""
+    if which == "issues":
+        return {"issues": [str(i) for i in b.issues]}
+    ta, tb = (getattr(x, which) for x in (a, b))
+    if which == "batches":
+        ta, tb = ta.drop_columns(["position"]), tb.drop_columns(["position"])
+    ra, rb = ta.to_pylist(), tb.to_pylist()
+    rows = [{"row": i, "batches_path": {k: repr(x[k]) for k in x if x[k] != y.get(k)},
+             "bulk_path": {k: repr(y[k]) for k in x if x[k] != y.get(k)}}
+            for i, (x, y) in enumerate(zip(ra, rb, strict=False)) if x != y][:5]
+    again = decode_batches(pieces, topic=TOPIC, partition=PARTITION)
+    out: dict[str, Any] = {"rows": rows, "row_counts": [len(ra), len(rb)],
+                           "same_on_second_decode": getattr(again, which).equals(
+                               getattr(a, which))}
+    if which == "batches" and rows and rows[0]["row"] < len(pieces):
+        out["batch"] = pieces[rows[0]["row"]].hex()
+    return out
 
 
 def random_policy(profile: str, pieces: list[bytes], n_records: int) -> RecordPolicy:
@@ -1552,8 +1575,10 @@ def process_group(cases: list[Case], col: Collector, group_no: int,
     for f in res.findings + extra_findings:
         if len(cases) == 1:
             _attribute(f, cases[0])
-        elif f.input is None and f.pieces is None:
-            f.pieces = list(pieces)
+        else:
+            if f.input is None and f.pieces is None:
+                f.pieces = list(pieces)
+            f.details.setdefault("cases", [cases[0].index, cases[-1].index])
         col.add(f)
     done: set[tuple[int, str]] = set()
     for i, f in res.row_findings:
