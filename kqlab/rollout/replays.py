@@ -83,51 +83,57 @@ def _single(sample: Sample) -> Sample:
                               issues=sample.issues)
 
 
-def _occurrence(keys: np.ndarray) -> np.ndarray:
-    """Per row, how many earlier rows have the same key (0 for the first)."""
-    n = len(keys)
-    if not n:
-        return np.zeros(0, np.int64)
-    order = np.argsort(keys, kind="stable")
-    sk = keys[order]
-    start = np.r_[True, sk[1:] != sk[:-1]]
-    run = np.cumsum(start) - 1
+def _keyed(keys: pa.Table, row: str) -> pa.Table:
+    """(topic, partition, offset) without nulls (a join never matches a null), and the row."""
+    return pa.table({
+        "topic": pc.fill_null(pc.cast(keys.column("topic"), pa.string()), ""),
+        "partition": pc.fill_null(pc.cast(keys.column("partition"), pa.int64()), -1),
+        "offset": pc.fill_null(pc.cast(keys.column("offset"), pa.int64()), -1),
+        row: pa.array(np.arange(keys.num_rows, dtype=np.int64))})
+
+
+def _occurrence(t: pa.Table) -> pa.Array:
+    """Per row, how many earlier rows have the same key (0 for the first): a stable sort by
+    key, then the position within each run of equal keys."""
+    n = t.num_rows
+    order = pc.sort_indices(t, sort_keys=[("topic", "ascending"), ("partition", "ascending"),
+                                          ("offset", "ascending")]).to_numpy()
+    topic = pc.dictionary_encode(t.column("topic")).combine_chunks().indices.to_numpy()
+    cols = [topic, t.column("partition").to_numpy(), t.column("offset").to_numpy()]
+    same = np.ones(max(n - 1, 0), bool)
+    for c in cols:
+        sc = c[order]
+        same &= sc[1:] == sc[:-1]
+    start = np.r_[True, ~same] if n else np.zeros(0, bool)
     first = np.flatnonzero(start)
-    rank = np.arange(n) - first[run]
-    out = np.empty(n, np.int64)
-    out[order] = rank
-    return out
+    run = np.cumsum(start) - 1
+    rank = np.empty(n, np.int64)
+    rank[order] = np.arange(n) - first[run]
+    return pa.array(rank)
 
 
-def _record_keys(keys: pa.Table, topics: dict[str, int]) -> np.ndarray:
-    """(topic, partition, offset, occurrence) of each row as one structured array."""
-    topic = keys.column("topic").to_pylist()
-    codes = np.fromiter((topics.setdefault(t or "", len(topics)) for t in topic), np.int64,
-                        len(topic))
-    part = pc.fill_null(keys.column("partition"), -1).to_numpy().astype(np.int64)
-    off = pc.fill_null(keys.column("offset"), -1).to_numpy().astype(np.int64)
-    rec = np.empty(len(off), dtype=[("t", np.int64), ("p", np.int64), ("o", np.int64),
-                                    ("n", np.int64)])
-    rec["t"], rec["p"], rec["o"] = codes, part, off
-    rec["n"] = 0
-    rec["n"] = _occurrence(rec)
-    return rec
+def _unique(t: pa.Table) -> bool:
+    if not t.num_rows:
+        return True
+    g = t.group_by(["topic", "partition", "offset"], use_threads=False).aggregate([])
+    return g.num_rows == t.num_rows
 
 
 def align(target: pa.Table, source: pa.Table) -> np.ndarray:
     """For every row of ``target`` (columns topic, partition, offset) the row of ``source``
     holding the same record, -1 when ``source`` has none (e.g. a transaction marker the
-    single-framed sample left out).  Records repeated under one offset are matched in order."""
-    topics: dict[str, int] = {}
-    t = _record_keys(target, topics)
-    s = _record_keys(source, topics)
-    order = np.argsort(s, kind="stable")
-    pos = np.searchsorted(s[order], t)
-    pos = np.minimum(pos, max(len(s) - 1, 0))
-    if not len(s):
-        return np.full(len(t), -1, np.int64)
-    hit = s[order][pos] == t
-    return np.where(hit, order[pos], -1).astype(np.int64)
+    single-framed sample left out).  Records repeated under one offset are matched in order.
+    A hash join (Arrow), no per-record Python."""
+    t, s = _keyed(target, "_t"), _keyed(source, "_s")
+    keys = ["topic", "partition", "offset"]
+    if not (_unique(t) and _unique(s)):
+        t = t.append_column("_n", _occurrence(t))
+        s = s.append_column("_n", _occurrence(s))
+        keys.append("_n")
+    joined = t.join(s.select([*keys, "_s"]), keys=keys, join_type="left outer",
+                    use_threads=False)
+    joined = joined.sort_by("_t")
+    return pc.fill_null(joined.column("_s"), -1).to_numpy().astype(np.int64)
 
 
 @dataclass

@@ -240,3 +240,19 @@ def test_figure_has_bars_with_the_counts(one_bad_in_ten):
     dlq = next(tr for tr in fig.data if tr.name.startswith("dead-lettered"))
     assert dlq.y[names.index("gate")] == 1
     assert np.isclose(refused.customdata[names.index("kip-940")][1], 100 / 15)
+
+
+def test_align_matches_records_by_coordinates_and_repeats_in_order():
+    import pyarrow as pa
+
+    from kqlab.rollout.replays import align
+
+    target = pa.table({"topic": ["a", "a", "b", "a", "a"],
+                       "partition": pa.array([0, 0, 0, 1, 0], pa.int32()),
+                       "offset": [1, 2, 1, 1, 1]})
+    source = pa.table({"topic": ["a", "b", "a", "a"],
+                       "partition": pa.array([0, 0, 0, 0], pa.int32()),
+                       "offset": [2, 1, 1, 1]})
+    # a-0@1 twice on each side: first to first; a-1@1 has no match
+    assert align(target, source).tolist() == [2, 0, 1, -1, 3]
+    assert align(target.slice(1, 2), source.slice(0, 0)).tolist() == [-1, -1]
