@@ -153,5 +153,6 @@ def print_whatif(w: WhatIf) -> None:
             c.print(styled(f"{t.point.name}: cannot express rule {rid} — {why}", "warning"))
         for rid, how in t.fidelity.approximate.items():
             c.print(styled(f"{t.point.name}: rule {rid} approximate — {how}", "note"))
-        if t.fidelity.note:
-            c.print(styled(f"{t.point.name}: {t.fidelity.note}", "note"))
+        for note in (t.point.caveat, t.fidelity.note):
+            if note:
+                c.print(styled(f"{t.point.name}: {note}", "note"))

@@ -69,7 +69,8 @@ def whatif_html(whatif: WhatIf, *, figure: bool = True) -> str:
              _table(["point", "where", "per", "accepted", "refused", "collateral",
                      "dead-lettered", "refused + collateral", "producer sees",
                      "cannot express", "approximate"], rows)]
-    notes = [f"{t.point.name}: {t.fidelity.note}" for t in whatif.targets if t.fidelity.note]
+    notes = [f"{t.point.name}: {n}" for t in whatif.targets
+             for n in (t.point.caveat, t.fidelity.note) if n]
     if notes:
         parts.append("<ul class='sub'>" + "".join(f"<li>{_esc(n)}</li>" for n in notes)
                      + "</ul>")

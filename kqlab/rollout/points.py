@@ -50,6 +50,8 @@ class EnforcementPoint:
     dead_letters: bool = False
     #: who answers the producer when the policy refuses a batch (whole-batch points)
     policy_who: str = "broker"
+    #: what the sample cannot tell about this point (shown beside its numbers)
+    caveat: str | None = None
 
 
 #: every enforcement point of the what-if, in the order its table lists them
@@ -65,10 +67,15 @@ POINTS: tuple[EnforcementPoint, ...] = (
                      "first failing record's message)", "broker", "batch", None, "kip-686",
                      own_validator=True, policy_who="broker: records policy"),
     EnforcementPoint("confluent", "Confluent data contract (the serializer's rules, per "
-                     "record, before the produce)", "client", "record", "confluent"),
+                     "record, before the produce)", "client", "record", "confluent",
+                     caveat="only producers serializing with the contract's rules are "
+                     "checked: one writing raw bytes bypasses them"),
     EnforcementPoint("kroxylicious", "Kroxylicious RecordValidation filter (proxy, the whole "
                      "request)", "proxy", "batch", "kroxylicious", "kip-940",
-                     policy_who="proxy"),
+                     policy_who="proxy",
+                     caveat="judged per batch: a ProduceRequest can carry several batches "
+                     "(and partitions), all refused with it, so the proxy refuses at least "
+                     "this much"),
     EnforcementPoint("gate", "kqlab validating gate (per record, behind the raw topic: "
                      "forwards or dead-letters)", "gate", "record", "gate",
                      own_validator=True, dead_letters=True),

@@ -133,6 +133,7 @@ class TargetOutcome:
         o = self.outcome
         return {"point": self.point.name, "title": self.point.title,
                 "where": self.point.where, "granularity": self.point.granularity,
+                "caveat": self.point.caveat,
                 "available": self.available, "fidelity": self.fidelity.to_dict(),
                 "counts": self.counts, "reject_rate": self.reject_rate,
                 "refused_by": {} if o is None else o.reasons(REFUSED),

@@ -224,7 +224,7 @@ def test_table_and_json_shapes(one_bad_in_ten):
     assert set(doc) == {"policy", "policy_hash", "records", "batches", "now", "clock",
                         "framing", "client_header", "targets"}
     t = doc["targets"][0]
-    assert set(t) >= {"point", "counts", "answers", "refused_by", "collateral_by",
+    assert set(t) >= {"point", "caveat", "counts", "answers", "refused_by", "collateral_by",
                       "dead_lettered_by", "fidelity", "producers", "sources", "behaviour"}
     assert all("replay" in s for s in t["sources"])
 
