@@ -336,6 +336,70 @@ def _isolated_error(data: memoryview, s: int, e: int, parsed: Any, label: str,
                              "the value")
 
 
+#: read Avro values field by field where that gives fastavro's column (tests switch it off)
+BULK_AVRO = True
+
+
+def _decode_avro_bulk(groups: list[tuple[ParsedSchema, str, np.ndarray]], data: np.ndarray,
+                      starts: np.ndarray, ends: np.ndarray, errors: list[str | None],
+                      header: int, n: int) -> tuple[pa.Array, Sequence[object]] | None:
+    """:func:`_decode_avro` with every writer schema's values read field by field
+    (:mod:`kqlab.serde.avro_columns`); the values that module flags are read by fastavro one
+    by one, exactly as the per-record path reads them.  None (the caller reads every value
+    with fastavro) when a schema is outside that module's subset, needs a converter, or the
+    schemas map to different Arrow types."""
+    from kqlab.serde.avro_columns import LazyAvroValues, compile_reader, read_values
+
+    target = groups[0][0].arrow_type
+    readers = []
+    for ps, _, _ in groups:
+        if ps.arrow.converter is not None or ps.arrow_type != target:
+            return None
+        reader = compile_reader(ps.parsed, target)
+        if reader is None:
+            return None
+        readers.append(reader)
+    columns: list[pa.Array] = []
+    placed: list[np.ndarray] = []
+    schema_of = np.full(n, -1, dtype=np.int64)
+    known: dict[int, object] = {}
+    fallback: list[np.ndarray] = []
+    buf: io.BytesIO | None = None
+    for k, ((ps, label, rows), reader) in enumerate(zip(groups, readers, strict=True)):
+        column, bad = read_values(reader, data, starts[rows], ends[rows])
+        columns.append(column)
+        placed.append(rows)
+        schema_of[rows[~bad]] = k
+        again = rows[bad]
+        if len(again):  # fastavro reads these, value by value, as the per-record path does
+            if buf is None:
+                buf = io.BytesIO(data.tobytes())
+            out: list[object] = [None] * n
+            _read_group(buf, ps, label, again, starts, ends, out, errors, header)
+            for i in again.tolist():
+                known[i] = out[i]
+            fallback.append(again)
+    column = pa.concat_arrays(columns) if len(columns) > 1 else columns[0]
+    order = np.concatenate(placed) if len(placed) > 1 else placed[0]
+    where = np.full(n, -1, dtype=np.int64)
+    where[order] = np.arange(len(order))
+    if fallback:
+        again = np.concatenate(fallback)
+        objs = [known[i] for i in again.tolist()]
+        local: list[str | None] = [None] * len(objs)
+        extra = _build(objs, target, local)  # a value that does not fit: its own error
+        for j, i in enumerate(again.tolist()):
+            if local[j] is not None:
+                errors[i] = local[j]
+                known[i] = None
+        where[again] = len(order) + np.arange(len(again))
+        column = pa.concat_arrays([column, extra])
+    if not (len(order) == n and not fallback and np.array_equal(order, np.arange(n))):
+        column = column.take(pa.array(where, mask=where < 0))
+    return column, LazyAvroValues(data, starts, ends, schema_of,
+                                  [ps.parsed for ps, _, _ in groups], known)
+
+
 def _unify(types: list[pa.DataType]) -> pa.DataType | None:
     """One Arrow type for values of several writer schemas (None: they conflict)."""
     if len(set(types)) == 1:
@@ -353,7 +417,7 @@ def _unify(types: list[pa.DataType]) -> pa.DataType | None:
 
 def _decode_avro(values: pa.Array, info: WireInfo | None, errors: list[str | None],
                  stages: list[DecodeStage | None],
-                 resolver: SchemaResolver) -> tuple[DecodedColumn, list[object]]:
+                 resolver: SchemaResolver) -> tuple[DecodedColumn, Sequence[object]]:
     """The Avro column and each record's fastavro datum (``None`` where it failed)."""
     n = len(values)
     out: list[object] = [None] * n
@@ -383,6 +447,13 @@ def _decode_avro(values: pa.Array, info: WireInfo | None, errors: list[str | Non
                         stages[i] = "schema"
                     continue
                 groups.append((ps, f"schema id {sid}", np.sort(chunk)))
+    if BULK_AVRO and groups:
+        bulk = _decode_avro_bulk(groups, data, starts, ends, errors,
+                                 0 if info is None else HEADER_SIZE, n)
+        if bulk is not None:
+            bulk_values, lazy = bulk
+            return (DecodedColumn(bulk_values, pa.array(errors, pa.string()),
+                                  None if info is None else info.schema_id, None, lazy), lazy)
     buf = io.BytesIO(data.tobytes())  # one copy of the data buffer; each value read in place
     types: list[pa.DataType] = []  # Arrow types of the schemas that decoded at least one value
     convert: list[tuple[Callable[[Any], Any], np.ndarray]] = []
