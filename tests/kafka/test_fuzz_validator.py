@@ -6,10 +6,13 @@ with a fixed seed: no crash, no hang, no invalid verdict, and the two engines ag
 The long run (a million cases, ``--jobs 2``) is the script's own job; this keeps a slice of
 it in every test run.
 
-The harness tests prove the fuzzer can fail: a crashing, a slow and a lying engine are each
-reported.  ``fuzz_seeds/`` holds the minimal inputs of bugs the fuzzer found; each is replayed
-through every stage and setup.  Seeds whose fix could not be applied here are strict xfails
-naming the bug (remove the entry from :data:`KNOWN_BUGS` once it is fixed).
+The harness tests prove the fuzzer can fail: a crashing, a slow and a lying engine, a verdict
+that reads a field the broker never validates (metamorphic oracle) and one that depends on
+what the process decoded before (history oracle) are each reported.  ``fuzz_seeds/`` holds
+the minimal inputs of bugs the fuzzer found; each is replayed through every stage and setup
+(in a fresh interpreter when the bug is state left in a module).  Seeds whose fix could not
+be applied here are strict xfails naming the bug (remove the entry from :data:`KNOWN_BUGS`
+once it is fixed).
 """
 
 from __future__ import annotations
