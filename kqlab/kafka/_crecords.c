@@ -961,52 +961,292 @@ finish_databuf(DataBuf *d)
     return obj;
 }
 
-PyDoc_STRVAR(parse_records_doc,
-"parse_records(regions, counts, modes=1, with_data=True, failed=None, codecs=None,\n"
-"              read=None) -> tuple\n"
-"\n"
-"C implementation of kqlab.kafka._records_py.parse_records; returns the fields of\n"
-"ParsedRecords as a 17-tuple (see kqlab.kafka.records_parser).  zstd regions are\n"
-"decompressed here when libzstd is loaded and they decode whole (ZSTD_VERSION); every\n"
-"other compressed region is parsed from what read(i) delivers.");
+/* ------------------------------------------------------------------------------------------ */
+/* parse_records and RecordsParser: one parse, fed in one call or piece by piece               */
+/* ------------------------------------------------------------------------------------------ */
 
-static PyObject *
-parse_records(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwds)
-{
-    static char *kwlist[] = {"regions", "counts", "modes", "with_data", "failed", "codecs",
-                             "read", NULL};
-    PyObject *regions_in, *counts_in, *modes_in = NULL, *failed_in = Py_None;
-    PyObject *codecs_in = Py_None, *read = Py_None;
-    int with_data = 1;
-    int one_mode = M_BUFFER;
-    unsigned char *modes = NULL, *failed = NULL, *codecs = NULL;
-    ZstdScratch zs = {NULL, NULL, 0};
-    PyObject *regions = NULL, *counts = NULL, *errors = NULL, *result = NULL;
-    PyObject *fields[17] = {NULL};
-    int64_t *batch_n = NULL;
-    Py_ssize_t nb, bi, k;
+static uint32_t crc32c_value(const uint8_t *p, size_t len);
+
+#define SCAN_V2_HEADER_SIZE 61 /* the v2 batch header; the records start after it */
+#define SCAN_V2_CRC_OFFSET 21  /* the CRC covers [21, size) */
+
+/*
+ * One parse: the output columns and, per batch so far, the records read and the error.  Errors
+ * are kept as numbers (no Python object per batch) so whole runs of batches are parsed without
+ * the GIL; the list of tuples is built once, by ps_finish.
+ */
+typedef struct {
     Out o;
+    int started;
+    Py_ssize_t nb;     /* batches so far */
+    Py_ssize_t nb_cap; /* entries allocated in batch_n and errs */
+    int64_t *batch_n;
+    BatchErr *errs;
+    PyObject *huge; /* [(batch, count)] for counts below -2**63 (INVALID_COUNT quotes them) */
+    ZstdScratch zs;
+} ParseState;
 
-    memset(&o, 0, sizeof(o));
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|OpOOO:parse_records", kwlist,
-                                     &regions_in, &counts_in, &modes_in, &with_data, &failed_in,
-                                     &codecs_in, &read)) {
-        return NULL;
+static void
+ps_free(ParseState *ps)
+{
+    out_free(&ps->o);
+    PyMem_RawFree(ps->batch_n);
+    PyMem_RawFree(ps->errs);
+    ps->batch_n = NULL;
+    ps->errs = NULL;
+    Py_CLEAR(ps->huge);
+    zstd_scratch_free(&ps->zs);
+    ps->started = 0;
+    ps->nb = ps->nb_cap = 0;
+}
+
+/* Allocate the output; `reserve` is the value buffer's first capacity (bytes that exist). */
+static int
+ps_start(ParseState *ps, int with_data, Py_ssize_t reserve)
+{
+    Out *o = &ps->o;
+    o->with_data = with_data;
+    if (grow_records(o, INITIAL_RECORDS) != ST_OK) {
+        PyErr_NoMemory();
+        return -1;
     }
-    o.with_data = with_data;
-    if (modes_in != NULL && PyIndex_Check(modes_in)) {
+    if (with_data) {
+        if (grow_headers(o, INITIAL_HEADERS) != ST_OK) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        o->koff[0] = o->voff[0] = o->hkoff[0] = o->hvoff[0] = 0;
+        if (reserve > (Py_ssize_t)INT32_MAX) {
+            reserve = (Py_ssize_t)INT32_MAX;
+        }
+        if (databuf_init(&o->key, 0) < 0 || databuf_init(&o->value, reserve) < 0 ||
+            databuf_init(&o->hkey, 0) < 0 || databuf_init(&o->hval, 0) < 0) {
+            return -1;
+        }
+    }
+    ps->started = 1;
+    return 0;
+}
+
+/* Room for `more` batch entries (needs no GIL). */
+static int
+ps_reserve_batches(ParseState *ps, Py_ssize_t more)
+{
+    Py_ssize_t nc = ps->nb_cap > 0 ? ps->nb_cap : 64;
+    void *q;
+    if (more <= ps->nb_cap - ps->nb) {
+        return ST_OK;
+    }
+    while (nc - ps->nb < more) {
+        if (nc > PY_SSIZE_T_MAX / 64) {
+            return ST_NOMEM;
+        }
+        nc *= 2;
+    }
+    q = PyMem_RawRealloc(ps->batch_n, (size_t)nc * sizeof(int64_t));
+    if (q == NULL) {
+        return ST_NOMEM;
+    }
+    ps->batch_n = q;
+    q = PyMem_RawRealloc(ps->errs, (size_t)nc * sizeof(BatchErr));
+    if (q == NULL) {
+        return ST_NOMEM;
+    }
+    ps->errs = q;
+    ps->nb_cap = nc;
+    return ST_OK;
+}
+
+/* Turn a fatal ST_* status into the Python exception (ST_PYERR: already set). */
+static void
+set_status_error(int st)
+{
+    if (st == ST_NOMEM) {
+        PyErr_NoMemory();
+    }
+    else if (st == ST_OVERFLOW) {
+        PyErr_SetString(PyExc_OverflowError,
+                        "parse_records: a concatenated key/value/header data buffer would "
+                        "exceed 2**31-1 bytes (int32 offsets); parse fewer batches per call");
+    }
+}
+
+/* GIL helpers over o.tstate, which databuf_grow also uses */
+static inline void
+ps_release(ParseState *ps)
+{
+    if (ps->o.tstate == NULL) {
+        ps->o.tstate = PyEval_SaveThread();
+    }
+}
+
+static inline void
+ps_acquire(ParseState *ps)
+{
+    if (ps->o.tstate != NULL) {
+        PyEval_RestoreThread(ps->o.tstate);
+        ps->o.tstate = NULL;
+    }
+}
+
+/*
+ * Decompress a zstd region with the fast path (no GIL needed).  1: the records are in
+ * ps->zs.p[0:*len]; 0: the exact reader must read it; ST_NOMEM-like -1: out of memory.
+ */
+static inline int
+ps_unpack(ParseState *ps, int codec, const uint8_t *buf, Py_ssize_t len, size_t *out_len)
+{
+    if (codec != CODEC_ZSTD || !zstd_lib.loaded) {
+        return 0;
+    }
+    return zstd_fast(&ps->zs, buf, (size_t)len, out_len);
+}
+
+/*
+ * Parse one batch (batch_n/errs slot ps->nb must exist) whose bytes are buf[0:len] as given
+ * (codec 0) or as the fast path or read(index) delivers them (a compressed stream).  Called
+ * with the GIL held or not (ps->o.tstate); takes it only when read must run.  Returns ST_OK,
+ * ST_NOMEM/ST_OVERFLOW, or ST_PYERR with the exception set (and the GIL held).
+ */
+static int
+ps_batch(ParseState *ps, const uint8_t *buf, Py_ssize_t len, int codec, int mode, int fail,
+         long long count, PyObject *read, Py_ssize_t index)
+{
+    PyObject *delivered = NULL;
+    Py_buffer dview;
+    int have_dview = 0;
+    BatchErr *err = &ps->errs[ps->nb];
+    int64_t n = 0;
+    int st = ST_OK;
+
+    if (codec != 0) {
+        /* a compressed stream, opened before the count is looked at (wrapForInput) */
+        size_t ulen = 0;
+        int r = ps_unpack(ps, codec, buf, len, &ulen);
+        if (r < 0) {
+            return ST_NOMEM;
+        }
+        if (r == 1) {
+            buf = ps->zs.p;
+            len = (Py_ssize_t)ulen;
+            fail = 0;
+        }
+        else {
+            PyObject *got;
+            ps_acquire(ps);
+            got = PyObject_CallFunction(read, "n", index);
+            if (got == NULL) {
+                return ST_PYERR;
+            }
+            if (!PyTuple_Check(got) || PyTuple_GET_SIZE(got) != 2) {
+                Py_DECREF(got);
+                PyErr_SetString(PyExc_TypeError,
+                                "parse_records: read(i) must return (data, failed)");
+                return ST_PYERR;
+            }
+            fail = PyObject_IsTrue(PyTuple_GET_ITEM(got, 1));
+            delivered = Py_NewRef(PyTuple_GET_ITEM(got, 0));
+            Py_DECREF(got);
+            if (fail < 0 || PyObject_GetBuffer(delivered, &dview, PyBUF_SIMPLE) < 0) {
+                Py_DECREF(delivered);
+                return ST_PYERR;
+            }
+            have_dview = 1;
+            buf = (const uint8_t *)dview.buf;
+            len = dview.len;
+        }
+    }
+    if (count < 0) {
+        err->kind = K_INVALID_COUNT;
+        err->a = count;
+        err->b = 0;
+    }
+    else {
+        if (len >= RELEASE_GIL_MIN_BYTES) {
+            ps_release(ps);
+        }
+        st = parse_batch(&ps->o, buf, len, count, mode, fail, &n, err);
+    }
+    if (have_dview || delivered != NULL) {
+        ps_acquire(ps);
+        if (have_dview) {
+            PyBuffer_Release(&dview);
+        }
+        Py_XDECREF(delivered);
+    }
+    if (st == ST_OK) {
+        ps->batch_n[ps->nb++] = n;
+    }
+    return st;
+}
+
+/* Per-region flags of an `add`: a single int or one entry per region. */
+static int
+byte_flags(PyObject *obj, Py_ssize_t nb, int truth, const char *what, unsigned char *out)
+{
+    PyObject *seq = PySequence_Fast(obj, what);
+    Py_ssize_t i;
+    if (seq == NULL) {
+        return -1;
+    }
+    if (PySequence_Fast_GET_SIZE(seq) != nb) {
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_ValueError, "%s must have one entry per region", what);
+        return -1;
+    }
+    for (i = 0; i < nb; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        if (truth) {
+            int t = PyObject_IsTrue(item);
+            if (t < 0) {
+                Py_DECREF(seq);
+                return -1;
+            }
+            out[i] = (unsigned char)t;
+        }
+        else {
+            long v = PyLong_AsLong(item);
+            if (v == -1 && PyErr_Occurred()) {
+                Py_DECREF(seq);
+                return -1;
+            }
+            out[i] = (unsigned char)(v < 0 || v > 254 ? 255 : v);
+        }
+    }
+    Py_DECREF(seq);
+    return 0;
+}
+
+/*
+ * Parse the regions of one `add` (see kqlab.kafka._records_py.parse_records for the
+ * arguments); starts the parse on first use with the regions' total bytes as value reserve.
+ * Returns 0, or -1 with an exception set.
+ */
+static int
+ps_add(ParseState *ps, int with_data, PyObject *regions_in, PyObject *counts_in,
+       PyObject *modes_in, PyObject *failed_in, PyObject *codecs_in, PyObject *read)
+{
+    PyObject *regions = NULL, *counts = NULL;
+    unsigned char *modes = NULL, *failed = NULL, *codecs = NULL;
+    int one_mode = M_BUFFER;
+    Py_ssize_t nb, bi;
+    int rc = -1;
+
+    if (modes_in != NULL && modes_in != Py_None && PyIndex_Check(modes_in)) {
         long m = PyLong_AsLong(modes_in); /* a bool is an int: True BUFFER, False PARTIAL */
         if (m == -1 && PyErr_Occurred()) {
-            return NULL;
+            return -1;
         }
         if (m < M_PARTIAL || m > M_STREAM) {
             PyErr_SetString(PyExc_ValueError, "parse_records: a mode is 0, 1 or 2");
-            return NULL;
+            return -1;
         }
         one_mode = (int)m;
         modes_in = NULL;
     }
-
+    else if (modes_in == Py_None) {
+        modes_in = NULL;
+    }
     /* private copies: nothing else can mutate them while we work */
     regions = PySequence_List(regions_in);
     if (regions == NULL) {
@@ -1031,11 +1271,10 @@ parse_records(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwds)
             goto done;
         }
     }
-
-    /* per-batch modes and failure flags as plain bytes */
     modes = PyMem_RawMalloc(nb > 0 ? (size_t)nb : 1u);
     failed = PyMem_RawCalloc(nb > 0 ? (size_t)nb : 1u, 1);
-    if (modes == NULL || failed == NULL) {
+    codecs = PyMem_RawCalloc(nb > 0 ? (size_t)nb : 1u, 1);
+    if (modes == NULL || failed == NULL || codecs == NULL) {
         PyErr_NoMemory();
         goto done;
     }
@@ -1043,254 +1282,281 @@ parse_records(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwds)
         memset(modes, one_mode, nb > 0 ? (size_t)nb : 1u);
     }
     else {
-        PyObject *seq = PySequence_Fast(modes_in, "parse_records: modes must be an int or a "
-                                                  "sequence of ints");
-        if (seq == NULL) {
-            goto done;
-        }
-        if (PySequence_Fast_GET_SIZE(seq) != nb) {
-            Py_DECREF(seq);
-            PyErr_SetString(PyExc_ValueError, "modes must be one mode or one per region");
+        if (byte_flags(modes_in, nb, 0, "modes", modes) < 0) {
             goto done;
         }
         for (bi = 0; bi < nb; bi++) {
-            long m = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, bi));
-            if (m == -1 && PyErr_Occurred()) {
-                Py_DECREF(seq);
-                goto done;
-            }
-            if (m < M_PARTIAL || m > M_STREAM) {
-                Py_DECREF(seq);
+            if (modes[bi] > M_STREAM) {
                 PyErr_SetString(PyExc_ValueError, "parse_records: a mode is 0, 1 or 2");
                 goto done;
             }
-            modes[bi] = (unsigned char)m;
         }
-        Py_DECREF(seq);
     }
-    if (failed_in != Py_None) {
-        PyObject *seq = PySequence_Fast(failed_in, "parse_records: failed must be a sequence");
-        if (seq == NULL) {
-            goto done;
-        }
-        if (PySequence_Fast_GET_SIZE(seq) != nb) {
-            Py_DECREF(seq);
-            PyErr_SetString(PyExc_ValueError, "failed must have one flag per region");
-            goto done;
-        }
-        for (bi = 0; bi < nb; bi++) {
-            int t = PyObject_IsTrue(PySequence_Fast_GET_ITEM(seq, bi));
-            if (t < 0) {
-                Py_DECREF(seq);
-                goto done;
-            }
-            failed[bi] = (unsigned char)t;
-        }
-        Py_DECREF(seq);
+    if (failed_in != NULL && failed_in != Py_None &&
+        byte_flags(failed_in, nb, 1, "failed", failed) < 0) {
+        goto done;
     }
-    if (codecs_in != Py_None) {
-        PyObject *seq = PySequence_Fast(codecs_in, "parse_records: codecs must be a sequence");
-        if (seq == NULL) {
+    if (codecs_in != NULL && codecs_in != Py_None) {
+        if (byte_flags(codecs_in, nb, 0, "codecs", codecs) < 0) {
             goto done;
         }
-        if (PySequence_Fast_GET_SIZE(seq) != nb) {
-            Py_DECREF(seq);
-            PyErr_SetString(PyExc_ValueError, "codecs must have one codec id per region");
-            goto done;
-        }
-        codecs = PyMem_RawCalloc(nb > 0 ? (size_t)nb : 1u, 1);
-        if (codecs == NULL) {
-            Py_DECREF(seq);
-            PyErr_NoMemory();
-            goto done;
-        }
-        for (bi = 0; bi < nb; bi++) {
-            long c = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, bi));
-            if (c == -1 && PyErr_Occurred()) {
-                Py_DECREF(seq);
-                goto done;
-            }
-            codecs[bi] = c != 0 ? (unsigned char)(c > 0 && c < 255 ? c : 255) : 0;
-        }
-        Py_DECREF(seq);
-        if (read == Py_None) {
+        if (read == NULL || read == Py_None) {
             PyErr_SetString(PyExc_ValueError, "codecs need a read function");
             goto done;
         }
     }
 
-    batch_n = PyMem_RawCalloc(nb > 0 ? (size_t)nb : 1u, sizeof(int64_t));
-    if (batch_n == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    errors = PyList_New(nb);
-    if (errors == NULL) {
-        goto done;
-    }
-    if (grow_records(&o, INITIAL_RECORDS) != ST_OK) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    if (with_data) {
-        if (grow_headers(&o, INITIAL_HEADERS) != ST_OK) {
-            PyErr_NoMemory();
-            goto done;
-        }
-        o.koff[0] = 0;
-        o.voff[0] = 0;
-        o.hkoff[0] = 0;
-        o.hvoff[0] = 0;
+    if (!ps->started) {
         /* The values of a region are at most its bytes: reserving the regions' total up
            front lets the value buffer be filled without growing (values are most of the
            data; keys and headers grow geometrically from a page). */
         Py_ssize_t total = 0;
-        for (bi = 0; bi < nb; bi++) {
-            Py_buffer view;
-            if (PyObject_GetBuffer(PyList_GET_ITEM(regions, bi), &view, PyBUF_SIMPLE) < 0) {
-                goto done;
+        if (with_data) {
+            for (bi = 0; bi < nb; bi++) {
+                Py_buffer view;
+                if (PyObject_GetBuffer(PyList_GET_ITEM(regions, bi), &view, PyBUF_SIMPLE) < 0) {
+                    goto done;
+                }
+                total = view.len < (Py_ssize_t)INT32_MAX - total ? total + view.len
+                                                                 : (Py_ssize_t)INT32_MAX;
+                PyBuffer_Release(&view);
             }
-            if (view.len < (Py_ssize_t)INT32_MAX - total) {
-                total += view.len;
-            }
-            else {
-                total = (Py_ssize_t)INT32_MAX;
-            }
-            PyBuffer_Release(&view);
         }
-        if (databuf_init(&o.key, 0) < 0 || databuf_init(&o.value, total) < 0 ||
-            databuf_init(&o.hkey, 0) < 0 || databuf_init(&o.hval, 0) < 0) {
+        if (ps_start(ps, with_data, total) < 0) {
             goto done;
         }
+    }
+    if (ps_reserve_batches(ps, nb) != ST_OK) {
+        PyErr_NoMemory();
+        goto done;
     }
 
     for (bi = 0; bi < nb; bi++) {
         PyObject *count_obj = PyList_GET_ITEM(counts, bi);
-        PyObject *src = PyList_GET_ITEM(regions, bi); /* borrowed (our list holds it) */
-        PyObject *delivered = NULL;                    /* read(bi)'s data, owned */
-        PyObject *err_obj;
         int overflow = 0;
         long long count = PyLong_AsLongLongAndOverflow(count_obj, &overflow);
-        int fail = failed[bi];
-        int unpacked = 0; /* the records are in zs.p[0:unpacked_len] (zstd fast path) */
-        size_t unpacked_len = 0;
         Py_buffer view;
-        BatchErr err;
-        int64_t n = 0;
         int st;
 
         if (count == -1 && overflow == 0 && PyErr_Occurred()) {
             goto done;
         }
-        if (codecs != NULL && codecs[bi] != 0) {
-            /* a compressed stream, opened before the count is looked at (wrapForInput) */
-            if (codecs[bi] == CODEC_ZSTD && zstd_lib.loaded) {
-                int r;
-                if (PyObject_GetBuffer(src, &view, PyBUF_SIMPLE) < 0) {
-                    goto done;
-                }
-                Py_BEGIN_ALLOW_THREADS
-                r = zstd_fast(&zs, (const uint8_t *)view.buf, (size_t)view.len, &unpacked_len);
-                Py_END_ALLOW_THREADS
-                PyBuffer_Release(&view);
-                if (r < 0) {
-                    PyErr_NoMemory();
-                    goto done;
-                }
-                unpacked = r == 1;
-                fail = 0;
-            }
-            if (!unpacked) {
-                PyObject *got = PyObject_CallFunction(read, "n", bi);
-                if (got == NULL) {
-                    goto done;
-                }
-                if (!PyTuple_Check(got) || PyTuple_GET_SIZE(got) != 2) {
-                    Py_DECREF(got);
-                    PyErr_SetString(PyExc_TypeError,
-                                    "parse_records: read(i) must return (data, failed)");
-                    goto done;
-                }
-                fail = PyObject_IsTrue(PyTuple_GET_ITEM(got, 1));
-                delivered = Py_NewRef(PyTuple_GET_ITEM(got, 0));
-                Py_DECREF(got);
-                if (fail < 0) {
-                    Py_DECREF(delivered);
-                    goto done;
-                }
-                src = delivered;
-            }
-        }
-        if (overflow < 0 || (overflow == 0 && count < 0)) {
-            Py_XDECREF(delivered);
-            err_obj = Py_BuildValue("(iOi)", K_INVALID_COUNT, count_obj, 0);
-            if (err_obj == NULL) {
+        if (overflow < 0) {
+            /* below -2**63: INVALID_COUNT quotes the Python int itself (patched at finish) */
+            PyObject *pair;
+            if (ps->huge == NULL && (ps->huge = PyList_New(0)) == NULL) {
                 goto done;
             }
-            PyList_SET_ITEM(errors, bi, err_obj);
-            continue;
+            pair = Py_BuildValue("(nO)", ps->nb, count_obj);
+            if (pair == NULL || PyList_Append(ps->huge, pair) < 0) {
+                Py_XDECREF(pair);
+                goto done;
+            }
+            Py_DECREF(pair);
+            count = -1;
         }
-        if (overflow > 0) {
+        else if (overflow > 0) {
             count = INT64_MAX; /* unreachable anyway: every record takes at least one byte */
         }
-
-        if (unpacked) {
-            o.tstate = PyEval_SaveThread();
-            st = parse_batch(&o, zs.p, (Py_ssize_t)unpacked_len, (int64_t)count, modes[bi], 0,
-                             &n, &err);
-            PyEval_RestoreThread(o.tstate);
-            o.tstate = NULL;
-        }
-        else {
-            if (PyObject_GetBuffer(src, &view, PyBUF_SIMPLE) < 0) {
-                Py_XDECREF(delivered);
-                goto done;
-            }
-            if (view.len >= RELEASE_GIL_MIN_BYTES) {
-                o.tstate = PyEval_SaveThread();
-            }
-            st = parse_batch(&o, (const uint8_t *)view.buf, view.len, (int64_t)count,
-                             modes[bi], fail, &n, &err);
-            if (o.tstate != NULL) {
-                PyEval_RestoreThread(o.tstate);
-                o.tstate = NULL;
-            }
-            PyBuffer_Release(&view);
-        }
-        Py_XDECREF(delivered);
-        if (st != ST_OK) {
-            if (st == ST_NOMEM) {
-                PyErr_NoMemory();
-            }
-            else if (st == ST_OVERFLOW) {
-                PyErr_SetString(PyExc_OverflowError,
-                                "parse_records: a concatenated key/value/header data buffer "
-                                "would exceed 2**31-1 bytes (int32 offsets); parse fewer "
-                                "batches per call");
-            }
+        if (PyObject_GetBuffer(PyList_GET_ITEM(regions, bi), &view, PyBUF_SIMPLE) < 0) {
             goto done;
         }
-        batch_n[bi] = n;
-        if (err.kind == 0) {
-            err_obj = Py_NewRef(Py_None);
+        st = ps_batch(ps, (const uint8_t *)view.buf, view.len, codecs[bi], modes[bi],
+                      failed[bi], count, read, bi);
+        ps_acquire(ps);
+        PyBuffer_Release(&view);
+        if (st != ST_OK) {
+            set_status_error(st);
+            goto done;
         }
-        else {
-            err_obj = Py_BuildValue("(iLL)", err.kind, (long long)err.a, (long long)err.b);
-            if (err_obj == NULL) {
-                goto done;
+    }
+    rc = 0;
+
+done:
+    PyMem_RawFree(modes);
+    PyMem_RawFree(failed);
+    PyMem_RawFree(codecs);
+    Py_XDECREF(regions);
+    Py_XDECREF(counts);
+    return rc;
+}
+
+/* A C-contiguous one-dimensional buffer of `n` items of `itemsize` bytes (ints). */
+static int
+int_column(PyObject *obj, Py_ssize_t itemsize, Py_ssize_t n, int writable, const char *what,
+           Py_buffer *view)
+{
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    const char *f;
+    if (PyObject_GetBuffer(obj, view, flags) < 0) {
+        return -1;
+    }
+    f = view->format != NULL ? view->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') {
+        f++;
+    }
+    if (view->itemsize != itemsize || view->ndim > 1 || strlen(f) != 1 ||
+        strchr("bBhHiIlLqQ?", *f) == NULL || (n >= 0 && view->len != n * itemsize)) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_ValueError, "add_batches: %s must be %zd contiguous %zd-byte ints",
+                     what, n, itemsize);
+        return -1;
+    }
+    return 0;
+}
+
+/*
+ * The decoder's bulk path: the v2 batches of `buf` at positions[k] with sizes[k] (each at
+ * least 61 bytes, inside buf), read with the broker's full reader (buffer reader for codec 0,
+ * stream reader otherwise).  Each batch's CRC-32C over [position + 21, position + size) is
+ * compared with crcs[k] into crc_valid[k] right before its records are parsed, so the batch is
+ * read from memory once.  Runs without the GIL except to call read.
+ */
+static int
+ps_add_batches(ParseState *ps, int with_data, Py_ssize_t reserve, PyObject *buf_obj,
+               PyObject *positions_obj, PyObject *sizes_obj, PyObject *crcs_obj,
+               PyObject *counts_obj, PyObject *codecs_obj, PyObject *read,
+               PyObject *crc_valid_obj)
+{
+    Py_buffer buf, pos_v, size_v, crc_v, count_v, codec_v, valid_v;
+    int have[7] = {0};
+    Py_ssize_t m, k;
+    int rc = -1, st = ST_OK;
+
+    if (PyObject_GetBuffer(buf_obj, &buf, PyBUF_SIMPLE) < 0) {
+        return -1;
+    }
+    have[0] = 1;
+    if (int_column(positions_obj, 8, -1, 0, "positions", &pos_v) < 0) {
+        goto done;
+    }
+    have[1] = 1;
+    m = pos_v.len / 8;
+    if (int_column(sizes_obj, 8, m, 0, "sizes", &size_v) < 0) {
+        goto done;
+    }
+    have[2] = 1;
+    if (int_column(crcs_obj, 4, m, 0, "crcs", &crc_v) < 0) {
+        goto done;
+    }
+    have[3] = 1;
+    if (int_column(counts_obj, 4, m, 0, "counts", &count_v) < 0) {
+        goto done;
+    }
+    have[4] = 1;
+    if (int_column(codecs_obj, 4, m, 0, "codecs", &codec_v) < 0) {
+        goto done;
+    }
+    have[5] = 1;
+    if (int_column(crc_valid_obj, 1, m, 1, "crc_valid", &valid_v) < 0) {
+        goto done;
+    }
+    have[6] = 1;
+    for (k = 0; k < m; k++) {
+        int64_t p = ((const int64_t *)pos_v.buf)[k], s = ((const int64_t *)size_v.buf)[k];
+        int32_t c = ((const int32_t *)codec_v.buf)[k];
+        if (p < 0 || s < SCAN_V2_HEADER_SIZE || p > (int64_t)buf.len - s || c < 0 ||
+            c > 254) {
+            PyErr_Format(PyExc_ValueError,
+                         "add_batches: batch %zd (position %lld, size %lld, codec %d) is not "
+                         "a v2 batch inside the buffer", k, (long long)p, (long long)s, (int)c);
+            goto done;
+        }
+        if (c != 0 && (read == NULL || read == Py_None)) {
+            PyErr_SetString(PyExc_ValueError, "codecs need a read function");
+            goto done;
+        }
+    }
+    if (!ps->started && ps_start(ps, with_data, reserve) < 0) {
+        goto done;
+    }
+    if (ps_reserve_batches(ps, m) != ST_OK) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    ps_release(ps);
+    for (k = 0; k < m; k++) {
+        const uint8_t *b = (const uint8_t *)buf.buf + ((const int64_t *)pos_v.buf)[k];
+        Py_ssize_t s = (Py_ssize_t)((const int64_t *)size_v.buf)[k];
+        int codec = (int)((const int32_t *)codec_v.buf)[k];
+        uint32_t stored = ((const uint32_t *)crc_v.buf)[k];
+        ((uint8_t *)valid_v.buf)[k] =
+            crc32c_value(b + SCAN_V2_CRC_OFFSET, (size_t)(s - SCAN_V2_CRC_OFFSET)) == stored;
+        st = ps_batch(ps, b + SCAN_V2_HEADER_SIZE, s - SCAN_V2_HEADER_SIZE, codec,
+                      codec == 0 ? M_BUFFER : M_STREAM, 0,
+                      (long long)((const int32_t *)count_v.buf)[k], read, k);
+        if (st != ST_OK) {
+            break;
+        }
+        ps_release(ps); /* read may have taken the GIL */
+    }
+    ps_acquire(ps);
+    if (st != ST_OK) {
+        set_status_error(st);
+        goto done;
+    }
+    rc = 0;
+
+done:
+    {
+        Py_buffer *views[7] = {&buf, &pos_v, &size_v, &crc_v, &count_v, &codec_v, &valid_v};
+        int i;
+        for (i = 0; i < 7; i++) {
+            if (have[i]) {
+                PyBuffer_Release(views[i]);
             }
         }
-        PyList_SET_ITEM(errors, bi, err_obj);
+    }
+    return rc;
+}
+
+/* The 17 fields of ParsedRecords; the state's buffers are handed over (ps is spent). */
+static PyObject *
+ps_finish(ParseState *ps, int with_data)
+{
+    PyObject *fields[17] = {NULL};
+    PyObject *result = NULL, *errors = NULL;
+    Out *o = &ps->o;
+    Py_ssize_t k;
+
+    if (!ps->started && ps_start(ps, with_data, 0) < 0) {
+        return NULL;
+    }
+    errors = PyList_New(ps->nb);
+    if (errors == NULL) {
+        return NULL;
+    }
+    for (k = 0; k < ps->nb; k++) {
+        const BatchErr *e = &ps->errs[k];
+        PyObject *item = e->kind == 0 ? Py_NewRef(Py_None)
+                         : e->kind == K_INVALID_COUNT
+                             ? Py_BuildValue("(iLi)", e->kind, (long long)e->a, 0)
+                             : Py_BuildValue("(iLL)", e->kind, (long long)e->a, (long long)e->b);
+        if (item == NULL) {
+            Py_DECREF(errors);
+            return NULL;
+        }
+        PyList_SET_ITEM(errors, k, item);
+    }
+    if (ps->huge != NULL) {
+        for (k = 0; k < PyList_GET_SIZE(ps->huge); k++) {
+            PyObject *pair = PyList_GET_ITEM(ps->huge, k);
+            PyObject *item = Py_BuildValue("(iOi)", K_INVALID_COUNT, PyTuple_GET_ITEM(pair, 1), 0);
+            Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(pair, 0));
+            if (item == NULL || PyList_SetItem(errors, at, item) < 0) {
+                Py_DECREF(errors);
+                return NULL;
+            }
+        }
     }
 
-    /* -- assemble the 17 fields -- */
-    fields[0] = wrap_array(batch_n, nb * (Py_ssize_t)sizeof(int64_t), dt_int64);
-    batch_n = NULL;
+    fields[0] = wrap_array(ps->batch_n, ps->nb * (Py_ssize_t)sizeof(int64_t), dt_int64);
+    ps->batch_n = NULL;
     if (fields[0] == NULL) {
+        Py_DECREF(errors);
         goto done;
     }
     fields[1] = errors;
-    errors = NULL;
 
 #define TAKE(slot, ptr, count, dtype)                                                         \
     do {                                                                                      \
@@ -1303,30 +1569,30 @@ parse_records(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwds)
         }                                                                                     \
     } while (0)
 
-    TAKE(2, o.ts, o.n, dt_int64);
-    TAKE(3, o.offd, o.n, dt_int32);
-    TAKE(4, o.attr, o.n, dt_int8);
-    TAKE(5, o.klen, o.n, dt_int32);
-    TAKE(6, o.vlen, o.n, dt_int32);
-    TAKE(7, o.hcnt, o.n, dt_int32);
+    TAKE(2, o->ts, o->n, dt_int64);
+    TAKE(3, o->offd, o->n, dt_int32);
+    TAKE(4, o->attr, o->n, dt_int8);
+    TAKE(5, o->klen, o->n, dt_int32);
+    TAKE(6, o->vlen, o->n, dt_int32);
+    TAKE(7, o->hcnt, o->n, dt_int32);
     if (with_data) {
-        TAKE(8, o.koff, o.n + 1, dt_int32);
-        if ((fields[9] = finish_databuf(&o.key)) == NULL) {
+        TAKE(8, o->koff, o->n + 1, dt_int32);
+        if ((fields[9] = finish_databuf(&o->key)) == NULL) {
             goto done;
         }
-        TAKE(10, o.voff, o.n + 1, dt_int32);
-        if ((fields[11] = finish_databuf(&o.value)) == NULL) {
+        TAKE(10, o->voff, o->n + 1, dt_int32);
+        if ((fields[11] = finish_databuf(&o->value)) == NULL) {
             goto done;
         }
-        TAKE(12, o.hkoff, o.hn + 1, dt_int32);
-        if ((fields[13] = finish_databuf(&o.hkey)) == NULL) {
+        TAKE(12, o->hkoff, o->hn + 1, dt_int32);
+        if ((fields[13] = finish_databuf(&o->hkey)) == NULL) {
             goto done;
         }
-        TAKE(14, o.hvoff, o.hn + 1, dt_int32);
-        if ((fields[15] = finish_databuf(&o.hval)) == NULL) {
+        TAKE(14, o->hvoff, o->hn + 1, dt_int32);
+        if ((fields[15] = finish_databuf(&o->hval)) == NULL) {
             goto done;
         }
-        TAKE(16, o.hvlen, o.hn, dt_int32);
+        TAKE(16, o->hvlen, o->hn, dt_int32);
     }
     else {
         for (k = 8; k < 17; k++) {
@@ -1348,17 +1614,227 @@ done:
     for (k = 0; k < 17; k++) {
         Py_XDECREF(fields[k]);
     }
-    PyMem_RawFree(batch_n);
-    PyMem_RawFree(modes);
-    PyMem_RawFree(failed);
-    PyMem_RawFree(codecs);
-    zstd_scratch_free(&zs);
-    out_free(&o);
-    Py_XDECREF(errors);
-    Py_XDECREF(regions);
-    Py_XDECREF(counts);
+    ps_free(ps);
     return result;
 }
+
+PyDoc_STRVAR(parse_records_doc,
+"parse_records(regions, counts, modes=1, with_data=True, failed=None, codecs=None,\n"
+"              read=None) -> tuple\n"
+"\n"
+"C implementation of kqlab.kafka._records_py.parse_records; returns the fields of\n"
+"ParsedRecords as a 17-tuple (see kqlab.kafka.records_parser).  zstd regions are\n"
+"decompressed here when libzstd is loaded and they decode whole (ZSTD_VERSION); every\n"
+"other compressed region is parsed from what read(i) delivers.");
+
+static PyObject *
+parse_records(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"regions", "counts", "modes", "with_data", "failed", "codecs",
+                             "read", NULL};
+    PyObject *regions_in, *counts_in, *modes_in = NULL, *failed_in = Py_None;
+    PyObject *codecs_in = Py_None, *read = Py_None;
+    int with_data = 1;
+    ParseState ps;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|OpOOO:parse_records", kwlist,
+                                     &regions_in, &counts_in, &modes_in, &with_data, &failed_in,
+                                     &codecs_in, &read)) {
+        return NULL;
+    }
+    memset(&ps, 0, sizeof(ps));
+    if (ps_add(&ps, with_data, regions_in, counts_in, modes_in, failed_in, codecs_in, read) <
+        0) {
+        ps_free(&ps);
+        return NULL;
+    }
+    return ps_finish(&ps, with_data);
+}
+
+/* -- RecordsParser: the same parse, fed piece by piece ---------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    ParseState ps;
+    int with_data;
+    Py_ssize_t reserve;
+    int busy;   /* a method is running (it may have released the GIL) */
+    int closed; /* finished, or broken by an error: no further use */
+} RecordsParserObject;
+
+static int
+rp_enter(RecordsParserObject *self)
+{
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "RecordsParser is in use by another thread");
+        return -1;
+    }
+    if (self->closed) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "RecordsParser is finished (or an error left it incomplete)");
+        return -1;
+    }
+    self->busy = 1;
+    return 0;
+}
+
+static int
+rp_init(RecordsParserObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"with_data", "reserve", NULL};
+    int with_data = 1;
+    Py_ssize_t reserve = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|pn:RecordsParser", kwlist, &with_data,
+                                     &reserve)) {
+        return -1;
+    }
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "RecordsParser is in use by another thread");
+        return -1;
+    }
+    ps_free(&self->ps);
+    memset(&self->ps, 0, sizeof(self->ps));
+    self->with_data = with_data;
+    self->reserve = reserve > 0 ? reserve : 0;
+    self->closed = 0;
+    return 0;
+}
+
+static void
+rp_dealloc(RecordsParserObject *self)
+{
+    ps_free(&self->ps);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+PyDoc_STRVAR(rp_add_doc,
+"add(regions, counts, modes=1, failed=None, codecs=None, read=None)\n"
+"\n"
+"Parse more regions, as parse_records would (read(i) indexes this call's regions).");
+
+static PyObject *
+rp_add(RecordsParserObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"regions", "counts", "modes", "failed", "codecs", "read", NULL};
+    PyObject *regions_in, *counts_in, *modes_in = NULL, *failed_in = Py_None;
+    PyObject *codecs_in = Py_None, *read = Py_None;
+    int rc;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|OOOO:add", kwlist, &regions_in,
+                                     &counts_in, &modes_in, &failed_in, &codecs_in, &read)) {
+        return NULL;
+    }
+    if (rp_enter(self) < 0) {
+        return NULL;
+    }
+    if (!self->ps.started && self->reserve > 0 &&
+        ps_start(&self->ps, self->with_data, self->reserve) < 0) {
+        self->busy = 0;
+        self->closed = 1;
+        return NULL;
+    }
+    rc = ps_add(&self->ps, self->with_data, regions_in, counts_in, modes_in, failed_in,
+                codecs_in, read);
+    self->busy = 0;
+    if (rc < 0) {
+        self->closed = 1;
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(rp_add_batches_doc,
+"add_batches(buf, positions, sizes, crcs, counts, codecs, read, crc_valid)\n"
+"\n"
+"Parse the records of whole v2 batches of buf (int64 positions and sizes, uint32 stored\n"
+"CRCs, int32 record counts and codec ids) with the broker's full reader: the buffer reader\n"
+"for codec 0, the stream reader otherwise (read(k) as for add, k indexing this call's\n"
+"batches).  Each batch's CRC-32C check goes into crc_valid[k] (a writable bool array),\n"
+"computed right before its records are read so the batch is read from memory once.");
+
+static PyObject *
+rp_add_batches(RecordsParserObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"buf", "positions", "sizes", "crcs", "counts", "codecs", "read",
+                             "crc_valid", NULL};
+    PyObject *buf, *positions, *sizes, *crcs, *counts, *codecs, *read, *crc_valid;
+    int rc;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOO:add_batches", kwlist, &buf,
+                                     &positions, &sizes, &crcs, &counts, &codecs, &read,
+                                     &crc_valid)) {
+        return NULL;
+    }
+    if (rp_enter(self) < 0) {
+        return NULL;
+    }
+    rc = ps_add_batches(&self->ps, self->with_data, self->reserve, buf, positions, sizes, crcs,
+                        counts, codecs, read, crc_valid);
+    self->busy = 0;
+    if (rc < 0) {
+        self->closed = 1;
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(rp_finish_doc,
+"finish() -> tuple\n"
+"\n"
+"The 17 fields of ParsedRecords over everything added, as one parse_records call over all of\n"
+"it returns them.  The parser is spent afterwards.");
+
+static PyObject *
+rp_finish(RecordsParserObject *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *result;
+    if (rp_enter(self) < 0) {
+        return NULL;
+    }
+    result = ps_finish(&self->ps, self->with_data);
+    memset(&self->ps, 0, sizeof(self->ps));
+    self->busy = 0;
+    self->closed = 1;
+    return result;
+}
+
+static PyObject *
+rp_get_batches(RecordsParserObject *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromSsize_t(self->ps.nb);
+}
+
+static PyMethodDef rp_methods[] = {
+    {"add", (PyCFunction)(void (*)(void))rp_add, METH_VARARGS | METH_KEYWORDS, rp_add_doc},
+    {"add_batches", (PyCFunction)(void (*)(void))rp_add_batches, METH_VARARGS | METH_KEYWORDS,
+     rp_add_batches_doc},
+    {"finish", (PyCFunction)rp_finish, METH_NOARGS, rp_finish_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef rp_getset[] = {
+    {"batches", (getter)rp_get_batches, NULL, "Batches added so far.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyDoc_STRVAR(rp_doc,
+"RecordsParser(with_data=True, reserve=0)\n"
+"\n"
+"C implementation of kqlab.kafka._records_py.RecordsParser: one parse_records call fed\n"
+"piece by piece (add, add_batches), finished once.  reserve: the value buffer's first\n"
+"capacity in bytes (a hint; the buffer grows as needed).");
+
+static PyTypeObject RecordsParser_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kqlab.kafka._crecords.RecordsParser",
+    .tp_basicsize = sizeof(RecordsParserObject),
+    .tp_itemsize = 0,
+    .tp_dealloc = (destructor)rp_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = rp_doc,
+    .tp_methods = rp_methods,
+    .tp_getset = rp_getset,
+    .tp_init = (initproc)rp_init,
+    .tp_new = PyType_GenericNew,
+};
 
 /* ------------------------------------------------------------------------------------------ */
 /* CRC-32C (Castagnoli)                                                                        */
@@ -1820,7 +2296,7 @@ be64(const uint8_t *p)
  * GIL: it only reads buf (held through the buffer protocol) and grows PyMem_Raw columns.
  */
 static int
-scan_walk(Scan *s, const uint8_t *buf, Py_ssize_t pos, Py_ssize_t end)
+scan_walk(Scan *s, const uint8_t *buf, Py_ssize_t pos, Py_ssize_t end, int check_crc)
 {
     s->stop_length = -1;
     for (;;) {
@@ -1877,7 +2353,8 @@ scan_walk(Scan *s, const uint8_t *buf, Py_ssize_t pos, Py_ssize_t end)
             COL(s, int16_t, C_PRODUCER_EPOCH)[i] = (int16_t)be16(b + 51);
             COL(s, int32_t, C_BASE_SEQUENCE)[i] = (int32_t)be32(b + 53);
             COL(s, int32_t, C_RECORDS_COUNT)[i] = (int32_t)be32(b + 57);
-            ok = crc32c_value(b + SCAN_V2_CRC_START, (size_t)(size - SCAN_V2_CRC_START)) == crc;
+            ok = check_crc &&
+                 crc32c_value(b + SCAN_V2_CRC_START, (size_t)(size - SCAN_V2_CRC_START)) == crc;
         }
         else {
             COL(s, int32_t, C_LEADER_EPOCH)[i] = 0;
@@ -1915,16 +2392,19 @@ index_arg(PyObject *obj, Py_ssize_t dflt, Py_ssize_t *out)
 }
 
 PyDoc_STRVAR(scan_batches_doc,
-"scan_batches(buf, start=0, end=None) -> tuple\n"
+"scan_batches(buf, start=0, end=None, *, crc=True) -> tuple\n"
 "\n"
 "C implementation of kqlab.kafka._scan_py.scan_batches: the batches of buf[start:end]\n"
-"(positions are absolute) as 15 numpy columns, then stop_pos, stop_kind, stop_length.");
+"(positions are absolute) as 15 numpy columns, then stop_pos, stop_kind, stop_length.\n"
+"crc=False reads the headers only (crc_valid all False): for a caller that checks the\n"
+"CRCs itself, batch by batch (RecordsParser.add_batches).");
 
 static PyObject *
 scan_batches(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"buf", "start", "end", NULL};
+    static char *kwlist[] = {"buf", "start", "end", "crc", NULL};
     PyObject *obj, *start_obj = NULL, *end_obj = NULL;
+    int check_crc = 1;
     PyObject *result = NULL, *copy = NULL;
     PyObject *fields[SCAN_NCOLS + 3] = {NULL};
     Py_ssize_t start, end = -1;
@@ -1933,8 +2413,8 @@ scan_batches(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwds)
     Scan s;
 
     memset(&s, 0, sizeof(s));
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|OO:scan_batches", kwlist, &obj, &start_obj,
-                                     &end_obj)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|OO$p:scan_batches", kwlist, &obj,
+                                     &start_obj, &end_obj, &check_crc)) {
         return NULL;
     }
     /* indices first: __index__ may run Python code, which must not happen while buf is held */
@@ -1963,11 +2443,11 @@ scan_batches(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwds)
     }
     if (end - start >= CRC_RELEASE_GIL_MIN_BYTES) {
         Py_BEGIN_ALLOW_THREADS
-        st = scan_walk(&s, (const uint8_t *)view.buf, start, end);
+        st = scan_walk(&s, (const uint8_t *)view.buf, start, end, check_crc);
         Py_END_ALLOW_THREADS
     }
     else {
-        st = scan_walk(&s, (const uint8_t *)view.buf, start, end);
+        st = scan_walk(&s, (const uint8_t *)view.buf, start, end, check_crc);
     }
     PyBuffer_Release(&view);
     Py_CLEAR(copy);
@@ -2059,7 +2539,7 @@ PyInit__crecords(void)
 {
     PyObject *m, *numpy;
 
-    if (PyType_Ready(&OwnedBuffer_Type) < 0) {
+    if (PyType_Ready(&OwnedBuffer_Type) < 0 || PyType_Ready(&RecordsParser_Type) < 0) {
         return NULL;
     }
     crc32c_init();
@@ -2108,7 +2588,8 @@ PyInit__crecords(void)
         Py_DECREF(m);
         return NULL;
     }
-    if (PyModule_AddStringConstant(m, "IMPLEMENTATION", "c") < 0 ||
+    if (PyModule_AddObjectRef(m, "RecordsParser", (PyObject *)&RecordsParser_Type) < 0 ||
+        PyModule_AddStringConstant(m, "IMPLEMENTATION", "c") < 0 ||
         PyModule_AddObjectRef(m, "CRC32C_HARDWARE", crc32c_have_hw ? Py_True : Py_False) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -355,3 +355,116 @@ def _skip(pos: int, length: int, limit: int, partial: bool, fail: bool) -> int:
             raise _Stop(ParseErrorKind.CODEC_READ)
         raise _Stop(ParseErrorKind.SKIP_EOF, stop - limit)
     return stop
+
+
+class RecordsParser:
+    """One :func:`parse_records` call, fed piece by piece: ``add`` pieces in order (each is
+    parsed when added, so ``read`` runs then), ``finish`` once for the columns one call over
+    everything would return.
+
+    ``add_batches`` is the decoder's bulk form: whole v2 batches of a buffer given by position
+    and size, read with the broker's full reader (the buffer reader for codec 0, the stream
+    reader otherwise), each batch's CRC-32C checked into ``crc_valid`` as it is read.  The C
+    kernel checks each CRC right before parsing that batch, so a segment is read from memory
+    once instead of twice (once by the scan, once by the parser).  ``reserve`` is a capacity
+    hint for the C kernel's value buffer; it changes nothing here.
+    """
+
+    def __init__(self, with_data: bool = True, reserve: int = 0):
+        self.with_data = with_data
+        self._pieces: list[ParsedRecords] = []
+        self._closed = False
+
+    @property
+    def batches(self) -> int:
+        """Batches added so far."""
+        return sum(len(p.batch_n) for p in self._pieces)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("RecordsParser is finished (or an error left it incomplete)")
+
+    def add(self, regions: Sequence[bytes | memoryview], counts: Sequence[int],
+            modes: int | Sequence[int] = ReadMode.BUFFER, failed: Sequence[bool] | None = None,
+            codecs: Sequence[int] | None = None, read: StreamReader | None = None) -> None:
+        """Parse more regions (``read(i)`` indexes this call's regions)."""
+        self._check_open()
+        try:
+            self._pieces.append(parse_records(regions, counts, modes, self.with_data, failed,
+                                              codecs, read))
+        except BaseException:
+            self._closed = True
+            raise
+
+    def add_batches(self, buf, positions: np.ndarray, sizes: np.ndarray, crcs: np.ndarray,
+                    counts: np.ndarray, codecs: np.ndarray, read: StreamReader | None,
+                    crc_valid: np.ndarray) -> None:
+        """Parse whole v2 batches of ``buf`` (see the class docstring)."""
+        from kqlab.kafka._scan_py import crc32c
+
+        self._check_open()
+        view = memoryview(buf).cast("B")
+        pos = [int(p) for p in positions]
+        size = [int(s) for s in sizes]
+        codec = [int(c) for c in codecs]
+        for k, (p, s, c) in enumerate(zip(pos, size, codec, strict=True)):
+            if p < 0 or s < 61 or p + s > len(view) or not 0 <= c <= 254:
+                self._closed = True
+                raise ValueError(f"add_batches: batch {k} (position {p}, size {s}, codec {c}) "
+                                 "is not a v2 batch inside the buffer")
+        if any(codec) and read is None:
+            self._closed = True
+            raise ValueError("codecs need a read function")
+        for k, (p, s) in enumerate(zip(pos, size, strict=True)):
+            crc_valid[k] = crc32c(view[p + 21:p + s]) == int(crcs[k])
+        self.add([view[p + 61:p + s] for p, s in zip(pos, size, strict=True)],
+                 [int(c) for c in counts],
+                 [ReadMode.STREAM if c else ReadMode.BUFFER for c in codec], None,
+                 codec if any(codec) else None, read)
+
+    def finish(self) -> ParsedRecords:
+        """The columns over everything added; the parser is spent afterwards."""
+        self._check_open()
+        self._closed = True
+        pieces = self._pieces
+        if not pieces:
+            return parse_records([], [], ReadMode.BUFFER, self.with_data)
+        if len(pieces) == 1:
+            return pieces[0]
+
+        def cat(name: str) -> np.ndarray:
+            return np.concatenate([getattr(p, name) for p in pieces])
+
+        def offsets(name: str) -> np.ndarray:
+            out = [np.zeros(1, dtype=np.int64)]
+            base = 0
+            for p in pieces:
+                o = getattr(p, name)
+                out.append(o[1:].astype(np.int64) + base)
+                base += int(o[-1])
+            if base > 2**31 - 1:
+                raise OverflowError("parse_records: a concatenated key/value/header data "
+                                    "buffer would exceed 2**31-1 bytes (int32 offsets); parse "
+                                    "fewer batches per call")
+            return np.concatenate(out).astype(np.int32)
+
+        def data(name: str) -> bytes:
+            return b"".join(getattr(p, name) for p in pieces)
+
+        with_data = self.with_data
+        return ParsedRecords(
+            batch_n=cat("batch_n"),
+            batch_error=[e for p in pieces for e in p.batch_error],
+            ts_delta=cat("ts_delta"), offset_delta=cat("offset_delta"),
+            attributes=cat("attributes"), key_length=cat("key_length"),
+            value_length=cat("value_length"), header_count=cat("header_count"),
+            key_offsets=offsets("key_offsets") if with_data else None,
+            key_data=data("key_data") if with_data else None,
+            value_offsets=offsets("value_offsets") if with_data else None,
+            value_data=data("value_data") if with_data else None,
+            header_key_offsets=offsets("header_key_offsets") if with_data else None,
+            header_key_data=data("header_key_data") if with_data else None,
+            header_value_offsets=offsets("header_value_offsets") if with_data else None,
+            header_value_data=data("header_value_data") if with_data else None,
+            header_value_length=cat("header_value_length") if with_data else None,
+        )

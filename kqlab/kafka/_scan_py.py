@@ -86,8 +86,11 @@ def _as_bytes_view(buf) -> memoryview:
     return mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
 
 
-def scan_batches(buf, start: int = 0, end: int | None = None) -> tuple:
-    """Walk ``buf[start:end]`` batch by batch; see the module docstring for the result."""
+def scan_batches(buf, start: int = 0, end: int | None = None, *, crc: bool = True) -> tuple:
+    """Walk ``buf[start:end]`` batch by batch; see the module docstring for the result.
+    ``crc=False`` reads the headers only (``crc_valid`` all False), for a caller that checks
+    the CRCs itself while it reads the batches (``RecordsParser.add_batches``)."""
+    check_crc = crc  # the name is taken by each header's crc below
     data = _as_bytes_view(buf)
     n = data.nbytes
     start = operator.index(start)
@@ -118,7 +121,8 @@ def scan_batches(buf, start: int = 0, end: int | None = None) -> tuple:
         if magic == 2 and size >= V2_HEADER_SIZE:
             ple, _, crc, *rest = _V2_REST.unpack_from(data, pos + 12)
             v2 = (ple, crc, *rest)
-            crc_valid = google_crc32c.value(bytes(data[pos + CRC_START:pos + size])) == crc
+            crc_valid = check_crc and google_crc32c.value(
+                bytes(data[pos + CRC_START:pos + size])) == crc
         else:
             v2 = _V2_ZEROS
             crc_valid = False

@@ -29,8 +29,9 @@ with its parameters, so the vectorised table checks never parse a message.
 
 from __future__ import annotations
 
+import bisect
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,6 +51,8 @@ from kqlab.kafka.log_issues import (
 from kqlab.kafka.records_parser import (
     ParsedRecords,
     ReadMode,
+    RecordsParser,
+    RecordsParserProtocol,
     crc32c,
     parse_records,
     scan_batches,
@@ -215,8 +218,9 @@ def read_batch_records(raw: bytes | memoryview, codec: int, count: int, *, in_pl
     return parsed, sr.data, reading_check(*err, mode, None if failure is None else failure.cause)
 
 
-def reader_findings(regions: list[bytes | memoryview], counts: list[int], codecs: list[int],
-                    streams: list[StreamRead | None], parsed: ParsedRecords
+def reader_findings(regions: Sequence[bytes | memoryview], counts: Sequence[int],
+                    codecs: Sequence[int], streams: dict[int, StreamRead],
+                    parsed: ParsedRecords
                     ) -> tuple[list[Finding | None], list[Finding | None]]:
     """What each of the broker's two record readers finds in batches the full reader parsed
     (``parsed``: the buffer reader for uncompressed batches, the stream reader of the rebuild
@@ -224,14 +228,14 @@ def reader_findings(regions: list[bytes | memoryview], counts: list[int], codecs
     ``(check, params)`` or None per batch.
 
     ``regions`` are the batches' records bytes, compressed where ``codecs[i]`` is not 0;
-    ``streams[i]`` is what the exact codec reader delivered from a compressed one, or None when
+    ``streams[i]`` is what the exact codec reader delivered from a compressed one, missing when
     the parser decompressed it whole itself (the exact reader then delivers the same bytes and
     no failure: it is run here, again, only for the rare batch the full reader stops in).
     Batches whose codec stream cannot even be opened are the caller's (no reader runs).
     Compressed batches the full reader cannot read are read again with the lenient in-place
     reader (``PARTIAL``, no data), which may get further or stop elsewhere; an uncompressed
     batch has one reader for both paths."""
-    nb = len(regions)
+    nb = len(parsed.batch_error)
     full: list[Finding | None] = [None] * nb
     inplace: list[Finding | None] = [None] * nb
     again: list[int] = []
@@ -242,7 +246,7 @@ def reader_findings(regions: list[bytes | memoryview], counts: list[int], codecs
         if not codecs[i]:
             full[i] = inplace[i] = reading_check(*err, ReadMode.BUFFER)
             continue
-        sr = streams[i]
+        sr = streams.get(i)
         if sr is None:
             sr = streams[i] = read_stream(codecs[i], regions[i])
         if sr.failure is not None and sr.failure.at_open:
@@ -268,6 +272,10 @@ def reader_findings(regions: list[bytes | memoryview], counts: list[int], codecs
 # Decoding to the records / batches tables
 # --------------------------------------------------------------------------------------------
 
+#: a chunk of the records table holds the records of this many batches (or of a run that
+#: passes it)
+FLUSH_BATCHES = 4096
+
 _BATCH_COLUMNS = [f.name for f in BATCHES_SCHEMA]
 # the columns kept per row as read; decode_error and the DECODE_COLUMNS are kept apart because
 # flush() fills them in once the records are parsed
@@ -285,12 +293,86 @@ def _finding_columns(findings: list[Finding | None]) -> tuple[pa.Array, pa.Array
     return pa.array(checks, pa.string()), pa.array(params, _PARAMS)
 
 
+class _Pending(Sequence):
+    """The v2 batches handed to the records parser since the last flush, in log order: per
+    batch its row, declared count, codec (0: the region is the records bytes), base offset,
+    base and max timestamps and LogAppendTime flag, as numpy columns; and, indexed like a list,
+    each batch's records region (cut from its buffer only when asked: a codec reader or a
+    finding needs it).  Runs of batches come in as arrays, single batches one by one."""
+
+    COLUMNS = (("row", np.int64), ("count", np.int64), ("codec", np.int32),
+               ("base_offset", np.int64), ("base_ts", np.int64), ("max_ts", np.int64),
+               ("lat", np.bool_))
+
+    def __init__(self) -> None:
+        self.n = 0
+        self._parts: list[tuple[np.ndarray, ...]] = []
+        self._singles: list[tuple] = []
+        # (first index, region) for a single batch, (first index, (view, starts, ends)) for a run
+        self._firsts: list[int] = []
+        self._sources: list[object] = []
+
+    def __len__(self) -> int:
+        return self.n
+
+    def add_single(self, values: tuple, region: bytes | memoryview) -> int:
+        """One batch (``values`` in :attr:`COLUMNS` order); its index."""
+        self._singles.append(values)
+        self._firsts.append(self.n)
+        self._sources.append(region)
+        self.n += 1
+        return self.n - 1
+
+    def add_run(self, arrays: tuple[np.ndarray, ...], view: memoryview, starts: np.ndarray,
+                ends: np.ndarray) -> int:
+        """A run of batches (arrays in :attr:`COLUMNS` order, regions ``view[starts:ends]``);
+        the index of its first batch."""
+        self._seal()
+        self._parts.append(arrays)
+        first = self.n
+        self._firsts.append(first)
+        self._sources.append((view, starts, ends))
+        self.n += len(starts)
+        return first
+
+    def _seal(self) -> None:
+        if self._singles:
+            cols = list(zip(*self._singles, strict=True))
+            self._parts.append(tuple(np.array(c, dtype=t)
+                                     for c, (_, t) in zip(cols, self.COLUMNS, strict=True)))
+            self._singles = []
+
+    def columns(self) -> tuple[np.ndarray, ...]:
+        """Every batch's values, one array per :attr:`COLUMNS` entry."""
+        self._seal()
+        if len(self._parts) == 1:
+            return self._parts[0]
+        if not self._parts:
+            return tuple(np.zeros(0, dtype=t) for _, t in self.COLUMNS)
+        return tuple(np.concatenate(c) for c in zip(*self._parts, strict=True))
+
+    def __getitem__(self, i):
+        """Batch ``i``'s records region (compressed as stored for a compressed batch)."""
+        k = bisect.bisect_right(self._firsts, i) - 1
+        source = self._sources[k]
+        if not isinstance(source, tuple):
+            return source
+        view, starts, ends = source
+        j = i - self._firsts[k]
+        return view[int(starts[j]):int(ends[j])]
+
+
 class TableBuilder:
     """Accumulates decoded batches and builds the records and batches Arrow tables.
 
-    Batches are fed in log order with :meth:`add`; v2 record regions are parsed together in
-    :meth:`flush` (one parser call per chunk), so the per-batch Python work is a header unpack,
-    a CRC and a decompression.
+    Batches are fed in log order with :meth:`add` or, many at a time, :meth:`add_buffer`.  The
+    records of v2 batches go to one :class:`~kqlab.kafka.records_parser.RecordsParser` per
+    chunk as they come (:meth:`add_buffer` hands it whole runs of batches, whose CRCs it checks
+    while it reads them, so a segment is read from memory once); :meth:`flush` finishes the
+    parse and builds the chunk's records table.  The per-batch Python work of the bulk path is
+    nothing; compressed batches other than zstd are read by the exact codec readers
+    (:func:`kqlab.kafka.compression.read_stream`), zstd ones by the parser itself when they
+    decode whole.
     """
 
     def __init__(self, topic: str = "", partition: int = -1, framing: str = "exact"):
@@ -307,17 +389,13 @@ class TableBuilder:
         self._full: list[Finding | None] = []
         self._inplace: list[Finding | None] = []
         self._record_tables: list[pa.Table] = []
-        # pending v2 batches: region bytes (compressed ones as stored: the parser reads them
-        # at flush), declared count, base offset, base ts, max ts, LAT, codec
-        self._regions: list[bytes | memoryview] = []
-        self._counts: list[int] = []
-        self._pending_rows: list[int] = []
-        self._base_offsets: list[int] = []
-        self._base_ts: list[int] = []
-        self._max_ts: list[int] = []
-        self._lat: list[bool] = []
-        # per pending batch: its codec id when its region is still compressed, else 0
-        self._codecs: list[int] = []
+        # v2 batches since the last flush (their records are in self._parser), the exact
+        # codec reader's deliveries for those it read, and single batches not yet handed to
+        # the parser: (index, region, count, codec)
+        self._pending = _Pending()
+        self._parser: RecordsParserProtocol | None = None
+        self._streams: dict[int, StreamRead] = {}
+        self._singles: list[tuple[int, bytes | memoryview, int, int]] = []
         self.records_added = 0
 
     @property
@@ -396,15 +474,11 @@ class TableBuilder:
             1 if lat else 0, bool(attr & TRANSACTIONAL_MASK), bool(attr & CONTROL_MASK), pid,
             epoch, base_seq, ple, count, size, base_ts, max_ts, crc_ok, self.framing, position,
             attributes, crc), error, kind)
-        self._regions.append(region)
-        self._counts.append(count_for_parse)
-        self._pending_rows.append(row)
-        self._base_offsets.append(base_offset)
-        self._base_ts.append(base_ts)
-        self._max_ts.append(max_ts)
-        self._lat.append(lat)
-        self._codecs.append(codec if codec <= Codec.ZSTD else 0)
-        if len(self._regions) >= 4096:
+        codec = codec if codec <= Codec.ZSTD else 0
+        i = self._pending.add_single((row, count_for_parse, codec, base_offset, base_ts, max_ts,
+                                      lat), region)
+        self._singles.append((i, region, count_for_parse, codec))
+        if self._pending.n >= FLUSH_BATCHES:
             self.flush()
 
     def _add_legacy(self, position: int | None, data: bytes) -> None:
@@ -461,51 +535,72 @@ class TableBuilder:
         self.records_added += n
 
     # -- records ---------------------------------------------------------------------------
-    def flush(self) -> None:
-        """Parse the pending v2 regions and append their records."""
-        if not self._regions:
+    def _parser_for(self, reserve: int) -> RecordsParserProtocol:
+        """The chunk's records parser (``reserve``: bytes for its value buffer, a hint)."""
+        if self._parser is None:
+            self._parser = RecordsParser(True, reserve)
+        return self._parser
+
+    def _read(self, i: int, codec: int) -> tuple[bytes, bool]:
+        """The parser's ``read`` for pending batch ``i``: what the exact codec reader delivers
+        (kept for the findings) and whether the codec failed after it."""
+        sr = self._streams[i] = read_stream(codec, self._pending[i])
+        f = sr.failure
+        if f is not None and f.at_open:
+            return b"", False  # wrapForInput throws: no record is read
+        return sr.data, f is not None
+
+    def _hand_singles(self) -> None:
+        """Give the parser the single batches added since the last run (log order)."""
+        singles = self._singles
+        if not singles:
             return
-        regions, codecs, counts = self._regions, self._codecs, self._counts
-        # what the exact codec reader delivered, per compressed batch the parser asked about
-        streams: list[StreamRead | None] = [None] * len(regions)
-
-        def read(i: int) -> tuple[bytes, bool]:
-            sr = streams[i] = read_stream(codecs[i], regions[i])
-            f = sr.failure
-            if f is not None and f.at_open:
-                return b"", False  # wrapForInput throws: no record is read
-            return sr.data, f is not None
-
+        self._singles = []
+        parser = self._parser_for(0)
+        regions = [r for _, r, _, _ in singles]
+        counts = [n for _, _, n, _ in singles]
+        codecs = [c for _, _, _, c in singles]
+        if not any(codecs):
+            parser.add(regions, counts, ReadMode.BUFFER)
+            return
+        first = singles[0][0]
         # the full reader: the buffer reader, or the stream reader of the rebuild path
-        if any(codecs):
-            modes: int | list[int] = [ReadMode.STREAM if c else ReadMode.BUFFER for c in codecs]
-            parsed = parse_records(regions, counts, modes, True, None, codecs, read)
-        else:
-            parsed = parse_records(regions, counts, ReadMode.BUFFER, True)
-        full, inplace = reader_findings(regions, counts, codecs, streams, parsed)
-        for i, sr in enumerate(streams):
-            if sr is not None and sr.failure is not None and sr.failure.at_open:
+        parser.add(regions, counts, [ReadMode.STREAM if c else ReadMode.BUFFER for c in codecs],
+                   None, codecs, lambda k: self._read(first + k, codecs[k]))
+
+    def flush(self) -> None:
+        """Finish parsing the pending v2 batches and append their records."""
+        self._hand_singles()
+        pending, parser, streams = self._pending, self._parser, self._streams
+        if not pending.n:
+            return
+        assert parser is not None
+        self._pending, self._parser, self._streams = _Pending(), None, {}
+        parsed = parser.finish()
+        rows, counts, codecs, base_offsets, base_ts, max_ts, lat = pending.columns()
+        count_list = counts.tolist()
+        full, inplace = reader_findings(pending, count_list, codecs.tolist(), streams, parsed)
+        for i, sr in streams.items():
+            if sr.failure is not None and sr.failure.at_open:
                 full[i] = (D3_CODEC_OPEN, {"cause": sr.failure.cause})
                 # the in-place reader of a count-0 batch is empty: it never opens the codec
-                inplace[i] = full[i] if counts[i] != 0 else None
-        for i, row in enumerate(self._pending_rows):
-            self._decoded[row] = int(parsed.batch_n[i])
-            f = full[i]
-            if f is not None:
-                self._full[row] = f
-                self._kinds[row] = "codec" if f[0].step == "D3.codec" else "records"
-                self._decode_errors[row] = f[0].render(**f[1])
-            self._inplace[row] = inplace[i]
-        table = _records_table(parsed, self.topic, self.partition,
-                               np.asarray(self._base_offsets, dtype=np.int64),
-                               np.asarray(self._base_ts, dtype=np.int64),
-                               np.asarray(self._max_ts, dtype=np.int64),
-                               np.asarray(self._lat, dtype=bool))
+                inplace[i] = full[i] if count_list[i] != 0 else None
+        row_list = rows.tolist()
+        decoded = self._decoded
+        for row, n in zip(row_list, parsed.batch_n.tolist(), strict=True):
+            decoded[row] = n
+        if any(full) or any(inplace):
+            for i, (f, g) in enumerate(zip(full, inplace, strict=True)):
+                row = row_list[i]
+                if f is not None:
+                    self._full[row] = f
+                    self._kinds[row] = "codec" if f[0].step == "D3.codec" else "records"
+                    self._decode_errors[row] = f[0].render(**f[1])
+                self._inplace[row] = g
+        table = _records_table(parsed, self.topic, self.partition, base_offsets, base_ts,
+                               max_ts, lat)
         self.records_added += table.num_rows
         self._record_tables.append(table)
-        for lst in (self._regions, self._counts, self._pending_rows, self._base_offsets,
-                    self._base_ts, self._max_ts, self._lat, self._codecs):
-            lst.clear()
 
     def take(self) -> tuple[pa.Table, pa.Table]:
         """Return ``(records, batches)`` accumulated so far and start afresh."""
@@ -557,8 +652,8 @@ class TableBuilder:
         :class:`~kqlab.kafka.log_issues.LogIssue`.
         """
         (positions, sizes, magic, base_offset, ple, crc, attributes, last_delta, base_ts,
-         max_ts, pid, epoch, base_seq, count, crc_valid, stop, stop_kind,
-         stop_length) = scan_batches(buf, start, len(buf))
+         max_ts, pid, epoch, base_seq, count, _, stop, stop_kind,
+         stop_length) = scan_batches(buf, start, len(buf), crc=False)  # checked as parsed
         n = len(positions)
         if max_batches is not None and n > max_batches:
             n = max(max_batches, 0)
@@ -578,7 +673,7 @@ class TableBuilder:
                 self._add_v2_block(view, base_position, positions[sl], sizes[sl],
                                    base_offset[sl], ple[sl], crc[sl], attributes[sl],
                                    attr[sl], last_delta[sl], base_ts[sl], max_ts[sl], pid[sl],
-                                   epoch[sl], base_seq[sl], count[sl], crc_valid[sl])
+                                   epoch[sl], base_seq[sl], count[sl])
             else:
                 while j < n and not fast[j]:
                     p = int(positions[j])
@@ -598,17 +693,27 @@ class TableBuilder:
                       crc: np.ndarray, attributes: np.ndarray, attr: np.ndarray,
                       last_delta: np.ndarray, base_ts: np.ndarray, max_ts: np.ndarray,
                       pid: np.ndarray, epoch: np.ndarray, base_seq: np.ndarray,
-                      count: np.ndarray, crc_valid: np.ndarray) -> None:
-        """Rows and pending record regions for a run of well-formed v2 batches."""
+                      count: np.ndarray) -> None:
+        """Rows for a run of well-formed v2 batches, whose records (and CRCs) the parser reads
+        now, batch by batch, while each batch is in the cache."""
         m = len(positions)
         codec = attr & 0x07
         lat = (attr & TIMESTAMP_TYPE_MASK) != 0
         row0 = self._nrows
-        # zero-copy views; compressed regions are read (decompressed) by the parser at flush
-        starts = (positions + RECORD_BATCH_OVERHEAD).tolist()
-        ends = (positions + sizes).tolist()
-        self._regions.extend([view[a:b] for a, b in zip(starts, ends, strict=True)])
-        self._codecs.extend(codec.tolist())
+        self._hand_singles()
+        first = self._pending.add_run(
+            (np.arange(row0, row0 + m, dtype=np.int64), count, codec, base_offset, base_ts,
+             max_ts, lat), view, positions + RECORD_BATCH_OVERHEAD, positions + sizes)
+        parser = self._parser_for(int(sizes.sum()))
+        crc_valid = np.zeros(m, dtype=bool)
+        read = None
+        if codec.any():
+            codecs = codec.tolist()
+
+            def read(k: int) -> tuple[bytes, bool]:
+                return self._read(first + k, codecs[k])
+
+        parser.add_batches(view, positions, sizes, crc, count, codec, read, crc_valid)
         self._blocks.append({
             "topic": np.full(m, self.topic, dtype=object),
             "partition": np.full(m, self.partition, dtype=np.int32),
@@ -631,13 +736,7 @@ class TableBuilder:
         self._full.extend(none)
         self._inplace.extend(none)
         self._nrows += m
-        self._counts.extend(count.tolist())
-        self._pending_rows.extend(range(row0, row0 + m))
-        self._base_offsets.extend(base_offset.tolist())
-        self._base_ts.extend(base_ts.tolist())
-        self._max_ts.extend(max_ts.tolist())
-        self._lat.extend(lat.tolist())
-        if len(self._regions) >= 4096:
+        if self._pending.n >= FLUSH_BATCHES:
             self.flush()
 
 

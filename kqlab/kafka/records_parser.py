@@ -1,27 +1,58 @@
 """Pick the hot-path kernels: the C accelerator when it is built, else the pure-Python reference.
 
-Three kernels: ``parse_records`` (the records of v2 batches), ``scan_batches`` (batch headers
+Four kernels: ``parse_records`` (the records of v2 batches), ``RecordsParser`` (the same parse
+fed piece by piece, with the decoder's bulk ``add_batches``), ``scan_batches`` (batch headers
 and CRC-32C checks over a buffer of concatenated batches) and ``crc32c`` (over any buffer,
 without copying).  Set ``KQLAB_PURE_PYTHON=1`` to force the references (tests hold the two
-equal); ``IMPLEMENTATION`` says which one is active.
+equal); ``IMPLEMENTATION`` says which one is active, ``ZSTD_VERSION`` which libzstd the C
+parser decompresses zstd batches with (None: every zstd batch goes to the exact reader).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
 
 from kqlab.kafka._records_py import (
     BODY_ALLOCATION_LIMIT,
     ParsedRecords,
     ParseErrorKind,
     ReadMode,
+    StreamReader,
 )
+from kqlab.kafka._records_py import RecordsParser as RecordsParserPy
 from kqlab.kafka._records_py import parse_records as parse_records_py
 from kqlab.kafka._scan_py import crc32c as crc32c_py
 from kqlab.kafka._scan_py import scan_batches as scan_batches_py
 
+
+class RecordsParserProtocol(Protocol):
+    """What both :class:`~kqlab.kafka._records_py.RecordsParser` implementations offer."""
+
+    def __init__(self, with_data: bool = True, reserve: int = 0) -> None: ...
+
+    @property
+    def batches(self) -> int: ...
+
+    def add(self, regions: Sequence[bytes | memoryview], counts: Sequence[int],
+            modes: int | Sequence[int] = ..., failed: Sequence[bool] | None = ...,
+            codecs: Sequence[int] | None = ..., read: StreamReader | None = ...) -> None: ...
+
+    def add_batches(self, buf: bytes | bytearray | memoryview, positions: np.ndarray,
+                    sizes: np.ndarray, crcs: np.ndarray, counts: np.ndarray,
+                    codecs: np.ndarray, read: StreamReader | None,
+                    crc_valid: np.ndarray) -> None: ...
+
+    def finish(self) -> ParsedRecords: ...
+
+
 IMPLEMENTATION = "python"
+ZSTD_VERSION: int | None = None
 parse_records = parse_records_py
+RecordsParser: type[RecordsParserProtocol] = RecordsParserPy
 scan_batches = scan_batches_py
 crc32c = crc32c_py
 
@@ -39,16 +70,49 @@ if not os.environ.get("KQLAB_PURE_PYTHON"):
             return ParsedRecords(*_parse_records_c(regions, counts, modes, with_data, failed,
                                                    codecs, read))
 
+        class RecordsParserC:
+            """C implementation of :class:`kqlab.kafka._records_py.RecordsParser`."""
+
+            __slots__ = ("_p",)
+
+            def __init__(self, with_data: bool = True, reserve: int = 0):
+                self._p = _crecords.RecordsParser(with_data, reserve)
+
+            @property
+            def batches(self) -> int:
+                """Batches added so far."""
+                return self._p.batches
+
+            def add(self, regions, counts, modes=ReadMode.BUFFER, failed=None, codecs=None,
+                    read=None) -> None:
+                """Parse more regions (``read(i)`` indexes this call's regions)."""
+                self._p.add(regions, counts, modes, failed, codecs, read)
+
+            def add_batches(self, buf, positions, sizes, crcs, counts, codecs, read,
+                            crc_valid) -> None:
+                """Parse whole v2 batches of ``buf``, their CRCs checked as they are read."""
+                self._p.add_batches(buf, positions, sizes, crcs, counts, codecs, read,
+                                    crc_valid)
+
+            def finish(self) -> ParsedRecords:
+                """The columns over everything added; the parser is spent afterwards."""
+                return ParsedRecords(*self._p.finish())
+
+        RecordsParser = RecordsParserC
         scan_batches = _crecords.scan_batches
         crc32c = _crecords.crc32c
         IMPLEMENTATION = "c"
+        ZSTD_VERSION = _crecords.ZSTD_VERSION
 
 __all__ = [
     "BODY_ALLOCATION_LIMIT",
     "IMPLEMENTATION",
+    "ZSTD_VERSION",
     "ParseErrorKind",
     "ParsedRecords",
     "ReadMode",
+    "RecordsParser",
+    "RecordsParserPy",
     "crc32c",
     "parse_records",
     "parse_records_py",
