@@ -105,6 +105,14 @@ class Workbench:
                      **options)
         return Path(out)
 
+    def rollout(self, **options: Any) -> Any:
+        """The what-if per enforcement point and the staged rollout plan of the policy as
+        edited, on the session's local sample (a :class:`~kqlab.widgets.RolloutView`;
+        ``options`` go to it, e.g. ``block_at``)."""
+        from kqlab.widgets._rollout import RolloutView
+
+        return RolloutView(session=self.session, **options)
+
     def _on_change(self, change: SessionChange) -> None:
         """New verdicts: the explorer browses them and the figures draw them (a Spark replay
         through its own aggregations, never collected)."""

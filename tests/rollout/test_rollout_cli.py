@@ -168,3 +168,14 @@ def test_rollout_view_follows_an_authoring_session(planted):
     view.run()
     assert view.whatif.target("kip-940").counts["refused"] == 0
     assert view.plan.breaks_first == []
+
+
+def test_the_workbench_opens_the_rollout_view_of_its_session(planted):
+    pytest.importorskip("ipywidgets")
+    from kqlab.widgets import Workbench
+
+    _, folder = planted
+    wb = Workbench(folder, policy(AMOUNT), now=NOW)
+    view = wb.rollout(block_at="kip-686")
+    assert view.session is wb.session and view.plan.block_at == "kip-686"
+    assert view.whatif.target("gate").counts["dead_lettered"] == 1
