@@ -80,8 +80,8 @@ POINTS: tuple[EnforcementPoint, ...] = (
                      "forwards or dead-letters)", "gate", "record", "gate",
                      own_validator=True, dead_letters=True),
     EnforcementPoint("spark-enforcer", "Spark Structured Streaming enforcer (the gate's "
-                     "verdicts inside mapInArrow, per record)", "stream", "record", "gate",
-                     own_validator=True, dead_letters=True),
+                     "judge in each micro-batch's tasks, per record)", "stream", "record",
+                     "spark-streaming", own_validator=True, dead_letters=True),
 )
 
 
