@@ -86,3 +86,17 @@ def test_the_console_script_prints_one_paragraph(tmp_path):
     assert "Traceback" not in done.stderr
     assert done.stderr.count("\n") == 1
     assert done.stderr.startswith(f"kqlab test: error: {policy}:8:20: rules[0].expr: ")
+
+
+@pytest.mark.parametrize("command", ["replay", "report", "export", "test"])
+def test_a_missing_policy_file_is_one_clear_line(tmp_path, command, capsys):
+    from kqlab.cli import main
+
+    missing = tmp_path / "nope.yaml"
+    args = {"replay": ["replay", str(tmp_path), "--policy", str(missing)],
+            "report": ["report", str(tmp_path), "--policy", str(missing)],
+            "export": ["export", str(missing), "--target", "gate", "--out", str(tmp_path)],
+            "test": ["test", str(missing)]}[command]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"{missing}: no such file" in err and "Traceback" not in err
