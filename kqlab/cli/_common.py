@@ -182,9 +182,19 @@ def load_policy_file(path: str) -> Policy:
     ``contact_registries=True``: its rules are then checked against the registry's schemas
     too (the command reads that registry anyway).
     """
-    from kqlab.policy import load_policy
+    from kqlab.policy import PolicyError, load_policy
 
-    policy = load_policy(path)
+    try:
+        policy = load_policy(path)
+    except IsADirectoryError:
+        raise PolicyError("is a folder, not a policy file — pass the .yaml file inside it",
+                          file=path) from None
+    except FileNotFoundError:
+        raise PolicyError("no such file — check the path (a policy is a YAML file such as "
+                          "orders.policy.yaml)", file=path) from None
+    except OSError as exc:
+        raise PolicyError(f"cannot be read ({exc.strerror}) — check its permissions",
+                          file=path) from None
     if any(f.schemas is not None and f.schemas.registry for f in (policy.key, policy.value)):
         prepare_registries(policy)
         policy = load_policy(path, contact_registries=True)

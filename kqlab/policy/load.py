@@ -55,15 +55,6 @@ def load_policy(path: str | Path, *, contact_registries: bool = False) -> Policy
     except UnicodeDecodeError as exc:
         raise PolicyError(f"not UTF-8 text ({exc.reason} at byte {exc.start}) — save the file "
                           "as UTF-8", file=str(path)) from None
-    except IsADirectoryError:
-        raise PolicyError("is a folder, not a policy file — pass the .yaml file inside it",
-                          file=str(path)) from None
-    except FileNotFoundError:
-        raise PolicyError("no such file — check the path (a policy is a YAML file such as "
-                          "orders.policy.yaml)", file=str(path)) from None
-    except OSError as exc:
-        raise PolicyError(f"cannot be read ({exc.strerror}) — check its permissions",
-                          file=str(path)) from None
     return loads_policy(text, source=str(path), contact_registries=contact_registries)
 
 
