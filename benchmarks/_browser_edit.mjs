@@ -36,7 +36,7 @@ try {
     { hasText: 'Traceback' });
   await ready.or(failed).first().waitFor({ timeout: 1_200_000 });
   if (await failed.count()) throw new Error(`the notebook failed:\n${await failed.first().innerText()}`);
-  await page.locator('.kqlab-figures .js-plotly-plot').nth(2).waitFor({ timeout: 120_000 });
+  await page.locator('.kqlab-policy-editor .kqlab-rule-count-currency').waitFor({ timeout: 120_000 });
   const readyS = (Date.now() - t0) / 1000;
 
   const kernelEval = (code) => page.evaluate(async (code) => {
@@ -54,10 +54,15 @@ try {
   // -- instrumentation: input event time, DOM changes by kind, figure redraws -----------------
   await page.evaluate(() => {
     const kq = window.__kq = { t0: null, armed: false, events: [] };
+    // only what is visible counts (a view in a hidden tab costs page time, is not waited for)
+    const shown = (el) => el.isConnected && el.checkVisibility();
     const hook = (gd) => {
       if (gd.__kqHooked || typeof gd.on !== 'function') return;
       gd.__kqHooked = true;
-      gd.on('plotly_afterplot', () => kq.events.push({ k: 'plot', t: performance.now() }));
+      // a new figure view (drawn for the first time): its appearance is a change too
+      kq.events.push({ k: shown(gd) ? 'plot' : 'hidden', t: performance.now() });
+      gd.on('plotly_afterplot', () => kq.events.push(
+        { k: shown(gd) ? 'plot' : 'hidden', t: performance.now() }));
     };
     kq.hookAll = () => document.querySelectorAll('.js-plotly-plot').forEach(hook);
     kq.hookAll();
@@ -68,21 +73,19 @@ try {
       const el = node.nodeType === 1 ? node : node.parentElement;
       if (!el) return 'other';
       if (el.closest('.js-plotly-plot')) return 'inplot';
+      if (!shown(el)) return 'hidden';
       if (el.closest('.kqlab-rt')) return 'table';
       if (el.closest('.kqlab-policy-editor') || el.closest('.kqlab-replay-panel')) return 'counts';
       return 'other';
     };
     new MutationObserver((records) => {
       const t = performance.now();
+      kq.hookAll();                                   // new figure views, as they appear
       for (const r of records) {
         const k = kind(r.target);
         if (k === 'inplot') continue;                 // plotly's own work: its afterplot says
-        if (r.type === 'childList' && [...r.addedNodes].some((n) =>
-          n.nodeType === 1 && (n.matches('.js-plotly-plot') || n.querySelector('.js-plotly-plot')))) {
-          kq.hookAll();                                // a new figure view: its first draw
-          kq.events.push({ k: 'plot', t });
-        }
-        kq.events.push({ k, t });
+        const el = r.target.nodeType === 1 ? r.target : r.target.parentElement;
+        kq.events.push({ k, t, d: el ? `${r.type}:${String(el.className).slice(0, 80)}` : '' });
       }
     }).observe(document.querySelector('.jp-Notebook'),
       { subtree: true, childList: true, characterData: true, attributes: true,
@@ -98,7 +101,7 @@ try {
     return await new Promise((resolve, reject) => {
       const tick = () => {
         const now = performance.now();
-        const evs = kq.events.filter((e) => e.k !== 'other');
+        const evs = kq.events.filter((e) => e.k !== 'other' && e.k !== 'hidden');
         const last = evs.length ? Math.max(...evs.map((e) => e.t)) : start;
         const seen = !edit || (kq.t0 !== null && evs.some((e) => e.k === 'counts') &&
                                evs.some((e) => e.k === 'plot'));
@@ -144,8 +147,9 @@ try {
           for (const v of x) { const f = Number(v); if (!Number.isNaN(f)) s += f; }
           return [t.name, x.length, s, Array.from(t.y || []).length];
         });
-        const figures = [...document.querySelectorAll('.kqlab-figures')].map((c) =>
-          [...c.querySelectorAll('.js-plotly-plot')].map(fp));
+        const figures = [...document.querySelectorAll('.kqlab-figures')]
+          .filter((c) => c.checkVisibility())
+          .map((c) => [...c.querySelectorAll('.js-plotly-plot')].map(fp));
         const counts = {};
         document.querySelectorAll('.kqlab-policy-editor [class*="kqlab-rule-count-"]').forEach((el) => {
           const id = [...el.classList].find((c) => c.startsWith('kqlab-rule-count-')).slice(17);
@@ -184,7 +188,7 @@ try {
     const late = await verify();
     const m = await page.evaluate(() => {
       const kq = window.__kq;
-      const evs = kq.events.filter((e) => e.k !== 'other' && e.t >= kq.t0);
+      const evs = kq.events.filter((e) => e.k !== 'other' && e.k !== 'hidden' && e.t >= kq.t0);
       const last = (k) => {
         const ts = evs.filter((e) => !k || e.k === k).map((e) => e.t);
         return ts.length ? Math.max(...ts) - kq.t0 : null;
@@ -193,6 +197,11 @@ try {
         page_ms: last(null), first_ms: Math.min(...evs.map((e) => e.t)) - kq.t0,
         counts_ms: last('counts'), table_ms: last('table'), figures_ms: last('plot'),
         redraws: evs.filter((e) => e.k === 'plot').length,
+        trail: evs.slice(-6).map((e) => [e.k, Math.round(e.t - kq.t0), e.d || '']),
+        hidden_ms: (() => {
+          const ts = kq.events.filter((e) => e.k === 'hidden' && e.t >= kq.t0).map((e) => e.t);
+          return ts.length ? Math.max(...ts) - kq.t0 : null;
+        })(),
       };
     });
     edits.push({ kind, ...m, verify_polls: late });

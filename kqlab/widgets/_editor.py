@@ -278,6 +278,7 @@ class PolicyEditor:
         self.suggestion_buttons: dict[str, w.Button] = {}
         self._listeners: list[Callable[[PolicyEditor], Any]] = []
         self._syncing = False  # the enforcement toggle is being set from the session
+        self._syncing_row = False  # a row's mode/severity is being set from the session
         self._suggestions_shown: tuple[Any, frozenset[str]] | None = None
 
         self.error = css(w.HTML(""), "error")
@@ -312,8 +313,9 @@ class PolicyEditor:
         self.figures_out = css(w.Output(), "figures")
         self._figure_view = FigureView(self.figures_out)
         self._rules_shown: tuple[Any, ...] | None = None  # what the rule rows were built for
-        #: rule rows built so far, by (id, kind, mode, severity), least recently used first
-        self._row_cache: dict[tuple[str, str, str, str], tuple[w.HBox, dict[str, w.Widget]]] = {}
+        #: rule rows built so far, by (id, kind), least recently used first; a row's mode and
+        #: severity controls follow its rule in place (a mode switch re-renders no row)
+        self._row_cache: dict[tuple[str, str], tuple[w.HBox, dict[str, w.Widget]]] = {}
         tabs = w.Tab(children=[
             w.VBox([self.rules_box, w.HBox([self.new_kind, self.add_button]), self.form.widget]),
             w.VBox([self.suggest_button, self.suggestions_box]),
@@ -547,13 +549,13 @@ class PolicyEditor:
         counts = self.counts
         n = (self.verdicts.count()[0] if self.verdicts is not None else 0) or 1
         zero = {"failed": 0, "rejected": 0}
-        layout = tuple((r.id, r.kind, r.mode, r.severity) for r in self.policy.rules)
+        layout = tuple((r.id, r.kind) for r in self.policy.rules)
         if layout == self._rules_shown and set(self.rows) == {r.id for r in self.policy.rules}:
-            # the same rows: only the counts change (rebuilding ~8 widgets a rule would cost
-            # more than the rest of a refresh's widget work)
+            # the same rows: only the counts, modes and severities change (rebuilding ~8
+            # widgets a rule would cost more than the rest of a refresh's widget work, and the
+            # page would draw every row after the changed one again)
             for rule in self.policy.rules:
-                self.rows[rule.id]["count"].value = _count_html(counts.get(rule.id, zero), n,
-                                                                rule.mode)
+                self._sync_row(self.rows[rule.id], rule, counts.get(rule.id, zero), n)
             return
         self._rules_shown = layout
         self.rows = {}
@@ -561,14 +563,13 @@ class PolicyEditor:
         cache = self._row_cache
         for rule in self.policy.rules:
             c = counts.get(rule.id, zero)
-            key = (rule.id, rule.kind, rule.mode, rule.severity)
+            key = (rule.id, rule.kind)
             hit = cache.get(key)
-            if hit is not None and hit[1]["mode"].value == rule.mode and \
-                    hit[1]["severity"].value == rule.severity:
-                # a row built earlier for the same rule layout (a rule added back, another
-                # rule's mode switched): reuse its widgets, only the count text changes
+            if hit is not None:
+                # a row built earlier for the same rule (a rule added back, moved): reuse its
+                # widgets; its count, mode and severity follow the rule
                 cache[key] = cache.pop(key)  # most recently used last
-                hit[1]["count"].value = _count_html(c, n, rule.mode)
+                self._sync_row(hit[1], rule, c, n)
                 self.rows[rule.id] = hit[1]
                 rows.append(hit[0])
                 continue
@@ -579,6 +580,19 @@ class PolicyEditor:
         while len(cache) > _ROW_CACHE_MAX:
             del cache[next(iter(cache))]
         self.rules_box.children = tuple(rows)
+
+    def _sync_row(self, controls: dict[str, w.Widget], rule: Rule, c: dict[str, int],
+                  n: int) -> None:
+        """Make a row show ``rule``: its count, and its mode and severity controls set without
+        their observers editing the policy again (the session already has these values)."""
+        controls["count"].value = _count_html(c, n, rule.mode)
+        if controls["mode"].value != rule.mode or controls["severity"].value != rule.severity:
+            self._syncing_row = True
+            try:
+                controls["mode"].value = rule.mode
+                controls["severity"].value = rule.severity
+            finally:
+                self._syncing_row = False
 
     def _row(self, rule: Rule, count_html: str) -> tuple[w.HBox, dict[str, w.Widget]]:
         """One rule's row: count, mode, severity, edit, up, down, remove — each wired to the
@@ -596,9 +610,10 @@ class PolicyEditor:
                    "rule_down", id=rid)
         remove = css(w.Button(icon="trash", tooltip="remove", layout=_small()), "rule_remove",
                      id=rid)
-        mode.observe(lambda ch: self._try(self.set_mode, rid, ch["new"]), names="value")
-        severity.observe(lambda ch: self._try(self.set_severity, rid, ch["new"]),
-                         names="value")
+        mode.observe(lambda ch: None if self._syncing_row else
+                     self._try(self.set_mode, rid, ch["new"]), names="value")
+        severity.observe(lambda ch: None if self._syncing_row else
+                         self._try(self.set_severity, rid, ch["new"]), names="value")
         edit.on_click(lambda _b: self._try(self.edit, rid))
         up.on_click(lambda _b: self._try(self.move_rule, rid, -1))
         down.on_click(lambda _b: self._try(self.move_rule, rid, 1))

@@ -9,6 +9,12 @@ disagree.  The explorer and the figures take the verdicts of any engine (a
 :class:`~kqlab.validate.view.VerdictsView`); a Spark replay is browsed through Spark (record
 details need the local sample), and the next edit re-judges the local sample when it is the
 same source.
+
+The Figures tab is drawn when it is shown: an edit made in the Policy tab redraws only what
+that tab shows (the rule counts, the outcomes, the impact figure) and the Figures tab is
+rebuilt from the current verdicts when it is selected, or when :attr:`Workbench.figures` is
+read.  Three figures built and drawn per edit for a hidden tab cost more than the edit's
+re-judging on a million records (``benchmarks/browser_edit.py``).
 """
 
 from __future__ import annotations
@@ -63,7 +69,8 @@ class Workbench:
             session = AuthoringSession(policy, now=now)
         self.session = session
         self.figure_names = tuple(figures)
-        self.figures: dict[str, Any] = {}
+        self._figures: dict[str, Any] = {}
+        self._figures_for: object = None  # the verdicts self._figures were built from
         named = {"sample": source, **(sources or {})}
         self.panel = ReplayPanel(session, named)
         self.editor = PolicyEditor(session, figures=("impact",))
@@ -73,6 +80,8 @@ class Workbench:
         tabs = w.Tab(children=[self.editor.widget, self.explorer.widget, self.figures_out])
         for i, title in enumerate(("Policy", "Rejections", "Figures")):
             tabs.set_title(i, title)
+        self.tabs = tabs
+        tabs.observe(self._on_tab, names="selected_index")
         self.widget = css(w.VBox([self.panel.widget, tabs]), "workbench")
         session.observe(self._on_change)
         self.panel.run()
@@ -84,6 +93,13 @@ class Workbench:
     def policy(self) -> Policy:
         """The current policy (the session's)."""
         return self.session.policy
+
+    @property
+    def figures(self) -> dict[str, Any]:
+        """The figures of the current verdicts (name -> ``go.Figure``), built now if the
+        Figures tab has not shown them yet."""
+        self._refresh_figures()
+        return self._figures
 
     @property
     def verdicts(self) -> VerdictsView | None:
@@ -114,11 +130,29 @@ class Workbench:
         return RolloutView(session=self.session, **options)
 
     def _on_change(self, change: SessionChange) -> None:
-        """New verdicts: the explorer browses them and the figures draw them (a Spark replay
-        through its own aggregations, never collected)."""
+        """New verdicts: the explorer browses them and the figures draw them — now if their
+        tab is shown, else when it is (a Spark replay through its own aggregations, never
+        collected)."""
         s = change.session
         if "verdicts" not in change or s.verdicts is None:
             return
         self.explorer.set_verdicts(s.verdicts, s.view_sample, s.policy)
-        self.figures = build_figures(self.figure_names, s.verdicts, s.figure_context())
-        self._figure_view.show(self.figures)
+        if self.tabs.selected_index == _FIGURES_TAB:
+            self._refresh_figures()
+
+    def _on_tab(self, change: dict[str, Any]) -> None:
+        if change["new"] == _FIGURES_TAB:
+            self._refresh_figures()
+
+    def _refresh_figures(self) -> None:
+        """Build and show the figures, unless they are those of the current verdicts."""
+        s = self.session
+        if s.verdicts is None or self._figures_for is s.verdicts:
+            return
+        self._figures = build_figures(self.figure_names, s.verdicts, s.figure_context())
+        self._figures_for = s.verdicts
+        self._figure_view.show(self._figures)
+
+
+#: the Figures tab's index in :attr:`Workbench.tabs`
+_FIGURES_TAB = 2

@@ -45,7 +45,9 @@ def _one_each(drawn: dict[str, set[str]]) -> dict[str, str]:
 @pytest.fixture
 def workbench(orders_dir):
     root, policy = orders_dir
-    return Workbench(root, policy, now=NOW)
+    wb = Workbench(root, policy, now=NOW)
+    wb.tabs.selected_index = 2  # the Figures tab shown, as the page does: drawn on every edit
+    return wb
 
 
 def test_removing_adding_and_undoing_rules_never_shifts_a_colour(workbench):
