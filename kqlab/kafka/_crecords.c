@@ -1102,15 +1102,19 @@ ps_unpack(ParseState *ps, int codec, const uint8_t *buf, Py_ssize_t len, size_t 
     return zstd_fast(&ps->zs, buf, (size_t)len, out_len);
 }
 
+/* ps_batch's `fast`: try the zstd fast path here / buf is already its output / it declined */
+enum { FAST_TRY = -1, FAST_DECLINED = 0, FAST_DONE = 1 };
+
 /*
  * Parse one batch (batch_n/errs slot ps->nb must exist) whose bytes are buf[0:len] as given
- * (codec 0) or as the fast path or read(index) delivers them (a compressed stream).  Called
- * with the GIL held or not (ps->o.tstate); takes it only when read must run.  Returns ST_OK,
- * ST_NOMEM/ST_OVERFLOW, or ST_PYERR with the exception set (and the GIL held).
+ * (codec 0) or as the fast path or read(index) delivers them (a compressed stream; `fast` says
+ * whether the fast path is still to be tried, has decoded buf[0:len] already, or declined).
+ * Called with the GIL held or not (ps->o.tstate); takes it only when read must run.  Returns
+ * ST_OK, ST_NOMEM/ST_OVERFLOW, or ST_PYERR with the exception set (and the GIL held).
  */
 static int
 ps_batch(ParseState *ps, const uint8_t *buf, Py_ssize_t len, int codec, int mode, int fail,
-         long long count, PyObject *read, Py_ssize_t index)
+         long long count, PyObject *read, Py_ssize_t index, int fast)
 {
     PyObject *delivered = NULL;
     Py_buffer dview;
@@ -1122,13 +1126,18 @@ ps_batch(ParseState *ps, const uint8_t *buf, Py_ssize_t len, int codec, int mode
     if (codec != 0) {
         /* a compressed stream, opened before the count is looked at (wrapForInput) */
         size_t ulen = 0;
-        int r = ps_unpack(ps, codec, buf, len, &ulen);
-        if (r < 0) {
-            return ST_NOMEM;
+        int r = fast;
+        if (fast == FAST_TRY) {
+            r = ps_unpack(ps, codec, buf, len, &ulen);
+            if (r < 0) {
+                return ST_NOMEM;
+            }
+            if (r == 1) {
+                buf = ps->zs.p;
+                len = (Py_ssize_t)ulen;
+            }
         }
         if (r == 1) {
-            buf = ps->zs.p;
-            len = (Py_ssize_t)ulen;
             fail = 0;
         }
         else {
@@ -1362,7 +1371,7 @@ ps_add(ParseState *ps, int with_data, PyObject *regions_in, PyObject *counts_in,
             goto done;
         }
         st = ps_batch(ps, (const uint8_t *)view.buf, view.len, codecs[bi], modes[bi],
-                      failed[bi], count, read, bi);
+                      failed[bi], count, read, bi, FAST_TRY);
         ps_acquire(ps);
         PyBuffer_Release(&view);
         if (st != ST_OK) {
@@ -1380,6 +1389,172 @@ done:
     Py_XDECREF(counts);
     return rc;
 }
+
+/*
+ * Parallel zstd decompression for add_batches.  Helper threads (plain C: no Python, no GIL)
+ * decompress the run's zstd batches ahead of the parse into a ring of slots, each with its own
+ * decompression context and buffer; the thread that parses takes the slots in log order (and
+ * decompresses a batch itself when no helper has claimed it yet), so records are appended
+ * exactly as the sequential path appends them.  A slot says what the fast path found; a
+ * declined stream still goes to the caller's exact reader, on the parsing thread.
+ */
+#if defined(__unix__) || defined(__APPLE__)
+#include <pthread.h>
+#define KQ_HAVE_THREADS 1
+#endif
+
+/* the zstd batches of a run needed before helper threads are started (else: sequential) */
+#define POOL_MIN_BATCHES 16
+#define POOL_MAX_HELPERS 15
+
+enum { SLOT_FREE = 0, SLOT_BUSY = 1, SLOT_READY = 2 };
+
+typedef struct {
+    ZstdScratch zs;
+    size_t len;
+    int result; /* zstd_fast's: 1 whole, 0 declined, -1 out of memory */
+    int state;
+    Py_ssize_t j; /* the zstd ordinal it holds */
+} Slot;
+
+#ifdef KQ_HAVE_THREADS
+typedef struct {
+    const uint8_t *buf;
+    const int64_t *pos;
+    const int64_t *size;
+    const Py_ssize_t *zk; /* batch index of each zstd ordinal */
+    Py_ssize_t nz;
+    Slot *slots;
+    int nslots;
+    Py_ssize_t next; /* the next ordinal to claim */
+    int stop;
+    pthread_mutex_t mu;
+    pthread_cond_t ready; /* a slot became READY */
+    pthread_cond_t freed; /* a slot became FREE (or stop) */
+    pthread_t threads[POOL_MAX_HELPERS];
+    int nthreads;
+} Pool;
+
+static void
+pool_decompress(Pool *pl, Slot *slot, Py_ssize_t j)
+{
+    Py_ssize_t k = pl->zk[j];
+    const uint8_t *b = pl->buf + pl->pos[k] + SCAN_V2_HEADER_SIZE;
+    size_t n = (size_t)(pl->size[k] - SCAN_V2_HEADER_SIZE);
+    size_t len = 0;
+    int r = zstd_fast(&slot->zs, b, n, &len);
+    pthread_mutex_lock(&pl->mu);
+    slot->len = len;
+    slot->result = r;
+    slot->state = SLOT_READY;
+    pthread_cond_broadcast(&pl->ready);
+    pthread_mutex_unlock(&pl->mu);
+}
+
+static void *
+pool_helper(void *arg)
+{
+    Pool *pl = (Pool *)arg;
+    pthread_mutex_lock(&pl->mu);
+    for (;;) {
+        Py_ssize_t j = pl->next;
+        Slot *slot;
+        if (pl->stop || j >= pl->nz) {
+            break;
+        }
+        slot = &pl->slots[j % pl->nslots];
+        if (slot->state != SLOT_FREE) { /* still holds ordinal j - nslots: wait for the parse */
+            pthread_cond_wait(&pl->freed, &pl->mu);
+            continue;
+        }
+        pl->next = j + 1;
+        slot->state = SLOT_BUSY;
+        slot->j = j;
+        pthread_mutex_unlock(&pl->mu);
+        pool_decompress(pl, slot, j);
+        pthread_mutex_lock(&pl->mu);
+    }
+    pthread_mutex_unlock(&pl->mu);
+    return NULL;
+}
+
+/* Start up to `helpers` threads over the run; 0 when none could be started. */
+static int
+pool_start(Pool *pl, int helpers)
+{
+    int i;
+    pl->nslots = 2 * (helpers + 1);
+    pl->slots = PyMem_RawCalloc((size_t)pl->nslots, sizeof(Slot));
+    if (pl->slots == NULL) {
+        return 0;
+    }
+    pthread_mutex_init(&pl->mu, NULL);
+    pthread_cond_init(&pl->ready, NULL);
+    pthread_cond_init(&pl->freed, NULL);
+    for (i = 0; i < helpers && i < POOL_MAX_HELPERS; i++) {
+        if (pthread_create(&pl->threads[i], NULL, pool_helper, pl) != 0) {
+            break;
+        }
+        pl->nthreads++;
+    }
+    return pl->nthreads;
+}
+
+/* The slot of ordinal j, READY (decompressed here if no helper claimed it). */
+static Slot *
+pool_take(Pool *pl, Py_ssize_t j)
+{
+    Slot *slot = &pl->slots[j % pl->nslots];
+    pthread_mutex_lock(&pl->mu);
+    if (pl->next == j) { /* nobody has it yet (its slot is free: j - nslots was consumed) */
+        pl->next = j + 1;
+        slot->state = SLOT_BUSY;
+        slot->j = j;
+        pthread_mutex_unlock(&pl->mu);
+        pool_decompress(pl, slot, j);
+        pthread_mutex_lock(&pl->mu);
+    }
+    while (slot->state != SLOT_READY || slot->j != j) {
+        pthread_cond_wait(&pl->ready, &pl->mu);
+    }
+    pthread_mutex_unlock(&pl->mu);
+    return slot;
+}
+
+static void
+pool_release(Pool *pl, Slot *slot)
+{
+    pthread_mutex_lock(&pl->mu);
+    slot->state = SLOT_FREE;
+    pthread_cond_broadcast(&pl->freed);
+    pthread_mutex_unlock(&pl->mu);
+}
+
+/* Stop the helpers (mid-run too), join them, free the slots. */
+static void
+pool_end(Pool *pl)
+{
+    int i;
+    if (pl->slots == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&pl->mu);
+    pl->stop = 1;
+    pthread_cond_broadcast(&pl->freed);
+    pthread_mutex_unlock(&pl->mu);
+    for (i = 0; i < pl->nthreads; i++) {
+        pthread_join(pl->threads[i], NULL);
+    }
+    for (i = 0; i < pl->nslots; i++) {
+        zstd_scratch_free(&pl->slots[i].zs);
+    }
+    PyMem_RawFree(pl->slots);
+    pl->slots = NULL;
+    pthread_cond_destroy(&pl->ready);
+    pthread_cond_destroy(&pl->freed);
+    pthread_mutex_destroy(&pl->mu);
+}
+#endif /* KQ_HAVE_THREADS */
 
 /* A C-contiguous one-dimensional buffer of `n` items of `itemsize` bytes (ints). */
 static int
@@ -1413,15 +1588,20 @@ int_column(PyObject *obj, Py_ssize_t itemsize, Py_ssize_t n, int writable, const
  * read from memory once.  Runs without the GIL except to call read.
  */
 static int
-ps_add_batches(ParseState *ps, int with_data, Py_ssize_t reserve, PyObject *buf_obj,
-               PyObject *positions_obj, PyObject *sizes_obj, PyObject *crcs_obj,
-               PyObject *counts_obj, PyObject *codecs_obj, PyObject *read,
+ps_add_batches(ParseState *ps, int with_data, Py_ssize_t reserve, int threads,
+               PyObject *buf_obj, PyObject *positions_obj, PyObject *sizes_obj,
+               PyObject *crcs_obj, PyObject *counts_obj, PyObject *codecs_obj, PyObject *read,
                PyObject *crc_valid_obj)
 {
     Py_buffer buf, pos_v, size_v, crc_v, count_v, codec_v, valid_v;
     int have[7] = {0};
-    Py_ssize_t m, k;
-    int rc = -1, st = ST_OK;
+    Py_ssize_t m, k, nz = 0, j = 0;
+    Py_ssize_t *zk = NULL;
+    int rc = -1, st = ST_OK, pooled = 0;
+#ifdef KQ_HAVE_THREADS
+    Pool pool;
+    memset(&pool, 0, sizeof(pool));
+#endif
 
     if (PyObject_GetBuffer(buf_obj, &buf, PyBUF_SIMPLE) < 0) {
         return -1;
@@ -1474,22 +1654,74 @@ ps_add_batches(ParseState *ps, int with_data, Py_ssize_t reserve, PyObject *buf_
         PyErr_NoMemory();
         goto done;
     }
+    if (zstd_lib.loaded && threads > 1) {
+        for (k = 0; k < m; k++) {
+            nz += ((const int32_t *)codec_v.buf)[k] == CODEC_ZSTD;
+        }
+    }
+#ifdef KQ_HAVE_THREADS
+    if (nz >= POOL_MIN_BATCHES) {
+        zk = PyMem_RawMalloc((size_t)nz * sizeof(Py_ssize_t));
+        if (zk == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (k = 0; k < m; k++) {
+            if (((const int32_t *)codec_v.buf)[k] == CODEC_ZSTD) {
+                zk[j++] = k;
+            }
+        }
+        pool.buf = (const uint8_t *)buf.buf;
+        pool.pos = (const int64_t *)pos_v.buf;
+        pool.size = (const int64_t *)size_v.buf;
+        pool.zk = zk;
+        pool.nz = nz;
+        pooled = pool_start(&pool, threads - 1) > 0;
+        j = 0;
+    }
+#endif
     ps_release(ps);
     for (k = 0; k < m; k++) {
         const uint8_t *b = (const uint8_t *)buf.buf + ((const int64_t *)pos_v.buf)[k];
         Py_ssize_t s = (Py_ssize_t)((const int64_t *)size_v.buf)[k];
         int codec = (int)((const int32_t *)codec_v.buf)[k];
         uint32_t stored = ((const uint32_t *)crc_v.buf)[k];
+        long long count = (long long)((const int32_t *)count_v.buf)[k];
+        int mode = codec == 0 ? M_BUFFER : M_STREAM;
         ((uint8_t *)valid_v.buf)[k] =
             crc32c_value(b + SCAN_V2_CRC_OFFSET, (size_t)(s - SCAN_V2_CRC_OFFSET)) == stored;
-        st = ps_batch(ps, b + SCAN_V2_HEADER_SIZE, s - SCAN_V2_HEADER_SIZE, codec,
-                      codec == 0 ? M_BUFFER : M_STREAM, 0,
-                      (long long)((const int32_t *)count_v.buf)[k], read, k);
+#ifdef KQ_HAVE_THREADS
+        if (pooled && codec == CODEC_ZSTD) {
+            Slot *slot = pool_take(&pool, j++);
+            if (slot->result < 0) {
+                pool_release(&pool, slot);
+                st = ST_NOMEM;
+                break;
+            }
+            if (slot->result == 1) {
+                st = ps_batch(ps, slot->zs.p, (Py_ssize_t)slot->len, codec, mode, 0, count,
+                              read, k, FAST_DONE);
+            }
+            else {
+                st = ps_batch(ps, b + SCAN_V2_HEADER_SIZE, s - SCAN_V2_HEADER_SIZE, codec,
+                              mode, 0, count, read, k, FAST_DECLINED);
+            }
+            pool_release(&pool, slot);
+        }
+        else
+#endif
+        {
+            st = ps_batch(ps, b + SCAN_V2_HEADER_SIZE, s - SCAN_V2_HEADER_SIZE, codec, mode,
+                          0, count, read, k, FAST_TRY);
+        }
         if (st != ST_OK) {
             break;
         }
         ps_release(ps); /* read may have taken the GIL */
     }
+#ifdef KQ_HAVE_THREADS
+    pool_end(&pool); /* no Python in it: fine with or without the GIL */
+#endif
     ps_acquire(ps);
     if (st != ST_OK) {
         set_status_error(st);
@@ -1498,6 +1730,7 @@ ps_add_batches(ParseState *ps, int with_data, Py_ssize_t reserve, PyObject *buf_
     rc = 0;
 
 done:
+    PyMem_RawFree(zk);
     {
         Py_buffer *views[7] = {&buf, &pos_v, &size_v, &crc_v, &count_v, &codec_v, &valid_v};
         int i;
@@ -1658,7 +1891,8 @@ typedef struct {
     ParseState ps;
     int with_data;
     Py_ssize_t reserve;
-    int busy;   /* a method is running (it may have released the GIL) */
+    int threads; /* add_batches decompresses zstd batches on this many threads */
+    int busy;    /* a method is running (it may have released the GIL) */
     int closed; /* finished, or broken by an error: no further use */
 } RecordsParserObject;
 
@@ -1681,11 +1915,11 @@ rp_enter(RecordsParserObject *self)
 static int
 rp_init(RecordsParserObject *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"with_data", "reserve", NULL};
-    int with_data = 1;
+    static char *kwlist[] = {"with_data", "reserve", "threads", NULL};
+    int with_data = 1, threads = 1;
     Py_ssize_t reserve = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|pn:RecordsParser", kwlist, &with_data,
-                                     &reserve)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|pni:RecordsParser", kwlist, &with_data,
+                                     &reserve, &threads)) {
         return -1;
     }
     if (self->busy) {
@@ -1696,6 +1930,8 @@ rp_init(RecordsParserObject *self, PyObject *args, PyObject *kwds)
     memset(&self->ps, 0, sizeof(self->ps));
     self->with_data = with_data;
     self->reserve = reserve > 0 ? reserve : 0;
+    self->threads = threads < 1 ? 1 : threads > POOL_MAX_HELPERS + 1 ? POOL_MAX_HELPERS + 1
+                                                                      : threads;
     self->closed = 0;
     return 0;
 }
@@ -1766,8 +2002,8 @@ rp_add_batches(RecordsParserObject *self, PyObject *args, PyObject *kwds)
     if (rp_enter(self) < 0) {
         return NULL;
     }
-    rc = ps_add_batches(&self->ps, self->with_data, self->reserve, buf, positions, sizes, crcs,
-                        counts, codecs, read, crc_valid);
+    rc = ps_add_batches(&self->ps, self->with_data, self->reserve, self->threads, buf,
+                        positions, sizes, crcs, counts, codecs, read, crc_valid);
     self->busy = 0;
     if (rc < 0) {
         self->closed = 1;
@@ -1816,11 +2052,13 @@ static PyGetSetDef rp_getset[] = {
 };
 
 PyDoc_STRVAR(rp_doc,
-"RecordsParser(with_data=True, reserve=0)\n"
+"RecordsParser(with_data=True, reserve=0, threads=1)\n"
 "\n"
 "C implementation of kqlab.kafka._records_py.RecordsParser: one parse_records call fed\n"
 "piece by piece (add, add_batches), finished once.  reserve: the value buffer's first\n"
-"capacity in bytes (a hint; the buffer grows as needed).");
+"capacity in bytes (a hint; the buffer grows as needed).  threads: add_batches decompresses\n"
+"the zstd batches of a run on this many threads (helpers ahead of the parse; the columns\n"
+"are the same whatever the number).");
 
 static PyTypeObject RecordsParser_Type = {
     PyVarObject_HEAD_INIT(NULL, 0)

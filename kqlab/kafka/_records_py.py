@@ -367,10 +367,11 @@ class RecordsParser:
     reader otherwise), each batch's CRC-32C checked into ``crc_valid`` as it is read.  The C
     kernel checks each CRC right before parsing that batch, so a segment is read from memory
     once instead of twice (once by the scan, once by the parser).  ``reserve`` is a capacity
-    hint for the C kernel's value buffer; it changes nothing here.
+    hint for the C kernel's value buffer and ``threads`` how many threads its ``add_batches``
+    decompresses zstd batches on; neither changes any result, nor anything here.
     """
 
-    def __init__(self, with_data: bool = True, reserve: int = 0):
+    def __init__(self, with_data: bool = True, reserve: int = 0, threads: int = 1):
         self.with_data = with_data
         self._pieces: list[ParsedRecords] = []
         self._closed = False

@@ -30,6 +30,7 @@ with its parameters, so the vectorised table checks never parse a message.
 from __future__ import annotations
 
 import bisect
+import os
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -275,6 +276,30 @@ def reader_findings(regions: Sequence[bytes | memoryview], counts: Sequence[int]
 #: a chunk of the records table holds the records of this many batches (or of a run that
 #: passes it)
 FLUSH_BATCHES = 4096
+#: at most this many threads decompress zstd batches (the parsing thread and its helpers)
+MAX_DECODE_THREADS = 4
+
+
+def decode_threads() -> int:
+    """How many threads the decoder decompresses zstd batches on: ``KQLAB_DECODE_THREADS``
+    when set, else one per CPU this process may run on, up to :data:`MAX_DECODE_THREADS`.
+
+    zstd decompression is most of the time spent decoding a zstd segment; the parser's
+    helper threads take it off the parsing thread (the decoded tables do not depend on the
+    number).  Set ``KQLAB_DECODE_THREADS=1`` where every core is already busy (one engine task
+    per core)."""
+    text = os.environ.get("KQLAB_DECODE_THREADS", "").strip()
+    if text:
+        try:
+            return max(1, int(text))
+        except ValueError:
+            raise ValueError(f"KQLAB_DECODE_THREADS must be a whole number, not {text!r}") \
+                from None
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, MAX_DECODE_THREADS))
 
 _BATCH_COLUMNS = [f.name for f in BATCHES_SCHEMA]
 # the columns kept per row as read; decode_error and the DECODE_COLUMNS are kept apart because
@@ -375,10 +400,13 @@ class TableBuilder:
     decode whole.
     """
 
-    def __init__(self, topic: str = "", partition: int = -1, framing: str = "exact"):
+    def __init__(self, topic: str = "", partition: int = -1, framing: str = "exact", *,
+                 threads: int | None = None):
         self.topic = topic
         self.partition = partition
         self.framing = framing
+        #: threads the parser decompresses zstd batches on (:func:`decode_threads`)
+        self.threads = decode_threads() if threads is None else max(1, threads)
         # batch rows in log order: blocks of tuples (slow path) or of numpy columns (fast path)
         self._blocks: list[list[tuple] | dict[str, np.ndarray]] = []
         self._nrows = 0
@@ -538,7 +566,7 @@ class TableBuilder:
     def _parser_for(self, reserve: int) -> RecordsParserProtocol:
         """The chunk's records parser (``reserve``: bytes for its value buffer, a hint)."""
         if self._parser is None:
-            self._parser = RecordsParser(True, reserve)
+            self._parser = RecordsParser(True, reserve, self.threads)
         return self._parser
 
     def _read(self, i: int, codec: int) -> tuple[bytes, bool]:
@@ -822,9 +850,11 @@ def decode_batches(batches: Iterable[bytes], *, topic: str = "", partition: int 
     return Decoded(records, table, [])
 
 
-def decode_records(data: bytes, *, topic: str = "", partition: int = -1) -> Decoded:
-    """Decode a buffer of concatenated batches (a produce request's records, a segment slice)."""
-    builder = TableBuilder(topic, partition)
+def decode_records(data: bytes, *, topic: str = "", partition: int = -1,
+                   threads: int | None = None) -> Decoded:
+    """Decode a buffer of concatenated batches (a produce request's records, a segment slice);
+    ``threads``: see :func:`decode_threads`."""
+    builder = TableBuilder(topic, partition, threads=threads)
     _, _, issues = builder.add_buffer(data)
     records, table = builder.take()
     return Decoded(records, table, issues)

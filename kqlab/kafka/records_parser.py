@@ -32,7 +32,8 @@ from kqlab.kafka._scan_py import scan_batches as scan_batches_py
 class RecordsParserProtocol(Protocol):
     """What both :class:`~kqlab.kafka._records_py.RecordsParser` implementations offer."""
 
-    def __init__(self, with_data: bool = True, reserve: int = 0) -> None: ...
+    def __init__(self, with_data: bool = True, reserve: int = 0, threads: int = 1
+                 ) -> None: ...
 
     @property
     def batches(self) -> int: ...
@@ -75,8 +76,8 @@ if not os.environ.get("KQLAB_PURE_PYTHON"):
 
             __slots__ = ("_p",)
 
-            def __init__(self, with_data: bool = True, reserve: int = 0):
-                self._p = _crecords.RecordsParser(with_data, reserve)
+            def __init__(self, with_data: bool = True, reserve: int = 0, threads: int = 1):
+                self._p = _crecords.RecordsParser(with_data, reserve, threads)
 
             @property
             def batches(self) -> int:

@@ -269,3 +269,51 @@ def test_decoder_tables_equal_the_exact_path(data):
     records, batches = _decode_exact(data)
     assert d.records.equals(records)
     assert d.batches.equals(batches)
+
+
+@st.composite
+def long_zstd_segments(draw) -> bytes:
+    """Enough zstd batches for the parser's helper threads to start (16 or more), a few of
+    them damaged so that the exact reader is asked about them between decompressed ones."""
+    parts = []
+    offset = 0
+    damaged = set(draw(st.lists(st.integers(0, 39), max_size=4)))
+    for b in range(draw(st.integers(20, 40))):
+        n = 1 + b % 4
+        raw = build_batch(_records(n, b), codec=Codec.ZSTD if b % 9 else Codec.NONE,
+                          base_offset=offset, base_timestamp=NOW)
+        if b in damaged and b % 9:
+            wire = bytearray(raw[61:])
+            del wire[draw(st.integers(0, len(wire) - 1)):]
+            raw = _reframe(raw, bytes(wire))
+        parts.append(raw)
+        offset += n
+    return b"".join(parts)
+
+
+@needs_fast
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(long_zstd_segments(), st.integers(2, 5))
+def test_helper_threads_change_nothing(data, threads):
+    """zstd batches decompressed by helper threads ahead of the parse: the same tables as on
+    one thread and as the exact path."""
+    one = decode_records(data, topic="t", partition=3, threads=1)
+    many = decode_records(data, topic="t", partition=3, threads=threads)
+    records, batches = _decode_exact(data)
+    for d in (one, many):
+        assert d.records.equals(records)
+        assert d.batches.equals(batches)
+
+
+def test_decode_threads_setting(monkeypatch):
+    monkeypatch.setenv("KQLAB_DECODE_THREADS", "3")
+    assert batch_module.decode_threads() == 3
+    assert batch_module.TableBuilder().threads == 3
+    monkeypatch.setenv("KQLAB_DECODE_THREADS", "0")
+    assert batch_module.decode_threads() == 1
+    monkeypatch.setenv("KQLAB_DECODE_THREADS", "many")
+    with pytest.raises(ValueError, match="KQLAB_DECODE_THREADS"):
+        batch_module.decode_threads()
+    monkeypatch.delenv("KQLAB_DECODE_THREADS")
+    assert 1 <= batch_module.decode_threads() <= batch_module.MAX_DECODE_THREADS
