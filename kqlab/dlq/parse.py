@@ -153,6 +153,19 @@ def _integers(texts: pa.Array) -> tuple[pa.Array, np.ndarray]:
     return pa.array(out, pa.int64()), np.asarray(bad, dtype=np.int64)
 
 
+def _last_per_record(n: int, parent: np.ndarray, mask: np.ndarray, j: np.ndarray,
+                     default: np.ndarray) -> np.ndarray:
+    """Per record, the largest entry index ``j`` where ``mask`` holds (``default`` where it
+    holds nowhere); entries come record by record, in order."""
+    out = default.copy()
+    sel = np.flatnonzero(mask)
+    if len(sel):
+        p = parent[sel]
+        last = np.r_[p[1:] != p[:-1], True]
+        out[p[last]] = j[sel[last]]
+    return out
+
+
 def _scatter(n: int, rows: np.ndarray, values: pa.Array) -> pa.Array:
     """A length-``n`` array holding ``values[i]`` at ``rows[i]`` and null elsewhere."""
     where = np.full(n, -1, dtype=np.int64)
@@ -208,27 +221,30 @@ def parse_dead_letters(records: pa.Table) -> pa.Table:
     j = np.arange(e, dtype=np.int64)
     starts = np.cumsum(counts) - counts
 
-    # the family of every header entry (0: none), then of every record: its last header's
-    fam = np.zeros(e, dtype=np.int8)
-    for code, f in enumerate(FAMILIES, start=1):
-        mine = pc.is_in(keys, value_set=pa.array(f.keys, pa.string()))
-        if f.prefix is not None:
-            mine = pc.or_(mine, pc.starts_with(keys, f.prefix))
-        fam[_np(pc.fill_null(mine, False))] = code
+    # every entry's name as a code into the known failure header names (-1: another name),
+    # and its family (0: none); names of a family's prefix not in its list count too
+    known = [k for f in FAMILIES for k in f.keys]
+    known_family = np.array([c for c, f in enumerate(FAMILIES, start=1) for _ in f.keys],
+                            dtype=np.int8)
+    name_code = _np(pc.fill_null(pc.index_in(keys, value_set=pa.array(known, pa.string())),
+                                 -1)).astype(np.int64) if e else np.zeros(0, np.int64)
+    fam = np.where(name_code >= 0, known_family[name_code], 0).astype(np.int8)
+    other = np.flatnonzero(name_code < 0)
+    if len(other):
+        other_keys = keys.take(pa.array(other))
+        for code, f in enumerate(FAMILIES, start=1):
+            if f.prefix is not None:
+                hit = _np(pc.fill_null(pc.starts_with(other_keys, f.prefix), False))
+                fam[other[hit.astype(bool)]] = code
     # the record's family: that of its last failure header (headers a DLQ producer's
     # interceptors add afterwards, e.g. tracing, do not hide it); its run: the block of that
     # family's headers ending there
-    last_fam = np.full(n, -1, dtype=np.int64)
-    famj = fam != 0
-    if famj.any():
-        np.maximum.at(last_fam, parent[famj], j[famj])
+    last_fam = _last_per_record(n, parent, fam != 0, j, starts - 1)
     rec_fam = np.zeros(n, dtype=np.int8)
-    found = last_fam >= 0
+    found = last_fam >= starts
     rec_fam[found] = fam[last_fam[found]]
-    last_other = starts - 1
     breaks = (fam != rec_fam[parent]) & (j < last_fam[parent])
-    if breaks.any():
-        np.maximum.at(last_other, parent[breaks], j[breaks])
+    last_other = _last_per_record(n, parent, breaks, j, starts - 1)
     in_run = (rec_fam[parent] != 0) & (j > last_other[parent]) & (j <= last_fam[parent])
 
     problems = _Problems(n)
@@ -238,7 +254,8 @@ def parse_dead_letters(records: pa.Table) -> pa.Table:
         """(records, text values) of the last in-run header ``name`` of each record."""
         if name is None:
             return None
-        hit = np.flatnonzero(in_run & _np(pc.fill_null(pc.equal(keys, name), False)))
+        code = known.index(name)
+        hit = np.flatnonzero(in_run & (name_code == code))
         p = parent[hit]
         last = np.r_[p[1:] != p[:-1], True] if len(p) else np.zeros(0, bool)
         rows, taken = p[last], values.take(pa.array(hit[last]))

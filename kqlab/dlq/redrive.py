@@ -23,13 +23,16 @@ produced, not flushed), ``flushed`` (delivered, done not logged), ``done`` (done
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import functools
+import gc
 import os
 import secrets
 import signal
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,7 +45,7 @@ from kqlab.dlq.headers import REDRIVE_HEADER
 from kqlab.dlq.parse import last_header
 from kqlab.dlq.redrive_log import RedriveLog
 from kqlab.dlq.revalidate import RedrivePlan, marker_values, revalidate
-from kqlab.dlq.triage import DeadLetterError, read_dead_letters
+from kqlab.dlq.triage import DeadLetterError, raw_fetch_possible, read_dead_letters
 
 if TYPE_CHECKING:
     from kqlab.policy.model import Policy
@@ -207,7 +210,8 @@ def recover(log: RedriveLog, config: Mapping[str, Any], dlq_topic: str, *,
         if progress is not None:
             progress(f"recovering: reading {topic}", 0, None)
         got = sample(dict(config), topic, partitions=sorted(starts), start_offset=starts,
-                     allow_empty=True, timeout_s=timeout_s)
+                     allow_empty=True, timeout_s=timeout_s,
+                     exact_framing=raw_fetch_possible(config))
         recs = got.records
         report.scanned += recs.num_rows
         if not recs.num_rows:
@@ -248,6 +252,32 @@ def redrive(config_or_bootstrap: str | Mapping[str, Any], topic: str, policy: Po
     and ``acks=all`` are the redrive's own.  ``progress(stage, done, total)`` is called per
     stage and per chunk sent.
     """
+    with _gc_paused():
+        return _redrive(config_or_bootstrap, topic, policy, to=to, execute=execute, log=log,
+                        now=now, chunk_size=chunk_size, producer_config=producer_config,
+                        timeout_s=timeout_s, progress=progress, resolver=resolver)
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while redriving: a redrive allocates a few objects per
+    record (header tuples, delivery callbacks, log entries), none of them cyclic, and the
+    collector's passes over a growing heap cost more than the work itself."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _redrive(config_or_bootstrap: str | Mapping[str, Any], topic: str, policy: Policy, *,
+             to: str | None, execute: bool, log: str | os.PathLike[str] | RedriveLog | None,
+             now: int | None, chunk_size: int, producer_config: Mapping[str, Any] | None,
+             timeout_s: float, progress: ProgressFn | None,
+             resolver: SchemaResolver | None) -> RedriveResult:
+    """:func:`redrive`'s body."""
     from kqlab.sources.kafka_client import client_config
 
     t0 = time.monotonic()
@@ -280,6 +310,14 @@ def redrive(config_or_bootstrap: str | Mapping[str, Any], topic: str, policy: Po
             raise DeadLetterError(f"the target topic {to!r} does not exist on {bootstrap}: "
                                   "create it, or check the name given to --to")
         run = time.strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
+        if execute:
+            # set up while re-validating: the producer connects and gets its idempotent
+            # producer id in librdkafka's threads, the recovery start offsets (read before
+            # anything is sent) come from a helper thread
+            pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kqlab-dlq")
+            scan_from = pool.submit(_low_watermarks, config, counts, timeout_s)
+            pool.shutdown(wait=False)
+            producer = _producer(config, producer_config or {})
         recovery = RecoveryReport()
         if rlog is not None and execute and rlog.state(topic, "intent"):
             stage("recovering an interrupted redrive")
@@ -296,9 +334,8 @@ def redrive(config_or_bootstrap: str | Mapping[str, Any], topic: str, policy: Po
         if execute:
             assert rlog is not None
             result.run = run
-            _send(plan, config, rlog, run, result, chunk_size=chunk_size,
-                  producer_config=producer_config or {}, timeout_s=timeout_s, stage=stage,
-                  kill=kill, counts=counts, bootstrap=bootstrap)
+            _send(plan, producer, rlog, run, result, chunk_size=chunk_size,
+                  scan_from=scan_from.result(), stage=stage, kill=kill, bootstrap=bootstrap)
         result.elapsed_s = time.monotonic() - t0
         return result
     finally:
@@ -326,105 +363,18 @@ def _definitely_not_written(err: Any) -> bool:
                     KafkaError._INVALID_ARG, KafkaError.MSG_SIZE_TOO_LARGE)
 
 
-def _send(plan: RedrivePlan, config: Mapping[str, Any], rlog: RedriveLog, run: str,
-          result: RedriveResult, *, chunk_size: int, producer_config: Mapping[str, Any],
-          timeout_s: float, stage: Callable[..., None], kill: tuple[str, int] | None,
-          counts: Mapping[str, int], bootstrap: str) -> None:
-    """Send the plan's ``redrive`` rows: per chunk intent → produce → flush → done."""
-    from confluent_kafka import KafkaException, Producer
+class _Chunk:
+    """One chunk in flight: its dead letters, where each landed or its error (filled by the
+    delivery callbacks), and how many deliveries are still outstanding."""
 
-    rows = plan.rows("redrive")
-    topic = plan.dead.topic
-    scan_from = _low_watermarks(config, {t: counts[t] for t in sorted(
-        set(plan.decisions["target_topic"].take(pa.array(rows)).to_pylist()))} if len(rows)
-        else {}, timeout_s)
-    rlog.start_run(run, topic, at=int(time.time() * 1000), bootstrap=bootstrap,
-                   policy=f"{plan.policy_name}@{plan.policy_hash[:12]}", to=plan.to,
-                   scan_from=scan_from)
-    stage("redriving", 0, len(rows))
-    if not len(rows):
-        return
-    producer = Producer({
-        **config, "linger.ms": 5, "queue.buffering.max.messages": 1_000_000,
-        "batch.num.messages": 10_000, "partitioner": "murmur2_random",
-        **dict(producer_config),
-        # the redrive's own contract: idempotent, every replica acknowledges
-        "enable.idempotence": True, "acks": "all"})
-    t = plan.dead.records
-    d = plan.decisions
-    t_send = time.monotonic()
-    sent = 0
-    for chunk_no, start in enumerate(range(0, len(rows), chunk_size), start=1):
-        idx = rows[start:start + chunk_size]
-        take = pa.array(idx)
-        dp = np.asarray(t["dlq_partition"].take(take).to_numpy(zero_copy_only=False),
-                        dtype=np.int64)
-        do = np.asarray(t["dlq_offset"].take(take).to_numpy(zero_copy_only=False),
-                        dtype=np.int64)
-        ttop = d["target_topic"].take(take).to_pylist()
-        tpar = d["target_partition"].take(take).to_pylist()
-        rlog.intent(run, chunk_no, topic, zip(dp.tolist(), do.tolist(), ttop, tpar,
-                                              strict=True))
-        _die(kill, "intent", chunk_no)
-        keys = t["key"].take(take).to_pylist()
-        values = t["value"].take(take).to_pylist()
-        stamps = t["timestamp"].take(take).to_pylist()
-        markers = marker_values(topic, dp, do)
-        headers = _header_lists(t["headers"].take(take), markers)
-        k = len(idx)
-        reports = _Deliveries(k)
-        report = reports.report
-        half = k // 2 if kill == ("producing", chunk_no) else -1
-        produce = producer.produce
-        for i in range(k):
-            if i == half:
-                _die(kill, "producing", chunk_no)
-            ts = stamps[i]
-            while True:
-                try:
-                    produce(ttop[i], values[i], keys[i], partition=tpar[i],
-                            timestamp=ts if ts is not None and ts > 0 else 0,
-                            headers=headers[i],
-                            on_delivery=functools.partial(report, i))
-                    break
-                except BufferError:  # the local queue is full: let deliveries drain it
-                    producer.poll(0.05)
-                except KafkaException as exc:  # refused before sending (e.g. too large)
-                    reports.errors[i] = exc.args[0]
-                    break
-        _die(kill, "produced", chunk_no)
-        while producer.flush(1.0):
-            pass
-        _die(kill, "flushed", chunk_no)
-        delivered: list[tuple[int, int, str, int, int]] = []
-        failed: list[tuple[int, int, str]] = []
-        unknown: list[tuple[int, int, str]] = []
-        for i in range(k):
-            p, o = int(dp[i]), int(do[i])
-            err = reports.errors.get(i)
-            if err is not None:
-                text = f"{err.name()}: {err.str()}"
-                (failed if _definitely_not_written(err) else unknown).append((p, o, text))
-            else:
-                delivered.append((p, o, ttop[i], int(reports.partition[i]),
-                                  int(reports.offset[i])))
-        rlog.done(run, chunk_no, topic, delivered, failed, unknown)
-        _die(kill, "done", chunk_no)
-        result.delivered += len(delivered)
-        result.failed += failed
-        result.unknown += unknown
-        sent += k
-        stage("redriving", sent, len(rows))
-    result.send_s = time.monotonic() - t_send
-    _mark_outcomes(plan, result)
+    __slots__ = ("do", "dp", "errors", "no", "offset", "partition", "remaining", "topics")
 
-
-class _Deliveries:
-    """Where each record of a chunk landed, or its error (filled by delivery callbacks)."""
-
-    def __init__(self, k: int) -> None:
-        self.offset = np.full(k, -1, dtype=np.int64)
-        self.partition = np.full(k, -1, dtype=np.int64)
+    def __init__(self, no: int, dp: list[int], do: list[int], topics: list[str]) -> None:
+        self.no, self.dp, self.do, self.topics = no, dp, do, topics
+        k = len(dp)
+        self.remaining = k
+        self.offset = [-1] * k
+        self.partition = [-1] * k
         self.errors: dict[int, Any] = {}
 
     def report(self, i: int, err: Any, msg: Any) -> None:
@@ -433,6 +383,140 @@ class _Deliveries:
         else:
             self.offset[i] = msg.offset()
             self.partition[i] = msg.partition()
+        self.remaining -= 1
+
+    def outcome(self) -> tuple[list[tuple[int, int, str, int, int]], list[tuple[int, int, str]],
+                               list[tuple[int, int, str]]]:
+        """(delivered, failed, unknown) of a settled chunk."""
+        delivered: list[tuple[int, int, str, int, int]] = []
+        failed: list[tuple[int, int, str]] = []
+        unknown: list[tuple[int, int, str]] = []
+        errors = self.errors
+        for i, (p, o, t, tp, to) in enumerate(zip(self.dp, self.do, self.topics,
+                                                   self.partition, self.offset, strict=True)):
+            err = errors.get(i) if errors else None
+            if err is None:
+                delivered.append((p, o, t, tp, to))
+            else:
+                text = f"{err.name()}: {err.str()}"
+                (failed if _definitely_not_written(err) else unknown).append((p, o, text))
+        return delivered, failed, unknown
+
+
+#: chunks produced but not yet settled before the next one waits for the oldest (bounds
+#: memory and keeps the pipeline full: a chunk's done line is written as soon as all of it
+#: is acknowledged)
+_IN_FLIGHT = 3
+
+
+def _producer(config: Mapping[str, Any], producer_config: Mapping[str, Any]) -> Any:
+    """The redrive's producer: idempotent, ``acks=all``, murmur2 partitioning (where a Java
+    producer puts a key) for records not sent to a partition of their own."""
+    from confluent_kafka import Producer
+
+    return Producer({
+        **config, "linger.ms": 5, "queue.buffering.max.messages": 1_000_000,
+        "batch.num.messages": 10_000, "partitioner": "murmur2_random",
+        **dict(producer_config),
+        # the redrive's own contract: idempotent, every replica acknowledges
+        "enable.idempotence": True, "acks": "all"})
+
+
+def _send(plan: RedrivePlan, producer: Any, rlog: RedriveLog, run: str,
+          result: RedriveResult, *, chunk_size: int, scan_from: dict[str, dict[int, int]],
+          stage: Callable[..., None], kill: tuple[str, int] | None, bootstrap: str) -> None:
+    """Send the plan's ``redrive`` rows, chunk by chunk: intent logged → produced → (all
+    acknowledged) → done logged.  Chunks are pipelined — the next is logged and produced
+    while earlier ones are in flight — and settled in order, so no flush stalls the producer
+    between chunks; every record is still logged as an intent before it is produced, and as
+    done only once the broker acknowledged it."""
+    from collections import deque
+
+    from confluent_kafka import KafkaException
+
+    rows = plan.rows("redrive")
+    topic = plan.dead.topic
+    take = pa.array(rows)
+    d = plan.decisions.take(take)
+    targets = d["target_topic"].to_pylist()
+    rlog.start_run(run, topic, at=int(time.time() * 1000), bootstrap=bootstrap,
+                   policy=f"{plan.policy_name}@{plan.policy_hash[:12]}", to=plan.to,
+                   scan_from=scan_from)
+    stage("redriving", 0, len(rows))
+    if not len(rows):
+        return
+    t = plan.dead.records.select(["dlq_partition", "dlq_offset", "timestamp", "key", "value",
+                                  "headers"]).take(take)
+    dps = t["dlq_partition"].to_pylist()
+    dos = t["dlq_offset"].to_pylist()
+    tparts = d["target_partition"].to_pylist()
+    keys = t["key"].to_pylist()
+    values = t["value"].to_pylist()
+    stamps = t["timestamp"].to_pylist()
+    headers = _header_lists(t["headers"], marker_values(topic, np.asarray(dps, np.int64),
+                                                         np.asarray(dos, np.int64)))
+    t_send = time.monotonic()
+    inflight: deque[_Chunk] = deque()
+    settled = 0
+
+    def settle(block: bool) -> None:
+        """Log done for the chunks at the head whose deliveries all came back (``block``:
+        wait for the head)."""
+        nonlocal settled
+        while inflight:
+            head = inflight[0]
+            if head.remaining > 0:
+                if not block:
+                    return
+                producer.poll(0.05)
+                continue
+            _die(kill, "flushed", head.no)
+            delivered, failed, unknown = head.outcome()
+            rlog.done(run, head.no, topic, delivered, failed, unknown)
+            _die(kill, "done", head.no)
+            inflight.popleft()
+            result.delivered += len(delivered)
+            result.failed += failed
+            result.unknown += unknown
+            settled += len(head.dp)
+            stage("redriving", settled, len(rows))
+            block = False  # waited for one: take the rest only if already back
+
+    produce = producer.produce
+    for chunk_no, start in enumerate(range(0, len(rows), chunk_size), start=1):
+        end = min(start + chunk_size, len(rows))
+        chunk = _Chunk(chunk_no, dps[start:end], dos[start:end], targets[start:end])
+        rlog.intent(run, chunk_no, topic, zip(chunk.dp, chunk.do, chunk.topics,
+                                              tparts[start:end], strict=True))
+        _die(kill, "intent", chunk_no)
+        report = chunk.report
+        half = start + (end - start) // 2 if kill == ("producing", chunk_no) else -1
+        inflight.append(chunk)
+        for i in range(start, end):
+            if i == half:
+                _die(kill, "producing", chunk_no)
+            ts = stamps[i]
+            while True:
+                try:
+                    produce(targets[i], values[i], keys[i], partition=tparts[i],
+                            timestamp=ts if ts is not None and ts > 0 else 0,
+                            headers=headers[i],
+                            on_delivery=functools.partial(report, i - start))
+                    break
+                except BufferError:  # the local queue is full: let deliveries drain it
+                    producer.poll(0.05)
+                except KafkaException as exc:  # refused before sending (e.g. too large)
+                    chunk.errors[i - start] = exc.args[0]
+                    chunk.remaining -= 1
+                    break
+        _die(kill, "produced", chunk_no)
+        producer.poll(0)
+        settle(block=len(inflight) > _IN_FLIGHT)
+    while producer.flush(1.0):
+        pass
+    settle(block=True)
+    result.send_s = time.monotonic() - t_send
+    _mark_outcomes(plan, result)
 
 
 def _header_lists(headers: pa.ChunkedArray | pa.Array, markers: list[bytes]
@@ -442,16 +526,15 @@ def _header_lists(headers: pa.ChunkedArray | pa.Array, markers: list[bytes]
     counts = np.asarray(pc.fill_null(pc.list_value_length(lists), 0).to_numpy(
         zero_copy_only=False), dtype=np.int64)
     flat = pc.list_flatten(lists)
-    hk = flat.field("key").to_pylist()
-    hv = flat.field("value").to_pylist()
+    pairs: list[tuple[str, str | bytes | None]] = list(zip(
+        flat.field("key").to_pylist(), flat.field("value").to_pylist(), strict=True))
     ends = np.cumsum(counts).tolist()
-    out: list[list[tuple[str, str | bytes | None]]] = []
-    s = 0
-    for e, m in zip(ends, markers, strict=True):
-        h = list(zip(hk[s:e], hv[s:e], strict=True)) if e > s else []
+    starts = [0, *ends[:-1]]
+    out = []
+    for s, e, m in zip(starts, ends, markers, strict=True):
+        h = pairs[s:e]
         h.append((REDRIVE_HEADER, m))
         out.append(h)
-        s = e
     return out
 
 

@@ -57,7 +57,7 @@ class RedriveLogError(KqlabError):
     """The redrive log cannot be read or written (the message names the file and the fix)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class LogEntry:
     """What the log says about one dead letter (its latest event)."""
 
@@ -119,9 +119,14 @@ class RedriveLog:
             for p, o, tt, tp in e["records"]:
                 self.entries[(dlq, int(p), int(o))] = LogEntry("intent", run, str(tt), int(tp))
         elif kind in ("done", "recovered"):
+            entries = self.entries
             for p, o, tt, tp, to in e.get("delivered", e.get("found", [])):
-                self.entries[(dlq, int(p), int(o))] = LogEntry("done", run, str(tt), int(tp),
-                                                               int(to))
+                key = (dlq, int(p), int(o))
+                old = entries.get(key)
+                if old is not None and old.run == run:  # its intent: update it in place
+                    old.state, old.target_partition, old.target_offset = "done", tp, to
+                else:
+                    entries[key] = LogEntry("done", run, str(tt), int(tp), int(to))
             for p, o, err in e.get("failed", []):
                 old = self.entries.get((dlq, int(p), int(o)))
                 self.entries[(dlq, int(p), int(o))] = LogEntry(
@@ -212,7 +217,7 @@ class RedriveLog:
         """Chunk ``chunk`` is about to be sent: ``(partition, offset, target topic, target
         partition)`` per dead letter."""
         self._append({"event": "intent", "run": run, "chunk": chunk, "dlq": dlq_topic,
-                      "records": [list(r) for r in records]})
+                      "records": list(records)})
 
     def done(self, run: str, chunk: int, dlq_topic: str,
              delivered: Iterable[tuple[int, int, str, int, int]],
@@ -222,14 +227,12 @@ class RedriveLog:
         (``failed``: sent again next time) and which may or may not have landed
         (``unknown``: left to recovery)."""
         self._append({"event": "done", "run": run, "chunk": chunk, "dlq": dlq_topic,
-                      "delivered": [list(r) for r in delivered],
-                      "failed": [list(r) for r in failed],
-                      "unknown": [list(r) for r in unknown]})
+                      "delivered": list(delivered), "failed": list(failed),
+                      "unknown": list(unknown)})
 
     def recovered(self, run: str, dlq_topic: str,
                   found: Iterable[tuple[int, int, str, int, int]],
                   missing: Iterable[tuple[int, int]]) -> None:
         """Recovery's findings on interrupted intents: found in the target, or not."""
         self._append({"event": "recovered", "run": run, "dlq": dlq_topic,
-                      "found": [list(r) for r in found],
-                      "missing": [list(r) for r in missing]})
+                      "found": list(found), "missing": list(missing)})

@@ -53,6 +53,11 @@ WHY = {
     "unknown": "its delivery timed out: the next --execute checks the target",
 }
 
+#: the ``why`` codes revalidate computes with (0: passes)
+_WHY_CODES = ("passes", "fails", "undetermined", "no-target", "target-missing", "redriven",
+              "pending")
+_WHY_CODE = {w: i for i, w in enumerate(_WHY_CODES)}
+
 #: one row per dead letter, in the dead-letter topic's order: its coordinates and reason,
 #: where it would go (``target_partition`` -1: the producer's partitioner, by key; null:
 #: nowhere), ``decision`` (``redrive`` or ``stay``), ``why`` (a :data:`WHY` key) and, for
@@ -72,9 +77,16 @@ def _np(a: pa.Array | pa.ChunkedArray) -> np.ndarray:
 def marker_values(dlq_topic: str, partitions: np.ndarray, offsets: np.ndarray) -> list[bytes]:
     """The ``kqlab.redrive`` header value of each dead letter: ``<topic>:<partition>:<offset>``
     (Kafka topic names hold no ``:``)."""
-    prefix = dlq_topic + ":"
-    return [f"{prefix}{p}:{o}".encode() for p, o in zip(partitions.tolist(), offsets.tolist(),
-                                                        strict=True)]
+    return marker_array(dlq_topic, partitions, offsets).to_pylist()
+
+
+def marker_array(dlq_topic: str, partitions: np.ndarray, offsets: np.ndarray) -> pa.Array:
+    """:func:`marker_values` as an Arrow binary array (built column-wise)."""
+    n = len(partitions)
+    text = pc.binary_join_element_wise(
+        pa.repeat(pa.scalar(dlq_topic), n), pa.array(partitions, pa.int64()).cast(pa.string()),
+        pa.array(offsets, pa.int64()).cast(pa.string()), ":")
+    return text.cast(pa.binary())
 
 
 @dataclass
@@ -133,10 +145,11 @@ def _target_partitions(dead: pa.Table, target: pa.Array,
     same = _np(pc.fill_null(pc.equal(target, src_t), False)).astype(bool)
     out = np.where(same & (src_p >= 0), src_p, -1)
     if partitions is not None and n:
-        tnames = target.to_pylist()
-        count = np.array([partitions.get(t, 0) if t is not None else 0 for t in tnames],
-                         dtype=np.int64)
-        out = np.where(out < count, out, -1)
+        names = list(partitions)
+        where = _np(pc.fill_null(pc.index_in(target, value_set=pa.array(names, pa.string())),
+                                 -1)).astype(np.int64)
+        sizes = np.array([*(partitions[t] for t in names), 0], dtype=np.int64)
+        out = np.where(out < sizes[where], out, -1)  # -1 (absent) reads the trailing 0
     return out
 
 
@@ -166,21 +179,23 @@ def revalidate(dead: DeadLetters, policy: Policy, *, to: str | None = None,
     dparts = _np(t["dlq_partition"]).astype(np.int64) if n else np.zeros(0, np.int64)
     doffs = _np(t["dlq_offset"]).astype(np.int64) if n else np.zeros(0, np.int64)
 
-    why = np.full(n, "passes", dtype=object)
+    # why, as codes into _WHY_CODES (0: passes, so far)
+    why = np.zeros(n, dtype=np.int8)
     has_target = _np(target.is_valid()).astype(bool) if n else np.zeros(0, bool)
-    why[~has_target] = "no-target"
+    why[~has_target] = _WHY_CODE["no-target"]
     if partitions is not None and n:
-        exists = np.array([v is not None and v in partitions for v in target.to_pylist()])
-        why[has_target & ~exists] = "target-missing"
+        exists = _np(pc.fill_null(pc.is_in(target, value_set=pa.array(list(partitions),
+                                                                      pa.string())), False))
+        why[has_target & ~exists.astype(bool)] = _WHY_CODE["target-missing"]
     for table, label in ((done, "redriven"), (pending, "pending")):
         if table:
             hit = np.array([(p, o) in table for p, o in zip(dparts.tolist(), doffs.tolist(),
                                                                strict=True)], dtype=bool)
-            why[hit & (why == "passes")] = label
-    cand = np.flatnonzero(why == "passes")
+            why[hit & (why == 0)] = _WHY_CODE[label]
+    cand = np.flatnonzero(why == 0)
 
-    rule = np.full(n, None, dtype=object)
-    message = np.full(n, None, dtype=object)
+    rule: list[Any] = [None] * n
+    message: list[Any] = [None] * n
     verdicts: Verdicts | None = None
     notes: list[str] = []
     if len(cand):
@@ -191,23 +206,25 @@ def revalidate(dead: DeadLetters, policy: Policy, *, to: str | None = None,
         notes += verdicts.notes
         vr = verdicts.records
         row = cand[_np(vr["offset"]).astype(np.int64)]
-        outcome = vr["outcome"].to_pylist()
-        first_rule, first_msg = _first_enforced(vr["failures"])
-        for i, o in enumerate(outcome):
-            if o == "accepted":
-                continue
-            why[row[i]] = "fails" if o in ("rejected", "collateral") else "undetermined"
-            rule[row[i]] = first_rule[i]
-            message[row[i]] = first_msg[i]
-    decision = np.where(why == "passes", "redrive", "stay")
+        outcome = _np(pc.index_in(vr["outcome"], value_set=pa.array(
+            ["accepted", "rejected", "collateral"]))).astype(np.float64)  # NaN: other
+        refused = np.flatnonzero(outcome != 0)
+        why[row[refused]] = np.where(np.isin(outcome[refused], (1, 2)), _WHY_CODE["fails"],
+                                     _WHY_CODE["undetermined"])
+        if len(refused):
+            first_rule, first_msg = _first_enforced(vr["failures"].take(pa.array(refused)))
+            for j, r in enumerate(row[refused].tolist()):
+                rule[r], message[r] = first_rule[j], first_msg[j]
+    codes = pa.array(why.astype(np.int32))
+    decision = pa.array(["redrive", *["stay"] * (len(_WHY_CODES) - 1)]).take(codes)
+    why_arr = pa.array(list(_WHY_CODES), pa.string()).take(codes)
     if not n:
         tp_arr = pa.array([], pa.int32())
     else:
         tp_arr = pa.array(tpart, pa.int32(), mask=~has_target)
     decisions = pa.table([
         t["dlq_partition"], t["dlq_offset"], t["reason"], target, tp_arr,
-        pa.array(decision.tolist(), pa.string()), pa.array(why.tolist(), pa.string()),
-        pa.array(rule.tolist(), pa.string()), pa.array(message.tolist(), pa.string()),
+        decision, why_arr, pa.array(rule, pa.string()), pa.array(message, pa.string()),
     ], schema=PLAN_SCHEMA)
     from kqlab.dlq.parse import family_of
 
@@ -231,11 +248,11 @@ def _replay_table(t: pa.Table, cand: np.ndarray, target: pa.Array, tpart: np.nda
     headers + the marker."""
     k = len(cand)
     take = pa.array(cand)
-    sub = t.take(take)
+    sub = t.select(["timestamp", "key", "value", "headers"]).take(take)
     ts = _np(sub["timestamp"]).astype(np.int64)
     ts = np.where(ts >= 0, ts, now)
     headers = _with_marker(sub["headers"].combine_chunks(),
-                           marker_values(dlq_topic, dparts[cand], doffs[cand]))
+                           marker_array(dlq_topic, dparts[cand], doffs[cand]))
     table = pa.table([
         target.take(take), pa.array(np.maximum(tpart[cand], 0), pa.int32()),
         pa.array(np.arange(k, dtype=np.int64)), pa.array(ts, pa.int64()),
@@ -246,7 +263,7 @@ def _replay_table(t: pa.Table, cand: np.ndarray, target: pa.Array, tpart: np.nda
                           ("offset", "ascending")])
 
 
-def _with_marker(headers: pa.Array, markers: list[bytes]) -> pa.Array:
+def _with_marker(headers: pa.Array, markers: pa.Array) -> pa.Array:
     """Each record's header list with one ``kqlab.redrive`` header appended."""
     lists = cast(pa.ListArray, headers)
     k = len(lists)
@@ -264,7 +281,7 @@ def _with_marker(headers: pa.Array, markers: list[bytes]) -> pa.Array:
     src[old_pos] = np.arange(len(flat))
     src[marker_pos] = len(flat) + np.arange(k)
     mk = pa.StructArray.from_arrays(
-        [pa.repeat(pa.scalar(REDRIVE_HEADER), k), pa.array(markers, pa.binary())],
+        [pa.repeat(pa.scalar(REDRIVE_HEADER), k), markers],
         fields=list(HEADER_TYPE.value_type))
     both = pa.concat_arrays([flat.cast(HEADER_TYPE.value_type), mk])
     return pa.ListArray.from_arrays(pa.array(offsets), both.take(pa.array(src)),

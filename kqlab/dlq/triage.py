@@ -91,8 +91,12 @@ class DeadLetters:
     def from_records(cls, records: pa.Table, topic: str | None = None) -> DeadLetters:
         """Dead letters from a records table read from a dead-letter topic (``RECORDS_SCHEMA``:
         a live sample, a snapshot's records, a log segment's)."""
-        if records.num_rows:
-            records = records.sort_by([("partition", "ascending"), ("offset", "ascending")])
+        if records.num_rows > 1:  # in the topic's order (a read returns it so: keep it then)
+            part = _np(records["partition"]).astype(np.int64)
+            off = _np(records["offset"]).astype(np.int64)
+            dp, do = np.diff(part), np.diff(off)
+            if not ((dp > 0) | ((dp == 0) & (do > 0))).all():
+                records = records.sort_by([("partition", "ascending"), ("offset", "ascending")])
         name = topic if topic is not None else (
             str(records["topic"][0].as_py()) if records.num_rows else "")
         return cls(parse_dead_letters(records), name)
@@ -285,19 +289,37 @@ def read_dead_letters(config_or_bootstrap: str | Mapping[str, Any], topic: str, 
                       cancel: threading.Event | None = None) -> DeadLetters:
     """Read the whole dead-letter topic ``topic`` (or ``partitions`` of it) and parse it.
 
-    Read-only, as :func:`kqlab.sources.kafka.sample` (assign, no group, no commit); the end of
-    each partition is fixed when reading starts.  An empty topic gives empty dead letters; a
+    Read-only, as :func:`kqlab.sources.kafka.sample` (no group, no commit); the end of each
+    partition is fixed when reading starts.  The records come through raw Fetch requests
+    decoded by kqlab (the same records a consumer delivers, transaction markers dropped, ~5×
+    faster on header-heavy dead letters than building each message's header list), or
+    through the consumer when the client settings include SASL/SSL options the raw client
+    cannot pass on.  An empty topic gives empty dead letters; a
     missing one raises :class:`~kqlab.sources.kafka.UnknownTopicError`.
     """
     from kqlab.sources.kafka import sample
 
     result = sample(config_or_bootstrap, topic, partitions=partitions, timeout_s=timeout_s,
-                    allow_empty=True, progress=progress, cancel=cancel)
+                    allow_empty=True, progress=progress, cancel=cancel,
+                    exact_framing=raw_fetch_possible(config_or_bootstrap))
     dead = DeadLetters.from_records(result.records, topic)
     dead.bootstrap = result.bootstrap
     dead.ranges = list(result.ranges)
     dead.elapsed_s = result.elapsed_s
     return dead
+
+
+def raw_fetch_possible(config_or_bootstrap: str | Mapping[str, Any]) -> bool:
+    """The client settings can be passed to the raw Fetch client (else: read with the
+    consumer, which takes every librdkafka setting)."""
+    from kqlab.sources.kafka_client import protocol_client_config
+    from kqlab.sources.kafka_errors import KafkaSourceError
+
+    try:
+        protocol_client_config(config_or_bootstrap)
+    except KafkaSourceError:
+        return False
+    return True
 
 
 def empty_dead_letters(topic: str) -> DeadLetters:

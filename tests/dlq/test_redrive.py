@@ -79,9 +79,13 @@ def test_execute_sends_each_passing_record_once_as_it_was(kafka, topics, tmp_pat
         assert r["timestamp"] == letter["timestamp"] == NOW + i
         assert r["headers"][:-1] == [{"key": "trace", "value": b"t%d" % i}]  # failure hdrs off
         assert r["partition"] == i % 2  # its source partition
-    # the log: 5 chunks, each intent then done
-    events = [json.loads(line)["event"] for line in log.read_text().splitlines()]
-    assert events == ["run"] + ["intent", "done"] * 5
+    # the log: a run line, then 5 chunks, each intent written before its done, dones in order
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    assert events[0]["event"] == "run"
+    where = {(e["event"], e["chunk"]): i for i, e in enumerate(events[1:])}
+    assert sorted(where) == sorted((k, c) for k in ("intent", "done") for c in range(1, 6))
+    assert all(where[("intent", c)] < where[("done", c)] for c in range(1, 6))
+    assert [e["chunk"] for e in events if e["event"] == "done"] == [1, 2, 3, 4, 5]
     # a re-run sends nothing more
     again = redrive(kafka.bootstrap, dlq, POLICY, now=NOW, log=log, execute=True)
     assert again.delivered == 0
