@@ -74,6 +74,7 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     InputPartition,
 )
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from kqlab.errors import KqlabError
 from kqlab.records import BATCHES_SCHEMA, RECORDS_SCHEMA
@@ -514,13 +515,17 @@ class KafkaBatchReader(DataSourceReader):
             yield from _batches_of(read_range(self.opts, partition))
 
 
-class KafkaStreamReader(DataSourceStreamReader):
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """An unbounded read: micro-batches from ``startingOffsets`` on, each up to the high
-    watermark (or ``maxOffsetsPerTrigger``), stopping at ``endingOffsets`` when given."""
+    watermark (or ``maxOffsetsPerTrigger``), stopping at ``endingOffsets`` when given.
+    ``Trigger.AvailableNow`` reads up to the high watermarks of its start, in micro-batches
+    of ``maxOffsetsPerTrigger``."""
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
         self._latest: dict[str, dict[int, int]] | None = None
+        #: Trigger.AvailableNow: the offsets to stop at (the high watermarks at its start)
+        self._target: dict[str, dict[int, int]] | None = None
         self._ending: dict[str, dict[int, int]] | None = None
         self._client: Any = None
 
@@ -569,14 +574,20 @@ class KafkaStreamReader(DataSourceStreamReader):
 
         begin = offsets_from_json(start)
         latest = self.high_watermarks(begin)
-        ending = self.ending_offsets()
-        if ending is not None:
-            latest = {t: {p: min(o, ending.get(t, {}).get(p, o)) for p, o in parts.items()}
-                      for t, parts in latest.items()}
+        for cap in (self.ending_offsets(), self._target):
+            if cap is not None:
+                latest = {t: {p: max(min(o, cap.get(t, {}).get(p, o)), begin[t][p])
+                              for p, o in parts.items()} for t, parts in latest.items()}
         self._latest = latest
         if isinstance(limit, ReadMaxRows):
             latest = cap_offsets(begin, latest, int(limit.max_rows))
         return offsets_json(latest)
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark's name
+        """Fix the offsets ``Trigger.AvailableNow`` stops at: the high watermarks now."""
+        ranges = resolve(self.opts, ending=True) if self.ending_offsets() is not None else \
+            resolve(self.opts, ending=False)
+        self._target = {t: {p: e for p, (_, e) in parts.items()} for t, parts in ranges.items()}
 
     def getDefaultReadLimit(self) -> Any:  # noqa: N802 - Spark's name
         from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows

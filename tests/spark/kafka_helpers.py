@@ -73,3 +73,27 @@ def reader(spark: Any, bootstrap: str, *, stream: bool = False, **options: Any) 
     for k, v in options.items():
         r = r.option(k, str(v))
     return r.load()
+
+
+def submit_env(bootstrap: str, checkpoint: str, **extra: str) -> dict[str, str]:
+    """The environment ``submit.sh`` runs in here: this interpreter for the driver and the
+    workers, ``spark-submit`` from its virtualenv, ``local[2]`` bound to 127.0.0.1, kqlab's
+    quiet log4j settings.  On a cluster only ``BOOTSTRAP``, ``CHECKPOINT``, ``SPARK_MASTER``
+    and ``SPARK_SUBMIT_ARGS`` change (README)."""
+    import os
+    import sys
+    from importlib import resources
+
+    log4j = resources.files("kqlab.spark").joinpath("log4j2.properties")
+    env = dict(os.environ)
+    env.pop("KQLAB_ENFORCER_KILL_AT", None)
+    env.update({
+        "BOOTSTRAP": bootstrap, "CHECKPOINT": checkpoint, "SPARK_MASTER": "local[2]",
+        "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "PATH": os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),
+        "SPARK_SUBMIT_ARGS": (
+            "--conf spark.driver.host=127.0.0.1 --conf spark.driver.bindAddress=127.0.0.1 "
+            "--conf spark.ui.enabled=false --conf spark.sql.shuffle.partitions=4 "
+            f"--driver-java-options -Dlog4j.configurationFile=file:{log4j}"),
+        **extra})
+    return env
