@@ -116,7 +116,8 @@ def add_parser(sub: SubParsers) -> None:
     red.add_argument("--now", type=int, default=None, metavar="MS",
                      help="the broker clock for timestamp checks, epoch ms (default: now)")
     red.add_argument("--chunk", type=int, default=10_000, metavar="N",
-                     help="records per logged chunk (intent, send, flush, done; default 10000)")
+                     help="records per logged chunk (intent, send, acknowledged, done; "
+                     "default 10000)")
     red.add_argument("--examples", type=int, default=5, metavar="N",
                      help="dead letters that stay shown with why (default 5)")
     red.set_defaults(run=cmd_redrive)

@@ -3,8 +3,9 @@ a chosen one), exactly once across re-runs and crashes.
 
 :func:`redrive` reads the dead-letter topic, recovers what an interrupted earlier run may
 have sent (:mod:`kqlab.dlq.redrive_log`), plans (:func:`~kqlab.dlq.revalidate.revalidate`)
-and — only with ``execute=True`` — sends, chunk by chunk: log intent, produce, flush, log
-done.  A dry run (the default) reads and plans and writes nothing.
+and — only with ``execute=True`` — sends, chunk by chunk: log intent, produce, (every
+record of the chunk acknowledged) log done; chunks are pipelined, the next produced while
+earlier ones are in flight.  A dry run (the default) reads and plans and writes nothing.
 
 What a redriven record is: the original key, value and headers (the failure headers
 removed), the original timestamp (the producer's clock where the dead letter has none), plus
@@ -18,7 +19,8 @@ which were redriven, and a later triage sees their markers when they come back.
 Fault injection (for the crash test): ``KQLAB_REDRIVE_KILL_AT=PHASE:N`` SIGKILLs the process
 when its ``N``-th chunk reaches ``PHASE`` — one of :data:`KILL_PHASES`: ``intent`` (intent
 logged, nothing produced), ``producing`` (half the chunk produced), ``produced`` (all
-produced, not flushed), ``flushed`` (delivered, done not logged), ``done`` (done logged).
+produced, not all acknowledged), ``flushed`` (all of it acknowledged, done not logged),
+``done`` (done logged).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ __all__ = ["KILL_PHASES", "RecoveryReport", "RedriveResult", "recover", "redrive
 
 #: the points of a chunk's cycle ``KQLAB_REDRIVE_KILL_AT`` can kill the process at
 KILL_PHASES = ("intent", "producing", "produced", "flushed", "done")
-#: records per chunk: one intent line, one flush, one done line each
+#: records per chunk: one intent line and one done line each
 CHUNK = 10_000
 #: ``progress(stage, done, total)``: a stage name, units done and the total (None: unknown)
 ProgressFn = Callable[[str, int, "int | None"], None]

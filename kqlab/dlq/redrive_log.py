@@ -4,13 +4,15 @@ even after ``kill -9`` between a send and its log line.
 Why this shape
 --------------
 A send and a log write cannot be one atomic step.  So every chunk of records is written
-**intent → send → flush → done**:
+**intent → send → acknowledged → done**:
 
 1. an ``intent`` line names every dead letter of the chunk (and where it goes) and is
    ``fsync``-ed *before* the first send;
 2. the records are produced (idempotent producer: no duplicates from its own retries), each
    carrying the marker header ``kqlab.redrive: <dlq topic>:<partition>:<offset>``;
-3. ``flush`` waits until the broker acknowledged every one of them (``acks=all``);
+3. the delivery reports say the broker acknowledged every one of them (``acks=all``);
+   chunks are pipelined — the next chunk is logged and produced while earlier ones are in
+   flight — and settled in order;
 4. a ``done`` line (``fsync``-ed) records where each landed, and which failed.
 
 A kill before (1) completes sent nothing; a kill after (4) completes lost nothing.  A kill
@@ -28,8 +30,9 @@ moment after the kill.  Recovery starts after the restart (a new process), by wh
 broker has long written them; a restart within milliseconds of a kill could miss one.
 
 The file is JSON lines (``jq`` reads it), append-only, one line per event, versioned (``v``).
-A torn last line — the kill hit while it was being written, before its ``fsync`` returned, so
-nothing of its chunk was sent — is dropped on the next open (and said so).  Any other line
+A torn last line — the kill hit while it was being written, before its ``fsync`` returned —
+is dropped on the next open (and said so): a torn intent sent nothing; a torn done or
+recovered line leaves intents the next recovery settles.  Any other line
 that does not parse is an error: the log is not touched then.  The file is locked while a
 redrive uses it (one redrive per log at a time).
 """
@@ -94,10 +97,10 @@ class RedriveLog:
         except OSError as exc:
             raise RedriveLogError(f"cannot read the redrive log {self.path}: {exc}") from None
         end = data.rfind(b"\n") + 1
-        if end < len(data):  # a torn last line: its fsync never returned, nothing was sent
+        if end < len(data):  # a torn last line: its fsync never returned
             self._torn_at = end
             self.notes.append(f"dropped a torn last line of {self.path} (an interrupted run "
-                              "was killed while writing it; nothing of it was sent)")
+                              "was killed while writing it)")
         for no, line in enumerate(data[:end].splitlines(), start=1):
             if not line.strip():
                 continue
@@ -223,7 +226,7 @@ class RedriveLog:
              delivered: Iterable[tuple[int, int, str, int, int]],
              failed: Iterable[tuple[int, int, str]] = (),
              unknown: Iterable[tuple[int, int, str]] = ()) -> None:
-        """Chunk ``chunk`` was flushed: where each record landed, which the broker refused
+        """Chunk ``chunk`` was acknowledged: where each record landed, which the broker refused
         (``failed``: sent again next time) and which may or may not have landed
         (``unknown``: left to recovery)."""
         self._append({"event": "done", "run": run, "chunk": chunk, "dlq": dlq_topic,
