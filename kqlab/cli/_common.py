@@ -52,7 +52,8 @@ EXIT_OK = 0
 #: the command ran and the check it was asked for failed: more records rejected than
 #: ``replay --fail-over`` allows, a golden example misbehaved (``test``), a claim or a reject
 #: rule not enforced exactly (``export``), drift (``verify``), the engines disagreed
-#: (``demo --spark``), a gate delivery failed (``gate``)
+#: (``demo --spark``), a gate delivery failed (``gate``), a redriven record was not delivered
+#: (``dlq redrive``; the next run sends it)
 EXIT_FINDING = 1
 #: the request was wrong: a missing path, a bad ``--config``, an invalid policy file
 EXIT_REQUEST = 2
@@ -66,7 +67,7 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (EXIT_FINDING, "the check asked for failed: replay --fail-over exceeded, a golden example "
                    "misbehaved (test), a claim contradicted or a reject rule not enforced "
                    "exactly (export), drift (verify), engines disagree (demo --spark), a gate "
-                   "delivery failed (gate)"),
+                   "delivery failed (gate), a redriven record not delivered (dlq redrive)"),
     (EXIT_REQUEST, "the request was wrong: a missing path, a bad option or --config, an "
                    "invalid policy (one line on stderr, nothing written)"),
     (EXIT_PARTIAL, "replay --engine spark: some topic-partitions could not be read (named on "
