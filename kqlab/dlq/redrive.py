@@ -198,22 +198,28 @@ def recover(log: RedriveLog, config: Mapping[str, Any], dlq_topic: str, *,
     by_marker = {f"{dlq_topic}:{p}:{o}": (p, o) for (p, o) in pending}
     # what to read: per target topic, the partitions pending records may be in, each from
     # the earliest scan_from of the runs that left them
-    wanted: dict[str, dict[int, int]] = {}
+    # (a run without its start offsets — a log from elsewhere — means: read the whole topic)
+    wanted: dict[str, dict[int, int] | None] = {}
     for entry in pending.values():
-        starts = log.scan_from(entry.run).get(entry.target_topic, {})
+        starts = log.scan_from(entry.run).get(entry.target_topic)
+        if not starts:
+            wanted[entry.target_topic] = None
+            continue
         parts = starts.keys() if entry.target_partition < 0 else [entry.target_partition]
         for p in parts:
             s = starts.get(p, 0)
             cur = wanted.setdefault(entry.target_topic, {})
-            cur[p] = min(cur.get(p, s), s)
+            if cur is not None:
+                cur[p] = min(cur.get(p, s), s)
     found: list[tuple[int, int, str, int, int]] = []
     seen: set[tuple[int, int]] = set()
-    for topic, starts in sorted(wanted.items()):
+    for topic, starts_or_all in sorted(wanted.items()):
         if progress is not None:
             progress(f"recovering: reading {topic}", 0, None)
-        got = sample(dict(config), topic, partitions=sorted(starts), start_offset=starts,
-                     allow_empty=True, timeout_s=timeout_s,
-                     exact_framing=raw_fetch_possible(config))
+        got = sample(dict(config), topic,
+                     partitions=sorted(starts_or_all) if starts_or_all else None,
+                     start_offset=starts_or_all or None, allow_empty=True,
+                     timeout_s=timeout_s, exact_framing=raw_fetch_possible(config))
         recs = got.records
         report.scanned += recs.num_rows
         if not recs.num_rows:

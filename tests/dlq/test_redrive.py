@@ -133,3 +133,42 @@ def test_the_redrive_log_drops_a_torn_line_refuses_foreign_lines_and_locks(tmp_p
     with pytest.raises(RedriveLogError, match=r"bad.jsonl:2: not a kqlab redrive log line"):
         RedriveLog(bad)
     assert bad.read_text().endswith("hello\n")
+
+
+def test_recovery_settles_an_interrupted_run_sent_by_key(kafka, topics, tmp_path):
+    """A log whose run logged intents for 10 dead letters bound for another topic (by key,
+    partition -1) and died after 4 of them landed: a dry run says they are pending; the next
+    execute finds those 4 by their markers (in whichever partition the key put them), sends
+    the other 28 passing ones, and the target holds each passing record once."""
+    from confluent_kafka import Producer
+
+    from kqlab.dlq.revalidate import marker_values
+
+    source, dlq = topics
+    target = source + ".again"
+    kafka.create_topic(target, partitions=3)
+    log = tmp_path / "r.jsonl"
+    passing = [i for i in range(40) if i % 5]
+    # which dead letter (partition, offset) holds letter i: partition i % 2, in produce order
+    where = {i: (i % 2, i // 2) for i in range(40)}
+    with RedriveLog(log) as rl:
+        rl.start_run("dead-run", dlq, at=NOW, bootstrap=kafka.bootstrap, policy="p", to=target,
+                     scan_from={target: {0: 0, 1: 0, 2: 0}})
+        rl.intent("dead-run", 1, dlq, [(*where[i], target, -1) for i in passing[:10]])
+    import numpy as np
+
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "partitioner": "murmur2_random"})
+    for i in passing[:4]:  # what the dead run got out before it died
+        (m,) = marker_values(dlq, np.array([where[i][0]]), np.array([where[i][1]]))
+        p.produce(target, b"v", b"k%d" % i, headers=[(REDRIVE_HEADER, m)])
+    assert p.flush(10) == 0
+
+    dry = redrive(kafka.bootstrap, dlq, POLICY, to=target, now=NOW, log=log)
+    assert dry.summary()["stay"]["by_why"]["pending"] == 10
+    result = redrive(kafka.bootstrap, dlq, POLICY, to=target, now=NOW, log=log, execute=True)
+    assert result.recovery.to_dict() == {"pending": 10, "found": 4, "missing": 6,
+                                        "scanned": 4}
+    assert result.delivered == 28
+    markers = [hs[-1]["value"] for hs in read_all(kafka.bootstrap, target)["headers"]
+               .to_pylist()]
+    assert len(markers) == len(set(markers)) == 32
