@@ -205,9 +205,8 @@ def _show_inspect(dead: DeadLetters, examples: int) -> None:
             r["reasons"]] for r in s["by_source"]]
     show(table(["source topic", "partition", "records", "source offsets", "reasons"], src,
                title="by source", right=["partition", "records", "reasons"]), "")
-    tl = dead.timeline(max_buckets=24)[0] if n else None
-    if tl is not None and tl.num_rows:
-        bucket_ms = dead.timeline(max_buckets=24)[1]
+    tl, bucket_ms = dead.timeline(max_buckets=24)
+    if tl.num_rows:
         cols = [c for c in tl.column_names if c not in ("bucket", "total")][:5]
         rows = [[_iso(r["bucket"]), r["total"], *[r[c] for c in cols]] for r in tl.to_pylist()]
         show(table(["bucket (UTC)", "dead letters", *cols], rows,
