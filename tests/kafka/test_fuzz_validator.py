@@ -81,7 +81,8 @@ DEEP_CHECKS = {"A1", "A4.a", "A4.b", "A4.d", "B0", "C1", "C3", "D2.b", "D2.c", "
 
 def _unknown(result: dict) -> list[dict]:
     """The findings not explained by a known bug (with its seed below)."""
-    patterns = [re.compile(p) for _, p in KNOWN_BUGS.values()]
+    patterns = [re.compile(p) for name, (_, p) in KNOWN_BUGS.items()
+                if BUG_APPLIES.get(name, True)]
     return [s for s in result["signatures"]
             if not any(p.search(f"{s['kind']}|{s['signature']}") for p in patterns)]
 
