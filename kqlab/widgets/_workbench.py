@@ -10,10 +10,11 @@ disagree.  The explorer and the figures take the verdicts of any engine (a
 details need the local sample), and the next edit re-judges the local sample when it is the
 same source.
 
-The Figures tab is drawn when it is shown: an edit made in the Policy tab redraws only what
-that tab shows (the rule counts, the outcomes, the impact figure) and the Figures tab is
-rebuilt from the current verdicts when it is selected, or when :attr:`Workbench.figures` is
-read.  Three figures built and drawn per edit for a hidden tab cost more than the edit's
+The Rejections and Figures tabs are drawn when they are shown: an edit made in the Policy
+tab redraws only what that tab shows (the rule counts, the outcomes, the impact figure), and
+the other tabs follow the current verdicts when they are selected, or when
+:attr:`Workbench.explorer` or :attr:`Workbench.figures` is read from Python.  Three figures
+and a table page built and drawn per edit for hidden tabs cost more than the edit's
 re-judging on a million records (``benchmarks/browser_edit.py``).
 """
 
@@ -74,10 +75,11 @@ class Workbench:
         named = {"sample": source, **(sources or {})}
         self.panel = ReplayPanel(session, named)
         self.editor = PolicyEditor(session, figures=("impact",))
-        self.explorer = RejectionExplorer()
+        self._explorer = RejectionExplorer()
+        self._explorer_for: object = None  # the verdicts the explorer browses
         self.figures_out = css(w.Output(), "figures")
         self._figure_view = FigureView(self.figures_out)
-        tabs = w.Tab(children=[self.editor.widget, self.explorer.widget, self.figures_out])
+        tabs = w.Tab(children=[self.editor.widget, self._explorer.widget, self.figures_out])
         for i, title in enumerate(("Policy", "Rejections", "Figures")):
             tabs.set_title(i, title)
         self.tabs = tabs
@@ -93,6 +95,13 @@ class Workbench:
     def policy(self) -> Policy:
         """The current policy (the session's)."""
         return self.session.policy
+
+    @property
+    def explorer(self) -> RejectionExplorer:
+        """The rejection explorer, browsing the current verdicts (brought up to date now if
+        the Rejections tab has not shown them yet)."""
+        self._refresh_explorer()
+        return self._explorer
 
     @property
     def figures(self) -> dict[str, Any]:
@@ -136,13 +145,24 @@ class Workbench:
         s = change.session
         if "verdicts" not in change or s.verdicts is None:
             return
-        self.explorer.set_verdicts(s.verdicts, s.view_sample, s.policy)
-        if self.tabs.selected_index == _FIGURES_TAB:
+        if self.tabs.selected_index == _EXPLORER_TAB:
+            self._refresh_explorer()
+        elif self.tabs.selected_index == _FIGURES_TAB:
             self._refresh_figures()
 
     def _on_tab(self, change: dict[str, Any]) -> None:
-        if change["new"] == _FIGURES_TAB:
+        if change["new"] == _EXPLORER_TAB:
+            self._refresh_explorer()
+        elif change["new"] == _FIGURES_TAB:
             self._refresh_figures()
+
+    def _refresh_explorer(self) -> None:
+        """Browse the current verdicts, unless the explorer already does."""
+        s = self.session
+        if s.verdicts is None or self._explorer_for is s.verdicts:
+            return
+        self._explorer.set_verdicts(s.verdicts, s.view_sample, s.policy)
+        self._explorer_for = s.verdicts
 
     def _refresh_figures(self) -> None:
         """Build and show the figures, unless they are those of the current verdicts."""
@@ -154,5 +174,5 @@ class Workbench:
         self._figure_view.show(self._figures)
 
 
-#: the Figures tab's index in :attr:`Workbench.tabs`
-_FIGURES_TAB = 2
+#: the Rejections and Figures tabs' indexes in :attr:`Workbench.tabs`
+_EXPLORER_TAB, _FIGURES_TAB = 1, 2

@@ -11,6 +11,7 @@ here with the command that installs them (``make setup-browser``, which ``make t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -31,8 +32,7 @@ ARTIFACTS = ROOT / "out" / "browser"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 #: the notebooks JupyterLab opens (at the server's root)
 NOTEBOOKS = ("01_quickstart.ipynb", "02_authoring_a_policy.ipynb")
-#: notebook 01 again for Notebook 7, in a folder of its own: JupyterLab's run autosaves its
-#: outputs into the root copy, and a page must never find the last run's outputs there
+#: where Notebook 7's copy of notebook 01 lives (a server of its own: the ``notebook7`` fixture)
 NOTEBOOK7_DIR = "notebook7"
 
 
@@ -90,17 +90,17 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-@pytest.fixture(scope="session")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A Jupyter server on a free loopback port serving a copy of the notebooks: JupyterLab at
-    ``/lab``, Notebook 7 at ``/notebooks`` (the ``notebook`` package's extension)."""
+@contextlib.contextmanager
+def jupyter_server(home: Path, notebooks: Mapping[str, str]) -> Iterator[str]:
+    """A Jupyter server (JupyterLab at ``/lab``, Notebook 7 at ``/notebooks``) on a free
+    loopback port, serving copies of ``notebooks`` (name in ``notebooks/`` -> path under the
+    root) with its settings, workspaces and runtime folders inside ``home``."""
     require_tools()
-    home = tmp_path_factory.mktemp("lab")
     root = home / "notebooks"
-    (root / NOTEBOOK7_DIR).mkdir(parents=True)
-    for name in NOTEBOOKS:
-        shutil.copy(ROOT / "notebooks" / name, root / name)
-    shutil.copy(ROOT / "notebooks" / "01_quickstart.ipynb", root / NOTEBOOK7_DIR)
+    root.mkdir()
+    for name, where in notebooks.items():
+        (root / where).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / "notebooks" / name, root / where)
     settings = home / "settings"
     (settings / "@jupyterlab" / "apputils-extension").mkdir(parents=True)
     # no news toast over the page
@@ -128,6 +128,23 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             yield url
         finally:
             stop(proc)
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """JupyterLab serving a copy of the notebooks it runs."""
+    with jupyter_server(tmp_path_factory.mktemp("lab"), {n: n for n in NOTEBOOKS}) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def notebook7(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A server of its own for Notebook 7: after JupyterLab's pages, a Notebook 7 page on the
+    same server tries to open JupyterLab's file browser (``filebrowser:open-path``, a command
+    Notebook 7's notebook page does not have) and throws."""
+    with jupyter_server(tmp_path_factory.mktemp("notebook7"),
+                        {"01_quickstart.ipynb": f"{NOTEBOOK7_DIR}/01_quickstart.ipynb"}) as url:
+        yield url
 
 
 def run_playwright(spec: str, base_url: str, artifacts: Path,

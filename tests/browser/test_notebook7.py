@@ -1,6 +1,6 @@
 """The quickstart notebook in Notebook 7 (issue 16): the ``notebook`` package's UI at
-``/notebooks/...``, served by the same Jupyter server as JupyterLab (``conftest.py``), driven
-in Debian chromium by ``e2e/tests/notebook7.spec.mjs``.
+``/notebooks/...``, served by a Jupyter server of its own (``conftest.py``), driven in Debian
+chromium by ``e2e/tests/notebook7.spec.mjs``.
 
 The spec also takes the README's screenshot of the workbench.  ``KQLAB_README_SHOT=<path>``
 (``make readme-screenshot``) stores it there, refusing one of 150 kB or more: a picture in the
@@ -19,12 +19,12 @@ from tests.browser.conftest import ARTIFACTS, ROOT, report, run_playwright
 README_SHOT_LIMIT = 150_000
 
 
-def test_quickstart_in_notebook7(lab: str) -> None:
+def test_quickstart_in_notebook7(notebook7: str) -> None:
     """Run notebook 01 in Notebook 7: the workbench renders (figures' SVG with their bars,
     the explorer's rows) and responds (a row click selects and opens the detail; Undo
     re-judges, the outcomes and the figure follow the kernel)."""
     out = ARTIFACTS / "notebook7"
-    proc = run_playwright("notebook7", lab, out)
+    proc = run_playwright("notebook7", notebook7, out)
     assert proc.returncode == 0, f"playwright failed (artifacts in {out}):\n{report(proc)}"
     assert "1 passed" in proc.stdout, report(proc)
     shots = {p.name: p for p in out.rglob("*.png")}

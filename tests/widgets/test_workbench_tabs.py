@@ -81,3 +81,24 @@ def test_a_mode_switch_and_its_undo_keep_the_rows_and_edit_once(orders_dir):
     assert editor.policy.rule("avro").severity == "error"
     assert editor.rules_box.children == rows
     assert len(editor.history) == 1
+
+
+def test_the_explorer_follows_when_shown_or_read(orders_dir):
+    root, policy = orders_dir
+    wb = Workbench(root, policy, now=NOW)
+    ex = wb._explorer
+    assert ex.verdicts is None                  # not shown yet: nothing browsed
+    shown = wb.explorer.matches                 # read from Python: brought up to date
+    assert shown > 0 and ex.verdicts is wb.verdicts
+    wb.editor.update_rule("amount-range", min=50)
+    assert ex.matches == shown                  # the hidden Rejections tab waits...
+    wb.tabs.selected_index = 1                  # ...until the page shows it
+    refused = wb.verdicts.by_outcome()["rejected"] + wb.verdicts.by_outcome()["collateral"]
+    assert ex.matches == refused > shown
+    assert "amount-range" in ex.reason.options
+    wb.editor.undo()                             # shown: every edit updates it at once
+    assert ex.matches == shown
+    wb.tabs.selected_index = 0
+    wb.editor.update_rule("amount-range", min=60)
+    assert wb.explorer.matches > shown           # read from Python: the current verdicts
+    assert wb.explorer is ex
