@@ -710,17 +710,22 @@ fatal:
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* zstd: the system libzstd, loaded at import when it is there                                 */
+/* zstd: the exact reader's own zstd, bound at import                                          */
 /* ------------------------------------------------------------------------------------------ */
 
 /*
  * parse_records decompresses zstd batches itself, into one scratch buffer that stays in the
  * cache while its records are copied out, with the GIL released: no bytes object per batch,
- * no second pass over tens of MB of decompressed data.  libzstd's headers are not needed to
- * build: the few stable-API functions used are declared here and looked up in the shared
- * library (libzstd1 is part of every Debian/Ubuntu base system, as a dependency of dpkg and
- * apt).  Without it -- or with KQLAB_NO_LIBZSTD set -- every zstd batch goes to the caller's
- * exact reader, as every other codec does.
+ * no second pass over tens of MB of decompressed data.
+ *
+ * Which zstd: the very one kqlab.kafka.compression's exact reader runs through python-zstandard.
+ * That package ships its zstd twice, in the C extension (which hides the symbols) and in the
+ * cffi build (zstandard/_cffi*.so, which exports them); records_parser hands _bind_zstd that
+ * file's path and the version the C extension reports, and the functions are looked up there
+ * only if the versions agree.  Another zstd (the system's libzstd, say) is not used: versions
+ * differ on what a damaged frame decodes to (1.5.4 decodes frames 1.5.7 calls corrupt), and the
+ * fast path must never decode what the exact reader would not.  Nothing to link at build time;
+ * without the cffi build, every zstd batch goes to the exact reader, as other codecs do.
  *
  * The fast path is taken only when the stream decodes whole: zstd frames (standard magic only:
  * legacy and skippable frames are left to the exact reader) back to back, each ending with the
@@ -767,22 +772,13 @@ static struct {
     unsigned (*isError)(size_t);
 } zstd_lib;
 
+/* Bind the zstd functions of the shared object at `path` if its version is `expected`. */
 static void
-zstd_load(void)
+zstd_bind(const char *path, unsigned expected)
 {
 #ifdef KQ_HAVE_DLOPEN
-    static const char *const names[] = {"libzstd.so.1", "libzstd.1.dylib", "libzstd.so",
-                                        "libzstd.dylib", NULL};
-    const char *off = getenv("KQLAB_NO_LIBZSTD");
-    void *h = NULL;
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     unsigned (*version)(void);
-    int i;
-    if (off != NULL && off[0] != '\0') {
-        return;
-    }
-    for (i = 0; names[i] != NULL && h == NULL; i++) {
-        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-    }
     if (h == NULL) {
         return;
     }
@@ -797,7 +793,8 @@ zstd_load(void)
     /* the advanced decompression API (DCtx_reset, setParameter) is stable from 1.4.0 */
     if (version == NULL || zstd_lib.createDCtx == NULL || zstd_lib.freeDCtx == NULL ||
         zstd_lib.reset == NULL || zstd_lib.setParameter == NULL ||
-        zstd_lib.decompressStream == NULL || zstd_lib.isError == NULL || version() < 10400) {
+        zstd_lib.decompressStream == NULL || zstd_lib.isError == NULL || version() < 10400 ||
+        version() != expected) {
         dlclose(h);
         memset(&zstd_lib, 0, sizeof(zstd_lib));
         return;
@@ -908,31 +905,303 @@ zstd_fast(ZstdScratch *z, const uint8_t *src, size_t n, size_t *out_len)
     return 1;
 }
 
-PyDoc_STRVAR(zstd_whole_doc,
-"_zstd_whole(data) -> bytes | None\n"
+/* ------------------------------------------------------------------------------------------ */
+/* lz4: Kafka's Lz4BlockInputStream walk over the exact reader's own LZ4 block decoder          */
+/* ------------------------------------------------------------------------------------------ */
+
+/*
+ * The same idea as zstd above, for LZ4: the block decoder is LZ4_decompress_safe of the
+ * python-lz4 block module (lz4/block/_block*.so exports it), the function the exact reader's
+ * lz4.block.decompress calls; the frame is walked here exactly as
+ * kqlab.kafka.compression._unlz4 walks it (Kafka's Lz4BlockInputStream: the FLG/BD rules, the
+ * header checksum, block sizes up to the frame's maximum, stored blocks, block checksums, the
+ * end mark and the content checksum's four bytes, which are never verified, nothing read after
+ * them).  Any failure of that walk -- which the exact reader turns into what the broker's
+ * stream delivers before it throws -- declines the fast path.
+ */
+
+#define CODEC_LZ4 3
+#define LZ4_FRAME_MAGIC 0x184D2204u
+
+static struct {
+    int loaded;
+    int version;
+    int (*decompress_safe)(const char *, char *, int, int);
+} lz4_lib;
+
+/* Bind LZ4_decompress_safe of the shared object at `path` if its version is `expected`. */
+static void
+lz4_bind(const char *path, int expected)
+{
+#ifdef KQ_HAVE_DLOPEN
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    int (*version)(void);
+    if (h == NULL) {
+        return;
+    }
+    version = (int (*)(void))dlsym(h, "LZ4_versionNumber");
+    lz4_lib.decompress_safe =
+        (int (*)(const char *, char *, int, int))dlsym(h, "LZ4_decompress_safe");
+    if (version == NULL || lz4_lib.decompress_safe == NULL || version() != expected) {
+        dlclose(h);
+        memset(&lz4_lib, 0, sizeof(lz4_lib));
+        return;
+    }
+    lz4_lib.version = version();
+    lz4_lib.loaded = 1;
+#endif
+}
+
+/* XXH32 (the frame's header and block checksums) */
+#define XXH_P1 2654435761u
+#define XXH_P2 2246822519u
+#define XXH_P3 3266489917u
+#define XXH_P4 668265263u
+#define XXH_P5 374761393u
+
+static inline uint32_t
+xxh_rotl(uint32_t x, int r)
+{
+    return (x << r) | (x >> (32 - r));
+}
+
+static inline uint32_t
+xxh_le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+           ((uint32_t)p[3] << 24);
+}
+
+static uint32_t
+xxh32(const uint8_t *p, size_t n, uint32_t seed)
+{
+    const uint8_t *const end = p + n;
+    uint32_t h;
+    if (n >= 16) {
+        const uint8_t *const limit = end - 16;
+        uint32_t v1 = seed + XXH_P1 + XXH_P2, v2 = seed + XXH_P2, v3 = seed, v4 = seed - XXH_P1;
+        do {
+            v1 = xxh_rotl(v1 + xxh_le32(p) * XXH_P2, 13) * XXH_P1;
+            v2 = xxh_rotl(v2 + xxh_le32(p + 4) * XXH_P2, 13) * XXH_P1;
+            v3 = xxh_rotl(v3 + xxh_le32(p + 8) * XXH_P2, 13) * XXH_P1;
+            v4 = xxh_rotl(v4 + xxh_le32(p + 12) * XXH_P2, 13) * XXH_P1;
+            p += 16;
+        } while (p <= limit);
+        h = xxh_rotl(v1, 1) + xxh_rotl(v2, 7) + xxh_rotl(v3, 12) + xxh_rotl(v4, 18);
+    }
+    else {
+        h = seed + XXH_P5;
+    }
+    h += (uint32_t)n;
+    while (p + 4 <= end) {
+        h = xxh_rotl(h + xxh_le32(p) * XXH_P3, 17) * XXH_P4;
+        p += 4;
+    }
+    while (p < end) {
+        h = xxh_rotl(h + (uint32_t)(*p) * XXH_P5, 11) * XXH_P1;
+        p++;
+    }
+    h ^= h >> 15;
+    h *= XXH_P2;
+    h ^= h >> 13;
+    h *= XXH_P3;
+    h ^= h >> 16;
+    return h;
+}
+
+/* Room for `more` bytes after `olen` in the scratch buffer (no GIL needed). */
+static int
+scratch_room(ZstdScratch *z, size_t olen, size_t more)
+{
+    size_t nc;
+    uint8_t *q;
+    if (z->cap - olen >= more) {
+        return 0;
+    }
+    nc = z->cap ? z->cap : ZSTD_SCRATCH_INITIAL;
+    while (nc - olen < more) {
+        if (nc > ((size_t)PY_SSIZE_T_MAX) / 2) {
+            return -1;
+        }
+        nc *= 2;
+    }
+    q = PyMem_RawRealloc(z->p, nc);
+    if (q == NULL) {
+        return -1;
+    }
+    z->p = q;
+    z->cap = nc;
+    return 0;
+}
+
+/*
+ * Decode src[0:n] as Kafka's Lz4BlockInputStream reads a magic v2 batch's stream into z->p:
+ * 1 (and the length) when the walk ends at the end mark without a failure, 0 when the exact
+ * reader must decide, -1 when memory runs out.  Needs no GIL.
+ */
+static int
+lz4_fast(ZstdScratch *z, const uint8_t *src, size_t n, size_t *out_len)
+{
+    size_t pos, olen = 0, max_block;
+    uint8_t flg, bd;
+    int size_value;
+    if (n < 6 || xxh_le32(src) != LZ4_FRAME_MAGIC) {
+        return 0;
+    }
+    flg = src[4];
+    bd = src[5];
+    if ((flg & 0x03) || !(flg & 0x20) || (flg >> 6) != 1 || (bd & 0x0F) || (bd & 0x80)) {
+        return 0;
+    }
+    size_value = (bd >> 4) & 7;
+    if (size_value < 4) {
+        return 0;
+    }
+    max_block = (size_t)1 << (2 * size_value + 8);
+    pos = 6;
+    if (flg & 0x08) { /* content size: skipped, never compared */
+        if (n - pos < 8) {
+            return 0;
+        }
+        pos += 8;
+    }
+    if (pos >= n || src[pos] != ((xxh32(src + 4, pos - 4, 0) >> 8) & 0xFF)) {
+        return 0;
+    }
+    pos++;
+    for (;;) {
+        uint32_t word, bn;
+        if (n - pos < 4) {
+            return 0;
+        }
+        word = xxh_le32(src + pos);
+        pos += 4;
+        bn = word & 0x7FFFFFFFu;
+        if (bn == 0) {
+            if ((flg & 0x04) && n - pos < 4) { /* the (unverified) content checksum */
+                return 0;
+            }
+            break;
+        }
+        if (bn > max_block || n - pos < bn) {
+            return 0;
+        }
+        if (word & 0x80000000u) { /* stored */
+            if (scratch_room(z, olen, bn) < 0) {
+                return -1;
+            }
+            memcpy(z->p + olen, src + pos, bn);
+            olen += bn;
+        }
+        else {
+            int got;
+            if (scratch_room(z, olen, max_block) < 0) {
+                return -1;
+            }
+            got = lz4_lib.decompress_safe((const char *)src + pos, (char *)z->p + olen, (int)bn,
+                                          (int)max_block);
+            if (got < 0) {
+                return 0;
+            }
+            olen += (size_t)got;
+        }
+        if (flg & 0x10) { /* block checksum */
+            if (n - pos - bn < 4 || xxh32(src + pos, bn, 0) != xxh_le32(src + pos + bn)) {
+                return 0;
+            }
+            pos += 4;
+        }
+        pos += bn;
+    }
+    *out_len = olen;
+    return 1;
+}
+
+/* The codecs the parser decompresses itself (their library is loaded). */
+static inline int
+fast_codec(int codec)
+{
+    return (codec == CODEC_ZSTD && zstd_lib.loaded) || (codec == CODEC_LZ4 && lz4_lib.loaded);
+}
+
+/* The fast path of either codec: 1 decoded whole into z->p[0:*len], 0 declined, -1 no memory. */
+static int
+fast_unpack(ZstdScratch *z, int codec, const uint8_t *src, size_t n, size_t *out_len)
+{
+    if (codec == CODEC_ZSTD && zstd_lib.loaded) {
+        return zstd_fast(z, src, n, out_len);
+    }
+    if (codec == CODEC_LZ4 && lz4_lib.loaded) {
+        return lz4_fast(z, src, n, out_len);
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(bind_doc,
+"_bind(codec, path, version) -> int | None\n"
 "\n"
-"The bytes parse_records' zstd fast path decodes from a records stream, or None when it\n"
-"leaves the stream to the exact reader (or libzstd is not loaded).  For tests: whenever this\n"
-"returns bytes, kqlab.kafka.compression.read_stream must deliver the same bytes, no failure.");
+"Decompress codec 3 (lz4) or 4 (zstd) in the parser with the library in the shared object at\n"
+"path (python-lz4's block module, python-zstandard's cffi build), if it reports `version`\n"
+"(what the exact reader's library reports).  Returns the bound version (also when the codec\n"
+"was bound before), or None.  Called once, by kqlab.kafka.records_parser at import.");
+
+static PyObject *
+py_bind(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    int codec;
+    const char *path;
+    long long version;
+    if (!PyArg_ParseTuple(args, "isL:_bind", &codec, &path, &version)) {
+        return NULL;
+    }
+    if (codec == CODEC_ZSTD) {
+        if (!zstd_lib.loaded && version > 0 && version <= UINT32_MAX) {
+            zstd_bind(path, (unsigned)version);
+        }
+        if (zstd_lib.loaded) {
+            return PyLong_FromUnsignedLong(zstd_lib.version);
+        }
+    }
+    else if (codec == CODEC_LZ4) {
+        if (!lz4_lib.loaded && version > 0 && version <= INT32_MAX) {
+            lz4_bind(path, (int)version);
+        }
+        if (lz4_lib.loaded) {
+            return PyLong_FromLong(lz4_lib.version);
+        }
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(unpack_doc,
+"_unpack(codec, data) -> bytes | None\n"
+"\n"
+"The bytes the parser's fast path decodes from a records stream of codec 3 (lz4) or 4 (zstd),\n"
+"or None when it leaves the stream to the exact reader (or the codec's library is not\n"
+"loaded).  For tests: whenever this returns bytes, kqlab.kafka.compression.read_stream must\n"
+"deliver the same bytes and no failure.");
 
 static int get_bytes_view(PyObject *obj, Py_buffer *view, PyObject **copy);
 
 static PyObject *
-py_zstd_whole(PyObject *Py_UNUSED(module), PyObject *obj)
+py_unpack(PyObject *Py_UNUSED(module), PyObject *args)
 {
     ZstdScratch zs = {NULL, NULL, 0};
     Py_buffer view;
-    PyObject *copy, *result;
+    PyObject *obj, *copy, *result;
     size_t len = 0;
-    int r;
-    if (!zstd_lib.loaded) {
+    int codec, r;
+    if (!PyArg_ParseTuple(args, "iO:_unpack", &codec, &obj)) {
+        return NULL;
+    }
+    if (!fast_codec(codec)) {
         Py_RETURN_NONE;
     }
     if (get_bytes_view(obj, &view, &copy) < 0) {
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    r = zstd_fast(&zs, (const uint8_t *)view.buf, (size_t)view.len, &len);
+    r = fast_unpack(&zs, codec, (const uint8_t *)view.buf, (size_t)view.len, &len);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     Py_XDECREF(copy);
@@ -1096,10 +1365,7 @@ ps_acquire(ParseState *ps)
 static inline int
 ps_unpack(ParseState *ps, int codec, const uint8_t *buf, Py_ssize_t len, size_t *out_len)
 {
-    if (codec != CODEC_ZSTD || !zstd_lib.loaded) {
-        return 0;
-    }
-    return zstd_fast(&ps->zs, buf, (size_t)len, out_len);
+    return fast_unpack(&ps->zs, codec, buf, (size_t)len, out_len);
 }
 
 /* ps_batch's `fast`: try the zstd fast path here / buf is already its output / it declined */
@@ -1422,7 +1688,8 @@ typedef struct {
     const uint8_t *buf;
     const int64_t *pos;
     const int64_t *size;
-    const Py_ssize_t *zk; /* batch index of each zstd ordinal */
+    const Py_ssize_t *zk; /* batch index of each pooled batch, in order */
+    const int32_t *codec;
     Py_ssize_t nz;
     Slot *slots;
     int nslots;
@@ -1442,7 +1709,7 @@ pool_decompress(Pool *pl, Slot *slot, Py_ssize_t j)
     const uint8_t *b = pl->buf + pl->pos[k] + SCAN_V2_HEADER_SIZE;
     size_t n = (size_t)(pl->size[k] - SCAN_V2_HEADER_SIZE);
     size_t len = 0;
-    int r = zstd_fast(&slot->zs, b, n, &len);
+    int r = fast_unpack(&slot->zs, (int)pl->codec[k], b, n, &len);
     pthread_mutex_lock(&pl->mu);
     slot->len = len;
     slot->result = r;
@@ -1654,9 +1921,9 @@ ps_add_batches(ParseState *ps, int with_data, Py_ssize_t reserve, int threads,
         PyErr_NoMemory();
         goto done;
     }
-    if (zstd_lib.loaded && threads > 1) {
+    if (threads > 1) {
         for (k = 0; k < m; k++) {
-            nz += ((const int32_t *)codec_v.buf)[k] == CODEC_ZSTD;
+            nz += fast_codec(((const int32_t *)codec_v.buf)[k]);
         }
     }
 #ifdef KQ_HAVE_THREADS
@@ -1667,7 +1934,7 @@ ps_add_batches(ParseState *ps, int with_data, Py_ssize_t reserve, int threads,
             goto done;
         }
         for (k = 0; k < m; k++) {
-            if (((const int32_t *)codec_v.buf)[k] == CODEC_ZSTD) {
+            if (fast_codec(((const int32_t *)codec_v.buf)[k])) {
                 zk[j++] = k;
             }
         }
@@ -1675,6 +1942,7 @@ ps_add_batches(ParseState *ps, int with_data, Py_ssize_t reserve, int threads,
         pool.pos = (const int64_t *)pos_v.buf;
         pool.size = (const int64_t *)size_v.buf;
         pool.zk = zk;
+        pool.codec = (const int32_t *)codec_v.buf;
         pool.nz = nz;
         pooled = pool_start(&pool, threads - 1) > 0;
         j = 0;
@@ -1691,7 +1959,7 @@ ps_add_batches(ParseState *ps, int with_data, Py_ssize_t reserve, int threads,
         ((uint8_t *)valid_v.buf)[k] =
             crc32c_value(b + SCAN_V2_CRC_OFFSET, (size_t)(s - SCAN_V2_CRC_OFFSET)) == stored;
 #ifdef KQ_HAVE_THREADS
-        if (pooled && codec == CODEC_ZSTD) {
+        if (pooled && fast_codec(codec)) {
             Slot *slot = pool_take(&pool, j++);
             if (slot->result < 0) {
                 pool_release(&pool, slot);
@@ -1856,9 +2124,9 @@ PyDoc_STRVAR(parse_records_doc,
 "              read=None) -> tuple\n"
 "\n"
 "C implementation of kqlab.kafka._records_py.parse_records; returns the fields of\n"
-"ParsedRecords as a 17-tuple (see kqlab.kafka.records_parser).  zstd regions are\n"
-"decompressed here when libzstd is loaded and they decode whole (ZSTD_VERSION); every\n"
-"other compressed region is parsed from what read(i) delivers.");
+"ParsedRecords as a 17-tuple (see kqlab.kafka.records_parser).  zstd and lz4 regions are\n"
+"decompressed here when their library is bound (_bind) and they decode whole; every other\n"
+"compressed region is parsed from what read(i) delivers.");
 
 static PyObject *
 parse_records(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwds)
@@ -2741,7 +3009,8 @@ static PyMethodDef crecords_methods[] = {
     {"scan_batches", (PyCFunction)(void (*)(void))scan_batches, METH_VARARGS | METH_KEYWORDS,
      scan_batches_doc},
     {"crc32c", (PyCFunction)py_crc32c, METH_O, crc32c_doc},
-    {"_zstd_whole", (PyCFunction)py_zstd_whole, METH_O, zstd_whole_doc},
+    {"_unpack", (PyCFunction)py_unpack, METH_VARARGS, unpack_doc},
+    {"_bind", (PyCFunction)py_bind, METH_VARARGS, bind_doc},
     {"_crc32c_sw", (PyCFunction)py_crc32c_sw, METH_O, crc32c_sw_doc},
     {NULL, NULL, 0, NULL},
 };
@@ -2808,22 +3077,6 @@ PyInit__crecords(void)
     }
     m = PyModule_Create(&crecords_module);
     if (m == NULL) {
-        return NULL;
-    }
-    if (!zstd_lib.loaded) {
-        zstd_load();
-    }
-    if (zstd_lib.loaded) {
-        PyObject *v = PyLong_FromUnsignedLong(zstd_lib.version);
-        if (v == NULL || PyModule_AddObjectRef(m, "ZSTD_VERSION", v) < 0) {
-            Py_XDECREF(v);
-            Py_DECREF(m);
-            return NULL;
-        }
-        Py_DECREF(v);
-    }
-    else if (PyModule_AddObjectRef(m, "ZSTD_VERSION", Py_None) < 0) {
-        Py_DECREF(m);
         return NULL;
     }
     if (PyModule_AddObjectRef(m, "RecordsParser", (PyObject *)&RecordsParser_Type) < 0 ||

@@ -4,8 +4,14 @@ Four kernels: ``parse_records`` (the records of v2 batches), ``RecordsParser`` (
 fed piece by piece, with the decoder's bulk ``add_batches``), ``scan_batches`` (batch headers
 and CRC-32C checks over a buffer of concatenated batches) and ``crc32c`` (over any buffer,
 without copying).  Set ``KQLAB_PURE_PYTHON=1`` to force the references (tests hold the two
-equal); ``IMPLEMENTATION`` says which one is active, ``ZSTD_VERSION`` which libzstd the C
-parser decompresses zstd batches with (None: every zstd batch goes to the exact reader).
+equal); ``IMPLEMENTATION`` says which one is active.
+
+The C parser decompresses zstd and lz4 batches itself (the fast paths), with the very libraries
+the exact codec readers of :mod:`kqlab.kafka.compression` use: python-zstandard's zstd (bound
+from its cffi build, which exports the functions its C extension hides, when both report the
+same version) and python-lz4's block decoder.  ``ZSTD_VERSION`` / ``LZ4_VERSION`` say which
+(None: every batch of that codec goes to the exact reader, as gzip and snappy batches always
+do).  ``KQLAB_EXACT_CODECS=1`` turns both fast paths off.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ class RecordsParserProtocol(Protocol):
 
 IMPLEMENTATION = "python"
 ZSTD_VERSION: int | None = None
+LZ4_VERSION: int | None = None
 parse_records = parse_records_py
 RecordsParser: type[RecordsParserProtocol] = RecordsParserPy
 scan_batches = scan_batches_py
@@ -99,15 +106,34 @@ if not os.environ.get("KQLAB_PURE_PYTHON"):
                 """The columns over everything added; the parser is spent afterwards."""
                 return ParsedRecords(*self._p.finish())
 
+        def _bind_codecs() -> tuple[int | None, int | None]:
+            """Give the C parser the exact readers' zstd and lz4 (see the module docstring)."""
+            import importlib.util
+
+            import lz4
+            import lz4.block._block as lz4_block
+            import zstandard
+
+            if os.environ.get("KQLAB_EXACT_CODECS"):
+                return None, None
+            zstd = None
+            spec = importlib.util.find_spec("zstandard._cffi")
+            if spec is not None and spec.origin:
+                major, minor, patch = zstandard.ZSTD_VERSION
+                zstd = _crecords._bind(4, spec.origin, major * 10000 + minor * 100 + patch)
+            lz4v = _crecords._bind(3, lz4_block.__file__, lz4.library_version_number())
+            return zstd, lz4v
+
         RecordsParser = RecordsParserC
         scan_batches = _crecords.scan_batches
         crc32c = _crecords.crc32c
         IMPLEMENTATION = "c"
-        ZSTD_VERSION = _crecords.ZSTD_VERSION
+        ZSTD_VERSION, LZ4_VERSION = _bind_codecs()
 
 __all__ = [
     "BODY_ALLOCATION_LIMIT",
     "IMPLEMENTATION",
+    "LZ4_VERSION",
     "ZSTD_VERSION",
     "ParseErrorKind",
     "ParsedRecords",

@@ -1,17 +1,19 @@
-"""The C parser's zstd fast path against the exact reader (``compression.read_stream``).
+"""The C parser's zstd and lz4 fast paths against the exact reader (``read_stream``).
 
-``parse_records`` decompresses a zstd batch itself (libzstd, loaded at import) only when the
-stream decodes whole, and hands every other stream to the caller's exact reader, which models
-what the broker's zstd-jni stream delivers before it fails.  These tests hold that contract on
-valid, damaged, truncated and odd streams (skippable and legacy frames, trailing garbage,
-frames without a content size), at three levels: the fast path's own output, the parser's
-columns, and the decoder's two tables.
+``parse_records`` decompresses a zstd or lz4 batch itself (libzstd / liblz4, loaded at import)
+only when the stream decodes whole, and hands every other stream to the caller's exact reader,
+which models what the broker's zstd-jni / Lz4BlockInputStream delivers before it fails.  These
+tests hold that contract on valid, damaged, truncated and odd streams (skippable and legacy
+zstd frames, trailing garbage, frames without a content size; lz4 frames with and without
+block and content checksums, content sizes, stored blocks, dependent blocks), at three levels:
+the fast path's own output, the parser's columns, and the decoder's two tables.
 """
 
 from __future__ import annotations
 
 import struct
 
+import lz4.frame
 import pyarrow as pa
 import pytest
 import zstandard
@@ -19,11 +21,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kqlab.kafka import batch as batch_module
+from kqlab.kafka import records_parser
 from kqlab.kafka._records_py import ParsedRecords, ReadMode
+from kqlab.kafka._records_py import RecordsParser as RecordsParserPy
 from kqlab.kafka._records_py import parse_records as parse_py
 from kqlab.kafka.batch import decode_records
 from kqlab.kafka.builder import Record, build_batch
-from kqlab.kafka.compression import Codec, read_stream
+from kqlab.kafka.compression import Codec, compress, read_stream
 from kqlab.kafka.records_parser import crc32c
 
 try:
@@ -31,8 +35,10 @@ try:
 except ImportError:  # not built: nothing to compare
     _crecords = None  # type: ignore[assignment]
 
-needs_fast = pytest.mark.skipif(_crecords is None or _crecords.ZSTD_VERSION is None,
-                                reason="C extension or libzstd not available")
+needs_fast = pytest.mark.skipif(records_parser.ZSTD_VERSION is None,
+                                reason="the C parser's zstd fast path is not on")
+needs_lz4 = pytest.mark.skipif(records_parser.LZ4_VERSION is None,
+                               reason="the C parser's lz4 fast path is not on")
 
 DIFF = settings(max_examples=200, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -85,7 +91,7 @@ def streams(draw) -> bytes:
 def test_fast_path_delivers_what_the_exact_reader_delivers(data):
     """Whenever the fast path decodes a stream, the exact reader delivers the same bytes and
     does not fail; when it declines, the exact reader decides."""
-    whole = _crecords._zstd_whole(data)
+    whole = _crecords._unpack(4, data)
     if whole is not None:
         sr = read_stream(Codec.ZSTD, data)
         assert sr.failure is None
@@ -98,7 +104,7 @@ def test_fast_path_delivers_what_the_exact_reader_delivers(data):
 def test_fast_path_takes_whole_standard_frames(frames):
     """The fast path is no decoration: standard frames back to back are decoded by it."""
     data = b"".join(frames)
-    whole = _crecords._zstd_whole(data)
+    whole = _crecords._unpack(4, data)
     assert whole is not None
     assert whole == read_stream(Codec.ZSTD, data).data
 
@@ -108,12 +114,17 @@ def test_fast_path_takes_whole_standard_frames(frames):
     b"", b"\x28\xb5\x2f", _frame(b"abc", 3, True, True)[:-1],
     _frame(b"abc", 3, True, True) + b"\x00", _frame(b"abc", 3, False, True) + b"\x28\xb5\x2f\xfd",
     struct.pack("<II", 0x184D2A50, 0), struct.pack("<I", 0xFD2FB527) + b"\x00" * 8,
+    # a damaged frame zstd 1.5.4 decodes (268 bytes) and 1.5.7 calls corrupt: the fast path
+    # runs the exact reader's own zstd, so it declines it as the exact reader fails on it
+    bytes.fromhex("28b52ffd600c00f50100f4020c0000000100006200000204"
+                  "6b314a7602026802 31a601000004046b3294017600f801"
+                  "000006046b33de020268023304 01e00188051431802e49b004".replace(" ", "")),
 ], ids=["empty", "short-magic", "truncated", "garbage-after", "magic-after", "skippable",
-        "legacy"])
+        "legacy", "corrupt-for-1.5.7"])
 def test_fast_path_edges(data):
     """Edges by hand: an empty stream is whole (no frame, nothing delivered); everything the
     exact reader has to judge is left to it."""
-    whole = _crecords._zstd_whole(data)
+    whole = _crecords._unpack(4, data)
     sr = read_stream(Codec.ZSTD, data)
     if data == b"":
         assert whole == b"" and sr.failure is None
@@ -193,7 +204,7 @@ def test_parser_fast_path_equals_the_reference(batches, mode, with_data):
                                                  _exact_read(regions, c_calls)))
     _same(got, want)
     assert py_calls == list(range(len(regions)))
-    assert c_calls == [i for i, r in enumerate(regions) if _crecords._zstd_whole(r) is None]
+    assert c_calls == [i for i, r in enumerate(regions) if _crecords._unpack(4, r) is None]
 
 
 def test_parser_codecs_need_a_reader():
@@ -218,17 +229,18 @@ def _reframe(batch: bytes, wire: bytes) -> bytes:
 
 
 @st.composite
-def zstd_segments(draw) -> bytes:
-    """Consecutive zstd batches (and an uncompressed one now and then), some with their
-    records stream damaged, replaced by garbage, or left whole."""
+def fast_segments(draw) -> bytes:
+    """Consecutive zstd and lz4 batches (and an uncompressed one now and then), some with
+    their records stream damaged, replaced by garbage, or left whole."""
     parts = []
     offset = 0
     for b in range(draw(st.integers(1, 5))):
         n = draw(st.integers(1, 5))
-        codec = Codec.NONE if draw(st.integers(0, 4)) == 0 else Codec.ZSTD
+        codec = draw(st.sampled_from([Codec.NONE, Codec.ZSTD, Codec.ZSTD, Codec.LZ4,
+                                      Codec.LZ4]))
         raw = build_batch(_records(n, b), codec=codec, base_offset=offset,
                           base_timestamp=NOW, producer_id=7, base_sequence=offset)
-        if codec is Codec.ZSTD:
+        if codec is not Codec.NONE:
             wire = bytearray(raw[61:])
             how = draw(st.sampled_from(["none", "none", "truncate", "flip", "garbage",
                                         "plain", "records"]))
@@ -245,7 +257,7 @@ def zstd_segments(draw) -> bytes:
                 plain = bytearray(_region(_records(n, b)))
                 i = draw(st.integers(0, len(plain) - 1))
                 plain[i] ^= draw(st.integers(1, 255))
-                wire = bytearray(_frame(bytes(plain), 1, False, draw(st.booleans())))
+                wire = bytearray(compress(codec, bytes(plain)))
             raw = _reframe(raw, bytes(wire))
         parts.append(raw)
         offset += n
@@ -253,16 +265,18 @@ def zstd_segments(draw) -> bytes:
 
 
 def _decode_exact(data: bytes) -> tuple[pa.Table, pa.Table]:
-    """The decoder on the pure-Python reference parser (every zstd batch read exactly)."""
+    """The decoder on the pure-Python reference parser (every compressed batch read by the
+    exact reader)."""
     with pytest.MonkeyPatch.context() as m:
         m.setattr(batch_module, "parse_records", parse_py)
+        m.setattr(batch_module, "RecordsParser", RecordsParserPy)
         d = decode_records(data, topic="t", partition=3)
     return d.records, d.batches
 
 
 @needs_fast
 @DIFF
-@given(zstd_segments())
+@given(fast_segments())
 def test_decoder_tables_equal_the_exact_path(data):
     """Both tables, byte for byte, with the fast path and with the exact reader everywhere."""
     d = decode_records(data, topic="t", partition=3)
@@ -317,3 +331,124 @@ def test_decode_threads_setting(monkeypatch):
         batch_module.decode_threads()
     monkeypatch.delenv("KQLAB_DECODE_THREADS")
     assert 1 <= batch_module.decode_threads() <= batch_module.MAX_DECODE_THREADS
+
+
+# -- lz4 ------------------------------------------------------------------------------------------
+
+def _lz4(payload: bytes, block_size: int, block_checksum: bool, content_checksum: bool,
+         content_size: bool, linked: bool) -> bytes:
+    return lz4.frame.compress(payload, block_size=block_size, block_linked=linked,
+                              block_checksum=block_checksum, content_checksum=content_checksum,
+                              store_size=content_size)
+
+
+lz4_frames_st = st.builds(
+    _lz4, st.binary(max_size=3000) | st.just(b"r" * 200_000) | st.just(bytes(range(256)) * 300),
+    st.sampled_from([lz4.frame.BLOCKSIZE_MAX64KB, lz4.frame.BLOCKSIZE_MAX256KB,
+                     lz4.frame.BLOCKSIZE_MAX1MB, lz4.frame.BLOCKSIZE_MAX4MB]),
+    st.booleans(), st.booleans(), st.booleans(), st.booleans())
+
+
+@st.composite
+def lz4_streams(draw) -> bytes:
+    """An lz4 records stream (one frame, as Kafka writes), maybe damaged or followed by bytes."""
+    data = bytearray(draw(lz4_frames_st))
+    for _ in range(draw(st.integers(0, 2))):
+        how = draw(st.sampled_from(["truncate", "flip", "flip-head", "garbage", "none"]))
+        if how == "truncate" and data:
+            del data[draw(st.integers(0, len(data) - 1)):]
+        elif how == "flip" and data:
+            i = draw(st.integers(0, len(data) - 1))
+            data[i] ^= draw(st.integers(1, 255))
+        elif how == "flip-head" and data:  # the frame descriptor and first block header
+            i = draw(st.integers(0, min(len(data), 24) - 1))
+            data[i] ^= 1 << draw(st.integers(0, 7))
+        elif how == "garbage":
+            data += draw(st.binary(min_size=1, max_size=8))
+    return bytes(data)
+
+
+@needs_lz4
+@DIFF
+@given(lz4_streams())
+def test_lz4_fast_path_delivers_what_the_exact_reader_delivers(data):
+    """Whenever the lz4 fast path decodes a stream, Kafka's Lz4BlockInputStream (the exact
+    reader) delivers the same bytes without failing."""
+    whole = _crecords._unpack(3, data)
+    if whole is not None:
+        sr = read_stream(Codec.LZ4, data)
+        assert sr.failure is None
+        assert sr.data == whole
+
+
+@needs_lz4
+@DIFF
+@given(lz4_frames_st, st.binary(max_size=8))
+def test_lz4_fast_path_takes_independent_frames(frame, tail):
+    """Frames with independent blocks are decoded by the fast path, whatever follows them
+    (nothing after the end mark is read)."""
+    whole = _crecords._unpack(3, frame + tail)
+    linked = not frame[4] & 0x20
+    assert (whole is None) == linked
+    if whole is not None:
+        assert whole == read_stream(Codec.LZ4, frame + tail).data
+
+
+@needs_lz4
+def test_lz4_fast_path_never_checks_the_content_checksum():
+    """Kafka's stream never verifies the content checksum; neither does the fast path."""
+    frame = bytearray(_lz4(b"abc" * 100, lz4.frame.BLOCKSIZE_MAX64KB, False, True, True, False))
+    frame[-1] ^= 0xFF
+    assert _crecords._unpack(3, bytes(frame)) == b"abc" * 100
+    assert read_stream(Codec.LZ4, bytes(frame)).data == b"abc" * 100
+
+
+def _frame_of(payload: bytes, **kw) -> bytearray:
+    opts = {"block_size": lz4.frame.BLOCKSIZE_MAX64KB, "block_checksum": False,
+            "content_checksum": False, "content_size": False, "linked": False} | kw
+    return bytearray(_lz4(payload, **opts))
+
+
+def _lz4_cases() -> dict[str, bytes]:
+    text = b"kafka records " * 50
+    cases: dict[str, bytes] = {}
+    f = _frame_of(text)
+    f[6] ^= 0x01  # the header checksum byte (no content size: FLG, BD, HC)
+    cases["header-checksum"] = bytes(f)
+    f = _frame_of(text)
+    f[4] |= 0x01  # a reserved FLG bit
+    cases["reserved-flg"] = bytes(f)
+    cases["dependent-blocks"] = bytes(_frame_of(text, linked=True))
+    f = _frame_of(text)
+    f[5] = 0x30  # block size value 3
+    cases["block-size-value"] = bytes(f)
+    f = _frame_of(text, block_checksum=True)
+    f[-8] ^= 0x01  # inside the last block's checksum (before the end mark)
+    cases["block-checksum"] = bytes(f)
+    f = _frame_of(text)
+    cases["no-end-mark"] = bytes(f[:-4])
+    cases["cut-in-block"] = bytes(f[:12])
+    f = _frame_of(text, content_checksum=True)
+    cases["cut-content-checksum"] = bytes(f[:-2])
+    f = _frame_of(text)
+    f[7:11] = (0x7FFFFFFF).to_bytes(4, "little")  # a block larger than the maximum
+    cases["block-too-large"] = bytes(f)
+    f = _frame_of(text)
+    f[11] ^= 0xFF  # the first compressed byte: a corrupt block
+    cases["corrupt-block"] = bytes(f)
+    cases["short"] = bytes(_frame_of(text)[:5])
+    cases["not-lz4"] = b"\x00" * 16
+    return cases
+
+
+@needs_lz4
+@pytest.mark.parametrize(("case", "data"), list(_lz4_cases().items()))
+def test_lz4_fast_path_declines_what_the_stream_judges(case, data):
+    """Every frame Kafka's stream reads differently from a clean decode is the exact reader's
+    (it may still deliver all the bytes: then the two must agree)."""
+    whole = _crecords._unpack(3, data)
+    sr = read_stream(Codec.LZ4, data)
+    if whole is not None:
+        assert sr.failure is None and sr.data == whole, case
+    else:
+        assert sr.failure is not None, case
