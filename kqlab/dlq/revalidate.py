@@ -9,17 +9,12 @@ record alone in its batch, as the gate judges it, so one failing record never ma
 collateral.  The broker checks judge it at ``now`` (a record whose timestamp is older than
 ``message.timestamp.before.max.ms`` stays).
 
-Why the rebuilt batches are replayed as ``source="log"``: a records table rebuilt with
-``single`` framing is marked as producer bytes, which the validator judges batch by batch in
-Python (about 30k records/s); the same batches marked as read from a log go through the
-vectorised table checks (about 10× faster) and give the same record verdicts — the batches
-are non-idempotent (no producer state), uncompressed, CreateTime and base offset 0, which is
-what log replay reads any batch as (``tests/dlq`` holds the two equal).
+The rebuilt batches go through the vectorised table checks
+(:attr:`kqlab.validate.sample.Sample.judged_as`), not the byte-level validator batch by batch.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -201,7 +196,6 @@ def revalidate(dead: DeadLetters, policy: Policy, *, to: str | None = None,
     if len(cand):
         table = _replay_table(t, cand, target, tpart, dead.topic, dparts, doffs, now)
         sample = reconstruct_framing(table, "single")
-        sample = dataclasses.replace(sample, source="log")
         verdicts = replay(sample, policy, now=now, resolver=resolver)
         notes += verdicts.notes
         vr = verdicts.records

@@ -82,11 +82,11 @@ def _broker_pass(sample: Sample, config: TopicConfig, now: int, profile: str,
         key = (topic, -1 if part is None else part)
         if key not in validators:
             validators[key] = PartitionValidator(key[0], key[1], config, now=now,
-                                                 source=sample.source)
+                                                 source=sample.judged_as)
         return validators[key]
 
     if len(groups) == 1:
-        return broker_verdicts(records, batches, config, now=now, source=sample.source,
+        return broker_verdicts(records, batches, config, now=now, source=sample.judged_as,
                                raw=sample.raw, policy=policy_of(record_messages, record_rules),
                                validator=validator_of(0))
     key_np = np.asarray(keys.to_pylist(), dtype=object)
@@ -98,7 +98,7 @@ def _broker_pass(sample: Sample, config: TopicConfig, now: int, profile: str,
         r_idx = np.flatnonzero(np.isin(rows, b_idx))
         parts.append(broker_verdicts(
             records.take(pa.array(r_idx)), batches.take(pa.array(b_idx)), config, now=now,
-            source=sample.source,
+            source=sample.judged_as,
             raw=None if sample.raw is None else [sample.raw[i] for i in b_idx.tolist()],
             policy=None if msgs_arr is None else policy_of(
                 msgs_arr.take(pa.array(r_idx)),
@@ -251,7 +251,7 @@ class Assembler:
         if hit is None:
             s = self.sample
             pid = s.batches.column("producer_id")
-            hit = s.source == "log" and self.nb > 0 and \
+            hit = s.judged_as == "log" and self.nb > 0 and \
                 not pc.any(pc.greater(pc.fill_null(pid, -1), -1)).as_py()
             if hit:
                 bare = Sample(s.records, s.batches, None, s.framing, s.source)
