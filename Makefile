@@ -95,8 +95,9 @@ lab: setup
 	$(BIN)/jupyter lab --ip 127.0.0.1 --notebook-dir notebooks \
 	  --LabApp.default_url=/lab/tree/$(LAB_NOTEBOOK)
 
-# the benchmarks' peers (Great Expectations, pandera) are not needed by the tests
-bench: setup
+# the benchmarks' peers (Great Expectations, pandera) are not needed by the tests;
+# browser_edit.py drives JupyterLab in chromium
+bench: setup setup-browser
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	@for b in benchmarks/[!_]*.py; do echo "== $$b"; $(BIN)/python $$b $(BENCH_ARGS) || exit 1; done
 
