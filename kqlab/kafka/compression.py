@@ -565,8 +565,10 @@ def _read_zstd(data: bytes) -> StreamRead:
         rest = dobj.unused_data
     else:
         return StreamRead(b"".join(out))
-    # a corrupt frame: 16 KiB reads until the one that fails (its output is lost)
-    reader = _ZSTD.stream_reader(rest, read_across_frames=False)
+    # a corrupt frame: 16 KiB reads until the one that fails (its output is lost), on a
+    # context of its own, as the broker's stream is (zstd-jni opens one per batch): which error
+    # a damaged frame raises depends on the buffers a context kept from earlier frames
+    reader = zstandard.ZstdDecompressor().stream_reader(rest, read_across_frames=False)
     try:
         while True:
             chunk = reader.read(ZSTD_READ)

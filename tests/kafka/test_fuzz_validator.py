@@ -39,12 +39,6 @@ SEEDS = HERE / "fuzz_seeds"
 #: xfail until the fix lands; the 20k run tolerates only those signatures meanwhile.  Remove
 #: an entry when its seed passes (strict: the test then fails as XPASS, as a reminder).
 KNOWN_BUGS: dict[str, tuple[str, str]] = {
-    "zstd-shared-context-history.json": (
-        "kqlab/kafka/compression.py _read_zstd replays a corrupt frame with stream_reader on "
-        "the module-level ZstdDecompressor, which keeps state between batches: a D3.codec "
-        "cause ('Destination buffer is too small' / 'Data corruption detected') depends on "
-        "what the process decompressed before, so the engines can disagree on it",
-        r"^mismatch\|(.*\|)?D3\.codec->D3\.codec\|detail(,params)?$"),
     "zstd-fast-path-libzstd-version.json": (
         "kqlab/kafka/_crecords.c zstd_fast decodes with the system libzstd (1.5.4 here), the "
         "exact reader and the byte validator with python-zstandard's (1.5.7): a frame the "
