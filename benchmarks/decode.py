@@ -4,7 +4,9 @@ Builds one segment per codec (uncompressed, lz4, zstd) of >= 200k records with ~
 values in batches of ~16 KB (the Java producer's default batch.size), then times, on the same
 in-memory bytes and with CRC checks everywhere:
 
-* kqlab: ``decode_records`` -> the records + batches Arrow tables;
+* kqlab: ``decode_records`` -> the records + batches Arrow tables (zstd and lz4 batches
+  decompressed inside the C parser on ``--threads`` threads, see
+  ``kqlab.kafka.batch.decode_threads``; ``--threads 1`` for one core);
 * aiokafka: its C-accelerated ``DefaultRecordBatch`` parser (``MemoryRecords`` batch by batch,
   ``validate_crc()``, and every record's offset, timestamp, key, value and headers touched);
 * kafka-python: the same loop over its pure-Python ``MemoryRecords``;
@@ -23,8 +25,9 @@ uncompressed: batch headers plus the decompressed records regions), so the codec
 
 Prints records/s, GB/s and the ratios per codec; the last line is one JSON object
 (``kqlab_records_per_s`` and each peer's, the slowest codec's; ``ratio`` = kqlab / aiokafka,
-the worst codec's; ``by_codec`` and ``limits``).  ``--quick`` uses 50k records and three
-repetitions (well under 60 s).
+the worst codec's; ``by_codec``, ``limits``, the decode threads and which codec libraries the
+C parser decompresses with).  ``--quick`` uses 50k records and three repetitions (well under
+60 s).
 """
 
 from __future__ import annotations
@@ -44,10 +47,10 @@ import zstandard
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from kqlab.kafka.batch import decode_records
+from kqlab.kafka.batch import decode_records, decode_threads
 from kqlab.kafka.builder import BatchBuilder, Record
 from kqlab.kafka.compression import Codec
-from kqlab.kafka.records_parser import IMPLEMENTATION
+from kqlab.kafka.records_parser import IMPLEMENTATION, LZ4_VERSION, ZSTD_VERSION
 
 WORDS = ("order customer status paid shipped amount currency EUR warehouse berlin parcel "
          "priority express standard discount coupon item sku quantity price total tax").split()
@@ -100,8 +103,11 @@ def batch_regions(data: bytes) -> list[memoryview]:
     return regions
 
 
+THREADS = [1]  # set from --threads in main()
+
+
 def run_kqlab(data: bytes) -> int:
-    d = decode_records(data, topic="bench", partition=0)
+    d = decode_records(data, topic="bench", partition=0, threads=THREADS[0])
     if not all(d.batches["crc_valid"].to_pylist()):
         raise AssertionError("kqlab: CRC mismatch")
     return d.records.num_rows
@@ -186,12 +192,16 @@ def main() -> None:
     ap.add_argument("--value-size", type=int, default=1000)
     ap.add_argument("--batch-bytes", type=int, default=16384)
     ap.add_argument("--reps", type=int, default=None)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="kqlab's decode threads (default: kqlab.kafka.batch.decode_threads())")
     args = ap.parse_args()
+    THREADS[0] = args.threads or decode_threads()
     n = args.records or (50_000 if args.quick else 200_000)
     reps = args.reps or (3 if args.quick else 5)
     figures: dict[str, dict[str, float]] = {}
     limits: dict[str, float] = {}
-    print(f"kqlab records parser: {IMPLEMENTATION}; {n} records of ~{args.value_size} B in "
+    print(f"kqlab records parser: {IMPLEMENTATION} (zstd {ZSTD_VERSION}, lz4 {LZ4_VERSION} in "
+          f"the parser), {THREADS[0]} decode thread(s); {n} records of ~{args.value_size} B in "
           f"~{args.batch_bytes} B batches; best of {reps}, interleaved")
     warm = make_segment(2000, Codec.ZSTD, args.value_size, args.batch_bytes)
     for fn in (run_kqlab, run_aiokafka, run_kafka_python):  # first-use costs on every side
@@ -250,6 +260,8 @@ def main() -> None:
     slowest = min(figures.values(), key=lambda f: f["kqlab"])
     summary = {
         "benchmark": "decode", "records": n, "implementation": IMPLEMENTATION,
+        "decode_threads": THREADS[0], "zstd_in_parser": ZSTD_VERSION,
+        "lz4_in_parser": LZ4_VERSION,
         "kqlab_records_per_s": slowest["kqlab"],
         "aiokafka_records_per_s": round(min(f["aiokafka"] for f in figures.values())),
         "kafka_python_records_per_s": round(min(f["kafka_python"] for f in figures.values())),
