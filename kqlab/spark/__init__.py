@@ -8,7 +8,10 @@
   files, one Spark task per topic-partition, verdicts written to Parquet
   (:class:`SparkVerdicts`: DataFrames, summaries by Spark aggregation, bounded examples);
 * :func:`parity_check` — both engines on one sample, every verdict compared;
-* :class:`SparkNotebookProgress` / :class:`SparkTerminalProgress` — job progress and cancel.
+* :class:`SparkNotebookProgress` / :class:`SparkTerminalProgress` — job progress and cancel;
+* ``format("kqlab-kafka")`` (:func:`register_kafka_source`) — Kafka read with exact framing,
+  batch and streaming; :class:`StreamingReplay` — a policy replayed on a stream, micro-batch
+  by micro-batch; :class:`Enforcer` — the Structured Streaming enforcer.
 """
 
 from __future__ import annotations
@@ -31,6 +34,11 @@ _EXPORTS = {
     "Unit": "kqlab.spark.units",
     "SparkNotebookProgress": "kqlab.spark.progress",
     "SparkTerminalProgress": "kqlab.spark.progress",
+    "KafkaDataSource": "kqlab.spark.kafka_source",
+    "register_kafka_source": "kqlab.spark.kafka_source",
+    "StreamingReplay": "kqlab.spark.streaming",
+    "Enforcer": "kqlab.spark.enforcer",
+    "EnforcerSettings": "kqlab.spark.enforcer",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -40,4 +48,5 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'kqlab.spark' has no attribute {name!r}")
-    return getattr(import_module(module), name)
+    attr = "register" if name == "register_kafka_source" else name
+    return getattr(import_module(module), attr)
