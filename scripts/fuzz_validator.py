@@ -1506,9 +1506,9 @@ def process_group(cases: list[Case], col: Collector, group_no: int,
         except CaseTimeout:
             found.append(Finding("hang", "producer", "producer|timeout",
                                  f"over {CASE_SECONDS} s in the producer-source validator"))
-        except Exception as exc:
-            sig, text = _crash_signature("scan", exc)
-            found.append(Finding("crash", "scan", sig, text))
+        except Exception as exc:  # the metamorphic variant or the scan (validators report
+            sig, text = _crash_signature("case", exc)  # their own crashes per setup)
+            found.append(Finding("crash", "case", sig, text))
         if time.perf_counter() - t0 > CASE_SECONDS and not any(f.kind == "hang" for f in found):
             found.append(Finding("hang", "producer", "producer|slow",
                                  f"{time.perf_counter() - t0:.1f} s in the producer stage"))
