@@ -95,15 +95,25 @@ def _broker_pass(sample: Sample, config: TopicConfig, now: int, profile: str,
     parts, order = [], []
     for g in groups:
         b_idx = np.flatnonzero(key_np == g)
-        r_idx = np.flatnonzero(np.isin(rows, b_idx))
+        b0, b1 = int(b_idx[0]), int(b_idx[-1]) + 1
+        if b1 - b0 == len(b_idx):
+            # a partition's batches side by side (a log directory, a snapshot part): its
+            # records are one run too (records come in batch order), so slices, no copies
+            r0, r1 = (int(x) for x in np.searchsorted(rows, [b0, b1]))
+            part_records, part_batches = records.slice(r0, r1 - r0), batches.slice(b0, b1 - b0)
+            part_msgs = None if msgs_arr is None else msgs_arr.slice(r0, r1 - r0)
+            part_rules = None if record_rules is None else record_rules.slice(r0, r1 - r0)
+            part_raw = None if sample.raw is None else sample.raw[b0:b1]
+        else:
+            r_idx = pa.array(np.flatnonzero(np.isin(rows, b_idx)))
+            part_records, part_batches = records.take(r_idx), batches.take(pa.array(b_idx))
+            part_msgs = None if msgs_arr is None else msgs_arr.take(r_idx)
+            part_rules = None if record_rules is None else record_rules.take(r_idx)
+            part_raw = None if sample.raw is None else [sample.raw[i] for i in b_idx.tolist()]
         parts.append(broker_verdicts(
-            records.take(pa.array(r_idx)), batches.take(pa.array(b_idx)), config, now=now,
-            source=sample.judged_as,
-            raw=None if sample.raw is None else [sample.raw[i] for i in b_idx.tolist()],
-            policy=None if msgs_arr is None else policy_of(
-                msgs_arr.take(pa.array(r_idx)),
-                None if record_rules is None else record_rules.take(pa.array(r_idx))),
-            validator=validator_of(int(b_idx[0]))))
+            part_records, part_batches, config, now=now, source=sample.judged_as, raw=part_raw,
+            policy=None if part_msgs is None else policy_of(part_msgs, part_rules),
+            validator=validator_of(b0)))
         order.append(b_idx)
     merged = pa.concat_tables(parts)
     return merged.take(pa.array(np.argsort(np.concatenate(order), kind="stable")))

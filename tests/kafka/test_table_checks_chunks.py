@@ -6,6 +6,7 @@ producers tainted by an undetermined batch all carry over (what the streaming re
 from __future__ import annotations
 
 import random
+from itertools import pairwise
 
 import numpy as np
 import pyarrow as pa
@@ -30,7 +31,7 @@ def _chunked(data: bytes, cfg: dict, bv: str | None, cuts: list[int], with_raw: 
                            **request)
     out: list[pa.Table] = []
     edges = [0, *sorted(set(cuts)), d.batches.num_rows]
-    for a, b in zip(edges, edges[1:], strict=False):
+    for a, b in pairwise(edges):
         if a >= b:
             continue
         recs = d.records.slice(int(starts[a]), int(starts[b] - starts[a]))

@@ -5,6 +5,7 @@ every enforcement profile; and it holds only a chunk's records at a time."""
 from __future__ import annotations
 
 import tempfile
+from itertools import pairwise
 from pathlib import Path
 
 import pyarrow as pa
@@ -64,7 +65,7 @@ def test_demo_topics(demo, tmp_path, topic, chunk):
     assert whole.by_outcome()["rejected"] > 0
     assert seen and seen[-1].records == whole.records.num_rows
     assert seen[-1].bytes_read == seen[-1].bytes_total
-    assert all(a.records <= b.records for a, b in zip(seen, seen[1:], strict=False))
+    assert all(a.records <= b.records for a, b in pairwise(seen))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
