@@ -794,14 +794,20 @@ def _records_table(parsed: ParsedRecords, topic: str, partition: int, base_offse
                    base_ts: np.ndarray, max_ts: np.ndarray, lat: np.ndarray) -> pa.Table:
     counts = parsed.batch_n
     n = int(counts.sum())
-    which = np.repeat(np.arange(len(counts)), counts)
     starts = np.zeros(len(counts), dtype=np.int64)
     if len(counts) > 1:
         np.cumsum(counts[:-1], out=starts[1:])
-    offsets = base_offsets[which] + parsed.offset_delta.astype(np.int64)
-    lat_rec = lat[which]
-    timestamps = np.where(lat_rec, max_ts[which], base_ts[which] + parsed.ts_delta)
-    batch_index = (np.arange(n, dtype=np.int64) - starts[which]).astype(np.int32)
+    # per record, its batch's values: np.repeat straight from the batch columns (no index)
+    batch_offsets = np.repeat(base_offsets, counts)
+    offsets = batch_offsets + parsed.offset_delta
+    timestamps = np.repeat(base_ts, counts) + parsed.ts_delta
+    if lat.any():
+        lat_rec = np.repeat(lat, counts)
+        timestamps = np.where(lat_rec, np.repeat(max_ts, counts), timestamps)
+        timestamp_type = lat_rec.astype(np.int8)
+    else:
+        timestamp_type = np.zeros(n, dtype=np.int8)
+    batch_index = (np.arange(n, dtype=np.int64) - np.repeat(starts, counts)).astype(np.int32)
     hcount = parsed.header_count
     list_offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(hcount, out=list_offsets[1:])
@@ -820,11 +826,11 @@ def _records_table(parsed: ParsedRecords, topic: str, partition: int, base_offse
         pa.repeat(pa.scalar(partition, pa.int32()), n),
         pa.array(offsets, pa.int64()),
         pa.array(timestamps, pa.int64()),
-        pa.array(lat_rec.astype(np.int8), pa.int8()),
+        pa.array(timestamp_type, pa.int8()),
         _binary(n, parsed.key_length, parsed.key_offsets, parsed.key_data or b""),
         _binary(n, parsed.value_length, parsed.value_offsets, parsed.value_data or b""),
         headers,
-        pa.array(base_offsets[which], pa.int64()),
+        pa.array(batch_offsets, pa.int64()),
         pa.array(batch_index, pa.int32()),
     ], schema=RECORDS_SCHEMA)
 
