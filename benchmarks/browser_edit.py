@@ -142,8 +142,9 @@ def _state():
                    for r in session.policy.rules}})
 
 LAYOUT = "{layout}"
-if LAYOUT == "all":  # every view of the workbench at once, none in a hidden tab
-    wb.tabs.selected_index = 2  # (so the figures are drawn on every edit)
+if LAYOUT == "all":  # every view of the workbench at once, none in a hidden tab, so the
+    # explorer and the figures follow every edit (reading them brings them up to date)
+    session.observe(lambda change: (wb.explorer, wb.figures))
     view = w.VBox([wb.panel.widget, wb.editor.widget, wb.figures_out, wb.explorer.widget])
 else:  # the Workbench as it is shown, on its Policy tab, where rules are edited
     view = wb

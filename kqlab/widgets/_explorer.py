@@ -383,7 +383,8 @@ class RejectionExplorer:
                 "titles": {"message": message, "key": key_text},
             })
         pages = max(1, -(-self.matches // self.page_size))
-        with self._quiet():
+        # one message to the page for the whole page of rows (the table draws once)
+        with self._quiet(), self.table.hold_sync():
             self.table.rows = shown
             self.table.matches = self.matches
             self.table.pages = pages

@@ -92,8 +92,16 @@ export default {
     };
 
     draw();
+    // one message from the kernel changes several traits (a new page: rows, status, pages...):
+    // draw once for all of them, in the same task (no frame's delay)
+    let pending = false;
+    const redraw = () => {
+      if (pending) return;
+      pending = true;
+      queueMicrotask(() => { pending = false; draw(); });
+    };
     const names = ["columns", "rows", "sort", "selected", "page", "pages", "status", "empty"];
-    for (const n of names) model.on(`change:${n}`, draw);
-    return () => { for (const n of names) model.off(`change:${n}`, draw); };
+    for (const n of names) model.on(`change:${n}`, redraw);
+    return () => { for (const n of names) model.off(`change:${n}`, redraw); };
   },
 };
