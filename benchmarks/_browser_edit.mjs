@@ -64,7 +64,29 @@ try {
       gd.on('plotly_afterplot', () => kq.events.push(
         { k: shown(gd) ? 'plot' : 'hidden', t: performance.now() }));
     };
-    kq.hookAll = () => document.querySelectorAll('.js-plotly-plot').forEach(hook);
+    // how long plotly.js itself takes per redraw (the figure view calls Plotly.react; its
+    // bundle is loaded with the first figure view)
+    kq.reacts = [];
+    const wrapped = new Set();
+    const wrapPlotly = () => {
+      for (const key of Object.keys(globalThis).filter((k) => k.startsWith('__kqlabPlotly_'))) {
+        if (wrapped.has(key)) continue;
+        wrapped.add(key);
+        globalThis[key].then((Plotly) => {
+          const react = Plotly.react;
+          Plotly.react = async (...args) => {
+            const t = performance.now();
+            try { return await react.apply(Plotly, args); } finally {
+              kq.reacts.push({ t0: t, t: performance.now() });
+            }
+          };
+        });
+      }
+    };
+    kq.hookAll = () => {
+      wrapPlotly();
+      document.querySelectorAll('.js-plotly-plot').forEach(hook);
+    };
     kq.hookAll();
     document.addEventListener('pointerdown', (e) => {
       if (kq.armed) { kq.t0 = e.timeStamp; kq.armed = false; }
@@ -181,7 +203,8 @@ try {
     const kind = KINDS[i % KINDS.length];
     await prepare(kind, KINDS.length + i);
     await page.evaluate(() => {
-      window.__kq.hookAll(); window.__kq.events = []; window.__kq.t0 = null; window.__kq.armed = true;
+      window.__kq.hookAll(); window.__kq.events = []; window.__kq.reacts = [];
+      window.__kq.t0 = null; window.__kq.armed = true;
     });
     await target(kind).click();
     await settle(true);
@@ -197,6 +220,11 @@ try {
         page_ms: last(null), first_ms: Math.min(...evs.map((e) => e.t)) - kq.t0,
         counts_ms: last('counts'), table_ms: last('table'), figures_ms: last('plot'),
         redraws: evs.filter((e) => e.k === 'plot').length,
+        react_ms: kq.reacts.filter((r) => r.t0 >= kq.t0).reduce((a, r) => a + r.t - r.t0, 0),
+        react_start_ms: (() => {
+          const ts = kq.reacts.filter((r) => r.t0 >= kq.t0).map((r) => r.t0);
+          return ts.length ? Math.min(...ts) - kq.t0 : null;
+        })(),
         trail: evs.slice(-6).map((e) => [e.k, Math.round(e.t - kq.t0), e.d || '']),
         hidden_ms: (() => {
           const ts = kq.events.filter((e) => e.k === 'hidden' && e.t >= kq.t0).map((e) => e.t);

@@ -265,6 +265,9 @@ def main() -> None:
         "counts": _stats([e["counts_ms"] for e in edits]),
         "table": _stats([e["table_ms"] for e in edits if e["table_ms"] is not None] or [0.0]),
         "figures_last_redraw": _stats([e["figures_ms"] for e in edits]),
+        "plotly_react_start": _stats([e["react_start_ms"] for e in edits
+                                      if e["react_start_ms"] is not None] or [0.0]),
+        "plotly_react_total": _stats([e["react_ms"] for e in edits]),
         "figure_redraws_per_edit": round(statistics.mean(e["redraws"] for e in edits), 1),
         "hidden_views_last_change": _stats([e["hidden_ms"] for e in edits
                                             if e["hidden_ms"] is not None] or [0.0]),

@@ -518,9 +518,6 @@ class PolicyEditor:
         """Everything the editor shows, from the session's current state."""
         s = self.session
         v = s.verdicts
-        self.figures = {} if v is None else build_figures(self.figure_names, v,
-                                                          s.figure_context())
-        self._figure_view.show(self.figures)
         self._render_rules()
         o = s.outcomes
         n = sum(o.values()) or 1
@@ -540,6 +537,11 @@ class PolicyEditor:
             finally:
                 self._syncing = False
         self._render_suggestions()
+        # the figures last: the counts and the outcome line reach the page first, while the
+        # figures are still being built
+        self.figures = {} if v is None else build_figures(self.figure_names, v,
+                                                          s.figure_context())
+        self._figure_view.show(self.figures)
 
     def _on_enforcement(self, change: dict[str, Any]) -> None:
         if not self._syncing:
