@@ -30,7 +30,8 @@ Fault injection (for the crash test): ``KQLAB_ENFORCER_KILL_AT=PHASE:N`` SIGKILL
 when its ``N``-th micro-batch of this run reaches ``PHASE`` (:data:`KILL_PHASES`): ``planned``
 (nothing produced), ``producing`` (a task produced half its records: the task kills the
 driver's process group and its own), ``flushed`` (every record delivered, nothing committed),
-``committed`` (Spark committed the micro-batch).  Unset in production.
+``committed`` (Spark committed the micro-batch); ``KQLAB_ENFORCER_KILL_LOG=FILE`` appends
+where it killed to ``FILE``.  Unset in production.
 
 ``connector: spark`` in the config reads with Spark's own Kafka source and writes with its
 Kafka sink (``format("kafka")``, the ``spark-sql-kafka-0-10`` package on the cluster); the
@@ -126,10 +127,20 @@ def _driver_pid() -> int:
     raise EnforcerError("no JVM among this worker's parents")
 
 
+def _announce_kill(text: str) -> None:
+    """Say where the fault injection kills, on stderr and, with ``KQLAB_ENFORCER_KILL_LOG``,
+    in that file (under spark-submit the driver's stderr passes through the JVM, which may
+    die before it copies the line)."""
+    print(f"kqlab enforcer: {text}: SIGKILL", file=sys.stderr, flush=True)
+    path = os.environ.get("KQLAB_ENFORCER_KILL_LOG")
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(text + "\n")
+
+
 def _kill_driver_from_task(phase: str) -> None:
     """SIGKILL the driver's process group (JVM and Python driver) and this worker's."""
-    print(f"kqlab enforcer: KQLAB_ENFORCER_KILL_AT={phase}: SIGKILL", file=sys.stderr,
-          flush=True)
+    _announce_kill(f"KQLAB_ENFORCER_KILL_AT={phase}")
     with contextlib.suppress(Exception):
         os.killpg(os.getpgid(_driver_pid()), signal.SIGKILL)
     os.killpg(os.getpgrp(), signal.SIGKILL)
@@ -380,7 +391,8 @@ class Enforcer:
         self._policy_id = policy_id(policy)
         self._kill = _kill_at()
         self._runs = 0  # micro-batches this run handled
-        self._handled = -1  # the last micro-batch id handled
+        #: micro-batch id -> which micro-batch of this run handled it
+        self._handled: dict[int, int] = {}
         self._stop = threading.Event()
         self._batch_lock = threading.Lock()
         self._closed = False
@@ -472,8 +484,7 @@ class Enforcer:
 
     def _die(self, phase: str) -> None:
         if self._kill == (phase, self._runs):
-            print(f"kqlab enforcer: KQLAB_ENFORCER_KILL_AT={phase}:{self._runs}: SIGKILL",
-                  file=sys.stderr, flush=True)
+            _announce_kill(f"KQLAB_ENFORCER_KILL_AT={phase}:{self._runs}")
             os.killpg(os.getpgrp(), signal.SIGKILL)
 
     def _stream(self) -> Any:
@@ -515,7 +526,7 @@ class Enforcer:
                                      from_arrow_schema(PRODUCED_SCHEMA)).collect()
             self._die("flushed")
             self._account(batch_id, rows, rerun, time.monotonic() - t0)
-            self._handled = batch_id
+            self._handled[batch_id] = self._runs
 
     def _sink_natively(self, df: Any) -> list[Any]:
         """``connector: spark``: Spark's Kafka rows → kqlab's records → judged rows →
@@ -621,7 +632,9 @@ class Enforcer:
             for t, parts in latest.items():
                 for p, o in parts.items():
                     self.lag[f"{t}-{p}"] = max(o - end.get(t, {}).get(p, o), 0)
-        if progress.batchId == self._handled:
+        run = self._handled.get(int(progress.batchId))
+        if run is not None and self._kill == ("committed", run):
+            self._runs = run
             self._die("committed")
 
     def run(self) -> dict[str, Any]:
@@ -629,6 +642,7 @@ class Enforcer:
         metrics.  A failed micro-batch (a delivery failed) raises :class:`EnforcerError`."""
         s = self.settings
         self.check_topics()
+        self._save_metrics()  # this start counts as a restart even if no batch finishes
         listener = self._listener()
         self.spark.streams.addListener(listener)
         writer = (self._stream().writeStream.foreachBatch(self._on_micro_batch)
