@@ -1657,12 +1657,14 @@ done:
 }
 
 /*
- * Parallel zstd decompression for add_batches.  Helper threads (plain C: no Python, no GIL)
- * decompress the run's zstd batches ahead of the parse into a ring of slots, each with its own
- * decompression context and buffer; the thread that parses takes the slots in log order (and
- * decompresses a batch itself when no helper has claimed it yet), so records are appended
- * exactly as the sequential path appends them.  A slot says what the fast path found; a
- * declined stream still goes to the caller's exact reader, on the parsing thread.
+ * Parallel decompression for add_batches.  Helper threads (plain C: no Python, no GIL)
+ * decompress the run's zstd / lz4 batches ahead of the parse into a ring of slots, each with its
+ * own decompression context and buffer; the thread that parses takes the batches in log order,
+ * so records are appended exactly as the sequential path appends them.  The parse never waits
+ * for a helper: a batch no helper has claimed yet, or one whose helper is still at it (on a
+ * busy machine a helper may not be running at all), it decompresses itself, and the helper's
+ * late result is dropped.  A slot says what the fast path found; a declined stream still goes
+ * to the caller's exact reader, on the parsing thread.
  */
 #if defined(__unix__) || defined(__APPLE__)
 #include <pthread.h>
@@ -1678,9 +1680,10 @@ enum { SLOT_FREE = 0, SLOT_BUSY = 1, SLOT_READY = 2 };
 typedef struct {
     ZstdScratch zs;
     size_t len;
-    int result; /* zstd_fast's: 1 whole, 0 declined, -1 out of memory */
+    int result; /* fast_unpack's: 1 whole, 0 declined, -1 out of memory */
     int state;
-    Py_ssize_t j; /* the zstd ordinal it holds */
+    int abandoned; /* the parse went past it: free the slot when done, drop the result */
+    Py_ssize_t j;  /* the ordinal it holds */
 } Slot;
 
 #ifdef KQ_HAVE_THREADS
@@ -1696,7 +1699,6 @@ typedef struct {
     Py_ssize_t next; /* the next ordinal to claim */
     int stop;
     pthread_mutex_t mu;
-    pthread_cond_t ready; /* a slot became READY */
     pthread_cond_t freed; /* a slot became FREE (or stop) */
     pthread_t threads[POOL_MAX_HELPERS];
     int nthreads;
@@ -1711,10 +1713,16 @@ pool_decompress(Pool *pl, Slot *slot, Py_ssize_t j)
     size_t len = 0;
     int r = fast_unpack(&slot->zs, (int)pl->codec[k], b, n, &len);
     pthread_mutex_lock(&pl->mu);
-    slot->len = len;
-    slot->result = r;
-    slot->state = SLOT_READY;
-    pthread_cond_broadcast(&pl->ready);
+    if (slot->abandoned) {
+        slot->abandoned = 0;
+        slot->state = SLOT_FREE;
+        pthread_cond_broadcast(&pl->freed);
+    }
+    else {
+        slot->len = len;
+        slot->result = r;
+        slot->state = SLOT_READY;
+    }
     pthread_mutex_unlock(&pl->mu);
 }
 
@@ -1756,7 +1764,6 @@ pool_start(Pool *pl, int helpers)
         return 0;
     }
     pthread_mutex_init(&pl->mu, NULL);
-    pthread_cond_init(&pl->ready, NULL);
     pthread_cond_init(&pl->freed, NULL);
     for (i = 0; i < helpers && i < POOL_MAX_HELPERS; i++) {
         if (pthread_create(&pl->threads[i], NULL, pool_helper, pl) != 0) {
@@ -1767,25 +1774,27 @@ pool_start(Pool *pl, int helpers)
     return pl->nthreads;
 }
 
-/* The slot of ordinal j, READY (decompressed here if no helper claimed it). */
+/*
+ * The READY slot of ordinal j, or NULL when the parsing thread is to decompress j itself: no
+ * helper has claimed it (it is taken from them), or its helper is still at it (abandoned).
+ */
 static Slot *
 pool_take(Pool *pl, Py_ssize_t j)
 {
     Slot *slot = &pl->slots[j % pl->nslots];
+    Slot *got = NULL;
     pthread_mutex_lock(&pl->mu);
-    if (pl->next == j) { /* nobody has it yet (its slot is free: j - nslots was consumed) */
+    if (pl->next <= j) {
         pl->next = j + 1;
-        slot->state = SLOT_BUSY;
-        slot->j = j;
-        pthread_mutex_unlock(&pl->mu);
-        pool_decompress(pl, slot, j);
-        pthread_mutex_lock(&pl->mu);
     }
-    while (slot->state != SLOT_READY || slot->j != j) {
-        pthread_cond_wait(&pl->ready, &pl->mu);
+    else if (slot->j == j && slot->state == SLOT_READY) {
+        got = slot;
+    }
+    else if (slot->j == j && slot->state == SLOT_BUSY) {
+        slot->abandoned = 1;
     }
     pthread_mutex_unlock(&pl->mu);
-    return slot;
+    return got;
 }
 
 static void
@@ -1817,7 +1826,6 @@ pool_end(Pool *pl)
     }
     PyMem_RawFree(pl->slots);
     pl->slots = NULL;
-    pthread_cond_destroy(&pl->ready);
     pthread_cond_destroy(&pl->freed);
     pthread_mutex_destroy(&pl->mu);
 }
@@ -1956,11 +1964,13 @@ ps_add_batches(ParseState *ps, int with_data, Py_ssize_t reserve, int threads,
         uint32_t stored = ((const uint32_t *)crc_v.buf)[k];
         long long count = (long long)((const int32_t *)count_v.buf)[k];
         int mode = codec == 0 ? M_BUFFER : M_STREAM;
+#ifdef KQ_HAVE_THREADS
+        Slot *slot;
+#endif
         ((uint8_t *)valid_v.buf)[k] =
             crc32c_value(b + SCAN_V2_CRC_OFFSET, (size_t)(s - SCAN_V2_CRC_OFFSET)) == stored;
 #ifdef KQ_HAVE_THREADS
-        if (pooled && fast_codec(codec)) {
-            Slot *slot = pool_take(&pool, j++);
+        if (pooled && fast_codec(codec) && (slot = pool_take(&pool, j++)) != NULL) {
             if (slot->result < 0) {
                 pool_release(&pool, slot);
                 st = ST_NOMEM;
