@@ -95,6 +95,10 @@ try {
       const el = node.nodeType === 1 ? node : node.parentElement;
       if (!el) return 'other';
       if (el.closest('.js-plotly-plot')) return 'inplot';
+      if (!el.closest('.kqlab-workbench, .kqlab-policy-editor, .kqlab-replay-panel, ' +
+                      '.kqlab-rejection-explorer, .kqlab-figures, .kqlab-rt')) {
+        return 'other';                               // not a kqlab view (plotly's text tester...)
+      }
       if (!shown(el)) return 'hidden';
       if (el.closest('.kqlab-rt')) return 'table';
       if (el.closest('.kqlab-policy-editor') || el.closest('.kqlab-replay-panel')) return 'counts';
