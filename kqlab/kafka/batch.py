@@ -276,6 +276,11 @@ def reader_findings(regions: Sequence[bytes | memoryview], counts: Sequence[int]
 #: a chunk of the records table holds the records of this many batches (or of a run that
 #: passes it)
 FLUSH_BATCHES = 4096
+#: the value buffer reserved for a run with compressed batches, per byte of the run (at most
+#: COMPRESSED_RESERVE_MAX bytes beyond the run's own size: reserved address space, not memory,
+#: but a machine without overcommit room still refuses a huge reservation)
+COMPRESSED_RESERVE = 5
+COMPRESSED_RESERVE_MAX = 256 << 20
 #: at most this many threads decompress zstd batches (the parsing thread and its helpers)
 MAX_DECODE_THREADS = 4
 
@@ -738,10 +743,18 @@ class TableBuilder:
         first = self._pending.add_run(
             (np.arange(row0, row0 + m, dtype=np.int64), count, codec, base_offset, base_ts,
              max_ts, lat), view, positions + RECORD_BATCH_OVERHEAD, positions + sizes)
-        parser = self._parser_for(int(sizes.sum()))
+        # the value buffer's first capacity: the run's bytes, which bound uncompressed values;
+        # compressed records usually decode to several times their size (growing a buffer of
+        # tens of MB costs page faults and, when it moves, a copy; untouched capacity costs
+        # nothing and is given back when the chunk is finished)
+        compressed = bool(codec.any())
+        run_bytes = int(sizes.sum())
+        parser = self._parser_for(max(run_bytes, min(run_bytes * COMPRESSED_RESERVE,
+                                                     COMPRESSED_RESERVE_MAX))
+                                  if compressed else run_bytes)
         crc_valid = np.zeros(m, dtype=bool)
         read = None
-        if codec.any():
+        if compressed:
             codecs = codec.tolist()
 
             def read(k: int) -> tuple[bytes, bool]:
