@@ -452,3 +452,20 @@ def test_lz4_fast_path_declines_what_the_stream_judges(case, data):
         assert sr.failure is None and sr.data == whole, case
     else:
         assert sr.failure is not None, case
+
+
+@pytest.mark.skipif(_crecords is None, reason="C extension not built")
+def test_exact_codecs_switch_turns_the_fast_paths_off():
+    """``KQLAB_EXACT_CODECS=1``: no codec library is bound, every compressed batch goes to the
+    exact readers (and the tables are the same)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from kqlab.kafka import records_parser as r, _crecords as c;"
+            "print(r.ZSTD_VERSION, r.LZ4_VERSION, c._unpack(4, b''))")
+    env = dict(os.environ, KQLAB_EXACT_CODECS="1")
+    env.pop("KQLAB_PURE_PYTHON", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["None", "None", "None"]
