@@ -231,13 +231,33 @@ def portable_path(text: str) -> str:
 
 
 def _sample_text(sample: Mapping[str, Any]) -> str:
+    """The sample coordinates as one line.  A sample written by ``--vet`` has partitions of
+    ``{topic, partition, offsets: [lo, hi]}``; a hand-written one may hold anything (the schema
+    only asks for an object), so whatever does not have that shape is shown as written rather
+    than dropped or crashing the export."""
     parts = []
-    for p in sample.get("partitions", ()) or ():
-        lo, hi = (p.get("offsets") or [None, None])[:2]
-        parts.append(f"{p.get('topic')}-{p.get('partition')}@{lo}..{hi}")
-    extra = ", ".join(f"{k}={sample[k]}" for k in ("source", "framing", "now", "profile")
-                      if sample.get(k) is not None)
-    return "; ".join(x for x in (", ".join(parts), extra) if x)
+    partitions = sample.get("partitions")
+    if isinstance(partitions, list) and all(isinstance(p, Mapping) for p in partitions):
+        for p in partitions:
+            offsets = p.get("offsets")
+            if isinstance(offsets, list) and len(offsets) == 2:
+                parts.append(f"{p.get('topic')}-{p.get('partition')}@{offsets[0]}..{offsets[1]}")
+            else:
+                parts.append(_plain(p))
+    elif partitions is not None:
+        parts.append(f"partitions={_plain(partitions)}")
+    known = ("source", "framing", "now", "profile")
+    extra = [f"{k}={_plain(sample[k])}" for k in known if sample.get(k) is not None]
+    extra += [f"{k}={_plain(v)}" for k, v in sample.items()
+              if k not in known and k != "partitions" and v is not None]
+    return "; ".join(x for x in (", ".join(parts), ", ".join(extra)) if x)
+
+
+def _plain(value: Any) -> str:
+    """A value of a hand-written sample as compact JSON-like text (strings bare)."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, default=str, separators=(",", ":"))
 
 
 def provenance_lines(prov: Mapping[str, Any]) -> list[str]:

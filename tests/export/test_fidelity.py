@@ -316,3 +316,24 @@ def test_confluent_json_schema_fidelity(policies):
     ex = build(p.with_rules([*p.rules, observe]))
     assert ex.data["schema_rule"] is None and json.loads(ex.data["register"]["schema"]) == {}
     assert {f.rule: f for f in ex.fidelity}["obs"].status == "not expressible"
+
+
+@pytest.mark.parametrize("sample", [
+    {"files": ["orders-0/00000000000000000000.log"], "note": "hand-written"},
+    {"partitions": "all", "source": "snapshot"},
+    {"partitions": [{"topic": "orders", "offsets": 5}, 3]},
+])
+def test_a_hand_written_provenance_sample_exports_as_written(vetted, sample):
+    """The schema asks only for an object: a sample written by hand (not by ``--vet``) is
+    shown as written in every export's provenance, never a crash or silently dropped."""
+    p = vetted["orders"]
+    p = replace(p, provenance=replace(p.provenance, sample=sample))
+    exports = export_all(p, today=TODAY)
+    assert set(exports) == set(TARGETS)
+    texts = {name: "\n".join(ex.files.values()) for name, ex in exports.items()}
+    commented = [n for n, t in texts.items() if "sample:" in t]
+    assert commented, "no export carries the sample as a comment line"
+    for name in commented:
+        line = next(x for x in texts[name].splitlines() if "sample:" in x)
+        for key in sample:
+            assert key in line or key == "partitions", (name, line)
