@@ -383,7 +383,7 @@ def build(policy: Any, *, version: str = "1.0.0", today: str | None = None) -> E
     fid = _proven(policy, contract, fid)
     prov = provenance(policy, today=today)
     head = comment_block(["Open Data Contract Standard v3, exported by kqlab; read it back "
-                          "with `kqlab import odcs FILE`.", *provenance_lines(_listable(prov))])
+                          "with `kqlab import odcs FILE`.", *provenance_lines(prov)])
     text = head + dump_contract(contract)
     notes = ["kqlab-only rule kinds are custom quality rules (engine: kqlab); "
              "`kqlab import odcs` restores the identical policy (same content hash), checked "
@@ -415,17 +415,6 @@ def _proven(policy: Any, contract: Any, fid: tuple[RuleFidelity, ...]
                  RuleFidelity(rule=f.rule, kind=f.kind, mode=f.mode, status=APPROXIMATE,
                               how=f"{f.how}; NOT restored identically by kqlab import")
                  for f in fid)
-
-
-def _listable(prov: dict[str, Any]) -> dict[str, Any]:
-    """``prov`` with only the sample partitions :func:`provenance_lines` can print (mappings
-    with topic, partition and offsets); a sample is free-form data, and the full one is in the
-    ``kqlabProvenance`` custom property anyway."""
-    sample = prov.get("sample")
-    if not isinstance(sample, Mapping) or not isinstance(sample.get("partitions"), list):
-        return prov
-    parts = [p for p in sample["partitions"] if isinstance(p, Mapping)]
-    return {**prov, "sample": {**sample, "partitions": parts}}
 
 
 #: the order a person reads a contract in (the model's field order puts ``version`` first)
