@@ -122,7 +122,10 @@ def _settings(policy: Policy) -> dict[str, PlainData]:
             out[prefix] = plain
 
     for f in fields(Policy):
-        if f.name not in _SKIP:
+        if f.name == "checks":  # one setting per sample check, by id
+            for check in policy.checks:
+                out[f"checks.{check.id}"] = check.to_dict()
+        elif f.name not in _SKIP:
             walk(f.name, getattr(policy, f.name))
     return out
 

@@ -36,7 +36,9 @@ __all__ = ["FIELD_KIND_ACCEPTS", "ContentChecker"]
 #: what the value of a field kind's field can be for the rule to pass (others always fail)
 FIELD_KIND_ACCEPTS = {"field_range": frozenset(("int", "uint", "double")),
                       "field_regex": frozenset(("string",)),
-                      "field_length": frozenset(("string", "bytes", "list"))}
+                      "field_length": frozenset(("string", "bytes", "list")),
+                      # sample checks (kqlab.policy.check_checks)
+                      "stat": frozenset(("int", "uint", "double"))}
 
 
 class ContentChecker(ShapeChecker):
@@ -97,9 +99,11 @@ class ContentChecker(ShapeChecker):
                              None if problem.offset is None else lead + problem.offset)
 
     # --- field paths -----------------------------------------------------------------------
-    def field_path(self, kind: str, mapping: Mapping[str, object], key: str) -> None:
-        """A field kind's ``field`` exists in the declared schema with a type it can pass."""
-        path = mapping.get("field")
+    def field_path(self, kind: str, mapping: Mapping[str, object], key: str,
+                   name: str = "field") -> None:
+        """A field kind's ``field`` (or the path under ``name``) exists in the declared schema
+        with a type it can pass."""
+        path = mapping.get(name)
         shape = self.value_shape()
         if not isinstance(path, str) or shape.dyn:
             return
@@ -112,7 +116,7 @@ class ContentChecker(ShapeChecker):
             if "map" not in kinds:
                 self.fail_inside(f"{where} is {article(shape)} in the declared schema, so it "
                                  f"has no field {segment!r} — the path stops at {where}", key,
-                                 mapping, "field", offset)
+                                 mapping, name, offset)
             if segment in shape.fields:
                 shape = shape.fields[segment]
             elif shape.closed:
@@ -120,7 +124,7 @@ class ContentChecker(ShapeChecker):
                 shown = ", ".join(fields[:12]) + (", …" if len(fields) > 12 else "")
                 self.fail_inside(f"{where} has no field {segment!r} in the declared schema "
                                  f"(its fields: {shown or 'none'}) — "
-                                 f"{nearest_field(segment, fields)}", key, mapping, "field",
+                                 f"{nearest_field(segment, fields)}", key, mapping, name,
                                  offset)
             else:
                 shape = shape.items or DYN
@@ -133,4 +137,4 @@ class ContentChecker(ShapeChecker):
             self.fail_inside(f"{where} is {article(shape)} in the declared schema, and a {kind} "
                              f"rule only passes {plural(accepts)} — every record with the field "
                              "would fail; check another field or use another kind", key,
-                             mapping, "field", 0)
+                             mapping, name, 0)

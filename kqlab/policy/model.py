@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, overload
 import orjson
 
 from kqlab.policy.catalog import KINDS, NEEDS, RuleKind, kind
+from kqlab.policy.check_catalog import CHECK_KINDS, CheckKind, check_kind, duration_ms
 from kqlab.policy.plain_data import ParamValue, PlainData
 
 if TYPE_CHECKING:
@@ -236,6 +237,64 @@ class Rule:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Check:
+    """One sample-level check (``checks:``): a :data:`~kqlab.policy.check_catalog.CHECK_KINDS`
+    kind with its parameters (thresholds among them), judged over the whole sample or per
+    ``window`` (``10m``) and ``by`` group (``partition``, ``header:<name>`` or a field), over
+    the records ``when`` (CEL) holds for.
+
+    Rules say whether a record is acceptable; checks say whether the sample is (volume,
+    freshness, completeness, uniqueness, drift).  They change no record's verdict: a replay
+    reports each as pass, fail or not evaluable beside the record verdicts.
+    """
+
+    id: str
+    kind: str
+    params: Mapping[str, PlainData] = field(default_factory=lambda: MappingProxyType({}))
+    window: str | None = None
+    by: str | None = None
+    when: str | None = None
+    description: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "params", _freeze(dict(self.params)))
+
+    def __hash__(self) -> int:
+        return hash(_canonical(self.to_dict()))
+
+    @property
+    def spec(self) -> CheckKind:
+        """The catalog declaration of this check's kind."""
+        return check_kind(self.kind)
+
+    @property
+    def window_ms(self) -> int | None:
+        """The window in milliseconds (None: the whole sample)."""
+        return None if self.window is None else duration_ms(self.window)
+
+    def param(self, name: str) -> ParamValue:
+        """The parameter's value, or its catalog default."""
+        if name in self.params:
+            return self.params[name]
+        p = self.spec.param(name)
+        return None if p is None else p.default
+
+    def to_dict(self) -> dict[str, PlainData]:
+        """The YAML shape: ``id``, ``kind``, ``window``, ``by``, the parameters inline, then
+        ``when`` and ``description`` (defaults left out)."""
+        out: dict[str, PlainData] = {"id": self.id, "kind": self.kind}
+        for name in ("window", "by"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        spec = CHECK_KINDS.get(self.kind)
+        out.update(thaw(spec.minimal_params(self.params) if spec else self.params))
+        for name in ("when", "description"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SchemaSource:
     """Where writer schemas come from: a registry URL (``mock://`` in tests) or a folder."""
 
@@ -352,11 +411,13 @@ class Policy:
     value: Format = field(default_factory=Format)
     sensitive: Sensitive = field(default_factory=Sensitive)
     rules: tuple[Rule, ...] = ()
+    checks: tuple[Check, ...] = ()
     provenance: Provenance | None = None
     version: int = POLICY_VERSION
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rules", tuple(self.rules))
+        object.__setattr__(self, "checks", tuple(self.checks))
 
     def rule(self, rule_id: str) -> Rule:
         """The rule with this id (``KeyError`` names the known ids)."""
@@ -365,6 +426,18 @@ class Policy:
                 return r
         raise KeyError(f"no rule {rule_id!r} in policy {self.name!r}; rules: "
                        f"{', '.join(r.id for r in self.rules)}")
+
+    def check(self, check_id: str) -> Check:
+        """The sample check with this id (``KeyError`` names the known ids)."""
+        for c in self.checks:
+            if c.id == check_id:
+                return c
+        raise KeyError(f"no check {check_id!r} in policy {self.name!r}; checks: "
+                       f"{', '.join(c.id for c in self.checks)}")
+
+    def with_checks(self, checks: tuple[Check, ...] | list[Check]) -> Policy:
+        """A copy with other sample checks."""
+        return replace(self, checks=tuple(checks))
 
     def content_hash(self) -> str:
         """sha256 of the canonical content (formatting, key order and provenance ignored).
@@ -458,6 +531,8 @@ def policy_to_dict(policy: Policy) -> dict[str, PlainData]:
         data: PlainData
         if f.name == "rules":
             data = [canonical_rule(r).to_dict() for r in value]
+        elif f.name == "checks":
+            data = [c.to_dict() for c in value]
         elif f.name == "broker":
             data = _minimal_fields(value)
             if "configs" in data:  # sorted by name: the file reads (and diffs) stably

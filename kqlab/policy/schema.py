@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 
 from kqlab.policy.catalog import KINDS, Param, RuleKind
+from kqlab.policy.check_catalog import CHECK_KINDS, DURATION, STATS, CheckKind
 from kqlab.policy.model import (
     ENFORCEMENT_PROFILES,
     FORMATS,
@@ -186,6 +187,44 @@ def _rule_schema(spec: RuleKind) -> dict[str, PlainData]:
     return schema
 
 
+def _check_schema(spec: CheckKind) -> dict[str, PlainData]:
+    """One sample-check kind: its keys, thresholds (rates from 0 to 1) and what it may be
+    windowed and grouped by (the loader checks the same, and more)."""
+    properties: dict[str, PlainData] = {
+        "id": _string("Stable check identifier (not also a rule id).", pattern=_ID_PATTERN),
+        "kind": {"const": spec.name, "description": spec.doc},
+        "when": _string("CEL precondition: the check reads only the records for which it is "
+                        "true."),
+        "description": _string("Why the check exists, for people."),
+    }
+    if spec.windowed:
+        properties["window"] = _string("Tumbling window on the record timestamp (aligned to "
+                                       "the epoch): a whole number and a unit, e.g. 10m.",
+                                       pattern="^" + DURATION.pattern.replace(r"\Z", "$"))
+    if spec.grouped:
+        properties["by"] = _string("Group by: partition, header:<name>, or a field path of "
+                                   "the decoded value.")
+    for p in spec.params:
+        schema = _param_schema(p)
+        if spec.rates and p.name in ("min", "max"):
+            schema.update(type="number", minimum=0, maximum=1)
+        elif p.name in spec.thresholds or p.name in ("now", "bins"):
+            schema["minimum"] = 2 if p.name == "bins" else 0
+        if p.name == "stat":
+            schema["enum"] = list(STATS)
+        properties[p.name] = schema
+    out: dict[str, PlainData] = {
+        "type": "object", "description": spec.doc,
+        "required": ["id", "kind", *(p.name for p in spec.params if p.required)],
+        "properties": properties, "additionalProperties": False,
+    }
+    optional = [t for t in spec.thresholds if not (spec.param(t) and (
+        spec.param(t).required or spec.param(t).default is not None))]  # type: ignore[union-attr]
+    if len(optional) == len(spec.thresholds) and optional:
+        out["anyOf"] = [{"required": [t]} for t in optional]
+    return out
+
+
 def _broker_configs() -> dict[str, PlainData]:
     # lazy: kqlab.kafka's package imports pyarrow
     from kqlab.kafka.configs import (
@@ -250,6 +289,11 @@ def json_schema() -> dict[str, PlainData]:
             "rules": {"type": "array", "items": {"$ref": "#/$defs/rule"}, "minItems": 1,
                       "description": "The rules, in evaluation order (leave the key out for "
                                      "a policy of broker checks only)."},
+            "checks": {"type": "array", "items": {"$ref": "#/$defs/check"}, "minItems": 1,
+                       "description": "Sample-level checks (volume, freshness, null rate, "
+                                      "duplicates, distinct values, statistics, reject rate, "
+                                      "drift, schema drift), judged over the whole sample or "
+                                      "per window and group."},
             "provenance": {"$ref": "#/$defs/provenance"},
         },
         "$defs": {
@@ -337,6 +381,17 @@ def json_schema() -> dict[str, PlainData]:
                            "then": {"$ref": f"#/$defs/rule.{k}"}} for k in rule_kinds],
             },
             **{f"rule.{k}": _rule_schema(KINDS[k]) for k in rule_kinds},
+            "check": {
+                "type": "object",
+                "description": "One sample-level check. Kinds: "
+                               + "; ".join(f"{k}: {c.doc}" for k, c in CHECK_KINDS.items()),
+                "required": ["id", "kind"],
+                "properties": {"id": _string("Stable check identifier.", pattern=_ID_PATTERN),
+                               "kind": {"enum": list(CHECK_KINDS)}},
+                "allOf": [{"if": {"required": ["kind"], "properties": {"kind": {"const": k}}},
+                           "then": {"$ref": f"#/$defs/check.{k}"}} for k in CHECK_KINDS],
+            },
+            **{f"check.{k}": _check_schema(c) for k, c in CHECK_KINDS.items()},
             **_examples_defs(),
             "provenance": {
                 "type": "object", "description": _doc(Provenance), "additionalProperties": False,

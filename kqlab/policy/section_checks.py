@@ -5,7 +5,8 @@
 (upgrading older shapes), the known top-level keys, then each section — ``topics`` (legal Kafka
 names, patterns that compile), ``broker`` (a known release, configs Kafka knows, resolved with
 :class:`kqlab.kafka.configs.TopicConfig`), ``key`` / ``value`` formats and schema sources,
-``sensitive``, ``rules`` (:class:`~kqlab.policy.rule_checks.RuleChecker`) and ``provenance``
+``sensitive``, ``rules`` (:class:`~kqlab.policy.rule_checks.RuleChecker`), ``checks``
+(:class:`~kqlab.policy.check_checks.SampleCheckChecker`) and ``provenance``
 — and builds :class:`~kqlab.policy.model.Policy`.  The first mistake raises one
 :class:`~kqlab.policy.errors.PolicyError`.
 """
@@ -33,7 +34,7 @@ from kqlab.policy.model import (
     Topics,
 )
 from kqlab.policy.positioned_yaml import Position, item_pos, key_pos, pos_of, value_pos
-from kqlab.policy.rule_checks import RuleChecker
+from kqlab.policy.check_checks import SampleCheckChecker
 from kqlab.policy.shape_checks import describe, is_int
 
 __all__ = ["CONTENT_HASH", "REGISTRY_SCHEMES", "SCHEMA_FORMATS", "TOPIC_NAME", "TOP_KEYS",
@@ -52,7 +53,7 @@ UPGRADES: dict[int, Callable[[dict[str, object]], dict[str, object]]] = {}
 T = TypeVar("T")
 
 
-class PolicyChecker(RuleChecker):
+class PolicyChecker(SampleCheckChecker):
     """Validates one policy document (positioned or plain) and builds the model, failing fast."""
 
     def policy(self, document: object) -> Policy:
@@ -91,11 +92,14 @@ class PolicyChecker(RuleChecker):
         broker = section("broker", self.broker, BrokerSettings())
         self.formats["key"] = section("key", self.format, Format())
         self.formats["value"] = section("value", self.format, Format())
+        sensitive = section("sensitive", self.sensitive, Sensitive())
+        rules = section("rules", self.rules, ())
+        self.rule_ids = tuple(r.id for r in rules)
         return Policy(name=name, description=description, owner=owner, enforcement=enforcement,
                       topics=topics, broker=broker, key=self.formats["key"],
                       value=self.formats["value"],
-                      sensitive=section("sensitive", self.sensitive, Sensitive()),
-                      rules=section("rules", self.rules, ()),
+                      sensitive=sensitive, rules=rules,
+                      checks=section("checks", self.checks, ()),
                       provenance=section("provenance", self.provenance, None))
 
     def version(self, data: Mapping[str, object]) -> Mapping[str, object]:

@@ -99,6 +99,9 @@ class SparkVerdicts:
     seconds: float = 0.0
     n_records: int = 0
     n_batches: int = 0
+    #: where ``now`` came from: ``given``, ``sample`` (the sample's own clock, as the local
+    #: engine reads it) or ``wall clock`` (the sample has no timestamps)
+    clock: str = "given"
     _counts: list[Row] | None = field(default=None, repr=False)
     _bcounts: list[Row] | None = field(default=None, repr=False)
     _matches: dict[RecordQuery, int] = field(default_factory=dict, repr=False)
