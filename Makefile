@@ -2,13 +2,16 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-# The set-up re-runs only when what it installs from changes.
-SETUP_INPUTS := pyproject.toml $(wildcard setup.py) $(wildcard kqlab/kafka/*.c)
+# The set-up re-runs only when what it installs from changes (the prebuilt JupyterLab extension
+# and the server extension's config are copied into the venv's share/ and etc/ folders).
+SETUP_INPUTS := pyproject.toml $(wildcard setup.py) $(wildcard kqlab/kafka/*.c) $(wildcard kqlab/serde/*.c) \
+  $(sort $(wildcard kqlab/lab/labextension/*.json kqlab/lab/labextension/static/*)) \
+  jupyter-config/jupyter_server_config.d/kqlab.json
 STAMP  := $(VENV)/.setup-$(shell cat $(SETUP_INPUTS) 2>/dev/null | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
 .PHONY: setup setup-browser setup-datacontract demo test test-pure test-browser lab bench lint \
-        check-java clean readme-screenshot
+        check-java clean readme-screenshot labextension
 
 setup: $(STAMP) check-java
 
@@ -18,6 +21,14 @@ $(STAMP): $(SETUP_INPUTS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
 	$(BIN)/python -m pip install --quiet -e '.[all]'
+	@# an editable install leaves setup.py's data_files out: link the prebuilt extension and
+	@# enable the server extension as `pip install kqlab[lab]` does
+	@mkdir -p $(VENV)/share/jupyter/labextensions && rm -rf $(VENV)/share/jupyter/labextensions/kqlab-lab
+	ln -s $(CURDIR)/kqlab/lab/labextension $(VENV)/share/jupyter/labextensions/kqlab-lab
+	install -D -m 644 jupyter-config/jupyter_server_config.d/kqlab.json \
+	  $(VENV)/etc/jupyter/jupyter_server_config.d/kqlab.json
+	@$(BIN)/jupyter labextension list 2>&1 | grep -q 'kqlab-lab .*enabled.*OK' || \
+	  { echo "the kqlab-lab JupyterLab extension is not enabled:"; $(BIN)/jupyter labextension list; exit 1; }
 	@rm -f $(VENV)/.setup-*
 	@touch $@
 
@@ -84,6 +95,11 @@ readme-screenshot: setup setup-browser
 	KQLAB_README_SHOT=docs/img/workbench.png $(BIN)/python -m pytest tests/browser/test_notebook7.py \
 	  -p no:cacheprovider $(PYTEST_ARGS)
 
+# rebuild the prebuilt JupyterLab extension from extensions/kqlab-lab/ (needs node + npm; the
+# built assets under kqlab/lab/labextension/ are committed, users and CI need no Node.js)
+labextension:
+	$(BIN)/python scripts/build_labextension.py
+
 lint: setup
 	$(BIN)/ruff check kqlab tests benchmarks scripts
 	$(BIN)/mypy
@@ -102,5 +118,6 @@ bench: setup setup-browser
 	@for b in benchmarks/[!_]*.py; do echo "== $$b"; $(BIN)/python $$b $(BENCH_ARGS) || exit 1; done
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .ruff_cache e2e/node_modules
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .ruff_cache e2e/node_modules \
+	  extensions/kqlab-lab/node_modules extensions/kqlab-lab/lib
 	find kqlab -name '*.so' -delete

@@ -203,6 +203,14 @@ class FidelityReport:
                 "warnings": self.warnings,
                 "roundtrips": [r.to_dict() for r in self.roundtrips], "run": self.run}
 
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        """In a notebook: the kqlab MIME payload (verdict per rule and target) beside its
+        HTML fallback (:mod:`kqlab.validate.mime`)."""
+        from kqlab.validate import mime
+
+        payload = mime.fidelity_payload(self)
+        return mime.bundle(payload, mime.fidelity_text(payload))
+
     def to_html(self) -> str:
         """A self-contained static HTML page of the report (no date, no timings)."""
         e = html.escape

@@ -327,6 +327,14 @@ class SparkVerdicts:
                         self.rules, self.profile, self.framing, self.now, self.policy_name,
                         self.policy_hash, list(self.issues), list(self.notes))
 
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        """In a notebook: the kqlab MIME payload beside its HTML fallback (the local
+        verdicts' display, counted by Spark)."""
+        from kqlab.validate import mime
+
+        payload = mime.replay_payload(self)
+        return mime.bundle(payload, mime.replay_text(payload))
+
     def __repr__(self) -> str:
         return (f"SparkVerdicts({self.path!r}, units={self.units}, policy={self.policy_name!r}, "
                 f"framing={self.framing!r}, errors={len(self.errors)})")

@@ -157,6 +157,14 @@ class Verdicts(LocalView):
         """Everything above as one JSON-ready dict (what ``kqlab replay --json`` prints)."""
         return summary_of(self, self.records.num_rows, self.batches.num_rows)
 
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        """In a notebook: the kqlab MIME payload (rendered by the kqlab-lab extension, kept in
+        the saved notebook) beside its HTML fallback (:mod:`kqlab.validate.mime`)."""
+        from kqlab.validate import mime
+
+        payload = mime.replay_payload(self)
+        return mime.bundle(payload, mime.replay_text(payload))
+
 
 def summary_of(v: Any, records: int, batches: int) -> dict[str, Any]:
     """The summary dict of any engine's verdicts ``v`` (its ``by_*`` methods answer it):

@@ -1,0 +1,1 @@
+export { MIME_TYPE, renderPayload } from './render';
