@@ -58,7 +58,7 @@ def add_parser(sub: SubParsers) -> None:
                     help="run the targets' own engines on this sample (segment file, "
                     "partition folder or snapshot) and prove or withdraw every claim")
     ex.add_argument("--now", type=int, default=None, metavar="EPOCH_MS",
-                    help="clock for the round trips' replay (default: the wall clock)")
+                    help="clock for the round trips' replay (default: the sample's own clock)")
     ex.add_argument("--dlq-topic", default=None, metavar="TOPIC",
                     help="confluent: failing rules copy the record to TOPIC (onFailure DLQ)")
     ex.add_argument("--schema", default=None, metavar="FILE.avsc",

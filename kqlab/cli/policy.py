@@ -68,7 +68,7 @@ def add_parser(sub: SubParsers) -> None:
                      help="the policy whose key/value formats (and schemas) decode the sample; "
                      "its rules are replayed with the suggestions")
     sug.add_argument("--now", type=int, default=None, metavar="EPOCH_MS",
-                     help="broker clock of the replay (default: the wall clock)")
+                     help="broker clock of the replay (default: the sample's own clock)")
     sug.add_argument("--framing", choices=("exact", "single", "linger"), default=None,
                      help="the replay's framing, as kqlab replay (default: exact; single for a "
                      "snapshot of consumed records)")

@@ -311,9 +311,7 @@ def _replay_spark(args: argparse.Namespace, policy: Policy) -> int:
                             profile=args.profile, linger_ms=args.linger_ms,
                             batch_size=args.batch_size, progress=progress_enabled())
     summary = verdicts.summary()
-    # the Spark engine plans from metadata and reads no sample on the driver: its default
-    # clock is still the wall clock (given --now, the sample's clock is yours to pass)
-    summary["clock"] = "given" if args.now is not None else "wall clock"
+    summary["clock"] = verdicts.clock  # the sample's own unless --now, as locally
     _warn_clock(verdicts)
     if args.fail_over is not None:
         summary["fail_over"] = fail_over(summary, args.fail_over)

@@ -49,7 +49,7 @@ def add_parser(sub: SubParsers) -> None:
                      help="where to write the report (default: <policy name>-report.html); "
                      "a folder (ending with / or existing) gets that file inside it")
     rep.add_argument("--now", type=int, default=None, metavar="EPOCH_MS",
-                     help="the broker clock for timestamp checks (default: the wall clock)")
+                     help="the broker clock for timestamp checks (default: the sample's own clock)")
     rep.add_argument("--framing", choices=("exact", "single", "linger"), default="exact")
     rep.add_argument("--title", default=None, help="the report's title")
     rep.add_argument("--max-rows", type=int, default=50, metavar="N",

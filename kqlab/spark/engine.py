@@ -105,7 +105,13 @@ def replay_spark(source: Any, policy: Any, *, spark: Any = None, master: str | N
     plan = plan_units(source)
     if plan.kind == "snapshot":
         check_snapshot_framing(plan.stored_framing, framing, plan.source)
-    now = now if now is not None else int(time.time() * 1000)
+    session = spark_session(master, spark=spark)
+    clock = "given"
+    if now is None:  # the sample's own clock, as the local engine reads it
+        now = _sample_clock(session, plan, framing, linger_ms, batch_size) \
+            if plan.units else None
+        clock = "sample" if now is not None else "wall clock"
+        now = now if now is not None else int(time.time() * 1000)
     profile = profile or policy.enforcement
     effective = with_implicit_rules(policy)
     if resolver is None and policy.value.schemas is not None:
@@ -113,14 +119,34 @@ def replay_spark(source: Any, policy: Any, *, spark: Any = None, master: str | N
     if resolver is not None:
         resolver = portable_resolver(resolver)
     job = Job(effective, now, framing, profile, linger_ms, batch_size, resolver)
-    session = spark_session(master, spark=spark)
     sc = session.sparkContext
     path, _ = _output_path(out, sc.master, overwrite)
     callback = _callback(progress, session)
     rows = _run(session, plan, job, path, callback) if plan.units else []
     label = "exact" if framing == "exact" else f"reconstructed:{framing}"
-    return _collect(session, plan, effective, rows, path, profile, label, now,
-                    time.perf_counter() - t0)
+    verdicts = _collect(session, plan, effective, rows, path, profile, label, now,
+                        time.perf_counter() - t0)
+    verdicts.clock = clock
+    return verdicts
+
+
+def _sample_clock(session: Any, plan: Plan, framing: str, linger_ms: int, batch_size: int
+                  ) -> int | None:
+    """The sample's clock (the latest of the units' :func:`~kqlab.spark.executor.unit_clock`),
+    one small Spark job: the driver may not see the files an executor reads."""
+    from kqlab.spark.executor import unit_clock
+
+    stored = plan.stored_framing
+    specs = [u.to_json() for u in plan.units]
+
+    def clock(spec: str) -> int | None:
+        from kqlab.spark.units import Unit
+
+        return unit_clock(Unit.from_json(spec), framing, linger_ms, batch_size, stored)
+
+    sc = session.sparkContext
+    got = [c for c in sc.parallelize(specs, len(specs)).map(clock).collect() if c is not None]
+    return max(got) if got else None
 
 def _run(session: Any, plan: Plan, job: Job, path: str, callback: Any) -> list[Any]:
     """One Spark job: a task per unit; returns the tasks' small result rows."""

@@ -116,6 +116,42 @@ def replay_unit(unit: Unit, job: Job, stored_framing: str = "exact") -> Any:
     return replayer.run(job.policy, profile=job.profile)
 
 
+def unit_clock(unit: Unit, framing: str, linger_ms: int, batch_size: int,
+               stored_framing: str = "exact") -> int | None:
+    """The clock of one unit's sample (one partition), as the local engine reads it
+    (:func:`~kqlab.validate.replayer.sample_clock`); the replay's default "now" is the latest
+    over all units.  Cheap where the framing is the log's own: a log reads only its last
+    segment's batch headers (:func:`~kqlab.validate.stream.log_clock`), a snapshot only its
+    batches' timestamps; rebuilt framing must rebuild the batches to know the last one."""
+    import pyarrow.parquet as pq
+
+    from kqlab.validate.loading import load_sample, sample_from_tables
+    from kqlab.validate.replayer import sample_clock
+    from kqlab.validate.stream import log_clock
+
+    if unit.kind != "snapshot":
+        if framing == "exact":
+            from pathlib import Path
+
+            return log_clock([Path(unit.path)])
+        sample = load_sample(unit.path, framing=framing, linger_ms=linger_ms,
+                             batch_size=batch_size)
+        return sample_clock(sample.batches)
+    if framing == "exact":
+        columns = ["topic", "partition", "max_timestamp"]
+        tables = []
+        for f, groups in unit.batches:
+            pf = pq.ParquetFile(f)
+            t = pf.read(columns=columns) if groups is None else \
+                pf.read_row_groups(groups, columns=columns)
+            tables.append(t.filter(pc.equal(t.column("partition"), unit.partition)))
+        return sample_clock(pa.concat_tables(tables)) if tables else None
+    records, batches = read_unit_tables(unit)
+    sample = sample_from_tables(records, batches if stored_framing == "exact" else None,
+                                framing, linger_ms=linger_ms, batch_size=batch_size)
+    return sample_clock(sample.batches)
+
+
 def _row(unit: Unit, kind: str, payload: Any, seq: int = 0) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(
         [pa.array([unit.index], pa.int32()), pa.array([kind]), pa.array([seq], pa.int32()),

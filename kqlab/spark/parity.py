@@ -100,7 +100,9 @@ def parity_check(source: Any, policy: Any, *, spark: Any = None, master: str | N
                  ) -> ParityReport:
     """Replay ``source`` under ``policy`` on both engines and compare everything.
 
-    ``now`` defaults to one wall-clock reading shared by both runs.  Call
+    ``now`` defaults to each engine's own default, the sample's clock (so the parity covers
+    how each engine reads it; a sample without timestamps falls back to the wall clock, read
+    once and shared).  Call
     :meth:`ParityReport.raise_for_differences` to turn a difference into an error.
 
     Examples
@@ -110,21 +112,27 @@ def parity_check(source: Any, policy: Any, *, spark: Any = None, master: str | N
     ParityReport(identical=True, records=..., ...)
     """
     from kqlab.spark.engine import replay_spark
-    from kqlab.validate.replayer import replay
+    from kqlab.validate.replayer import Replayer
 
-    now = now if now is not None else int(time.time() * 1000)
-    kw = {"now": now, "framing": framing, "profile": profile, "linger_ms": linger_ms,
-              "batch_size": batch_size, "resolver": resolver}
     t0 = time.perf_counter()
-    local = replay(source, policy, **kw)
+    replayer = Replayer(source, now=now, framing=framing, linger_ms=linger_ms,
+                        batch_size=batch_size, resolver=resolver)
+    local = replayer.run(policy, profile=profile)
     local_summary = local.summary()
     t1 = time.perf_counter()
+    if replayer.clock == "wall clock":  # no timestamps: one reading for both
+        now = replayer.now
     sv = replay_spark(source, policy, spark=spark, master=master, out=out,
-                      overwrite=overwrite, progress=progress, **kw)
+                      overwrite=overwrite, progress=progress, now=now, framing=framing,
+                      profile=profile, linger_ms=linger_ms, batch_size=batch_size,
+                      resolver=resolver)
     spark_summary = sv.summary()
     t2 = time.perf_counter()
     diffs = [f"unit {e['topic']}-{e['partition']} failed on Spark: {e['error']}: "
              f"{e['message']}" for e in sv.errors]
+    if local.now != sv.now:
+        diffs.append(f"clock: local now={local.now} ({replayer.clock}) != spark now={sv.now} "
+                     f"({sv.clock})")
     diffs += compare_verdicts(local, sv.to_local(max_records=None), local_summary,
                               spark_summary)
     return ParityReport(not diffs, local.records.num_rows, local.batches.num_rows, diffs,
