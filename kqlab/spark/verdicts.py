@@ -102,6 +102,9 @@ class SparkVerdicts:
     #: where ``now`` came from: ``given``, ``sample`` (the sample's own clock, as the local
     #: engine reads it) or ``wall clock`` (the sample has no timestamps)
     clock: str = "given"
+    #: the policy's sample checks, as the engine judged them (None: not computed; the Spark
+    #: engine's partial aggregates feed kqlab.validate.sample_checks.finish_check)
+    check_results: Any = field(default=None, repr=False)
     _counts: list[Row] | None = field(default=None, repr=False)
     _bcounts: list[Row] | None = field(default=None, repr=False)
     _matches: dict[RecordQuery, int] = field(default_factory=dict, repr=False)
@@ -149,6 +152,22 @@ class SparkVerdicts:
                 sf.count(sf.lit(1)).alias("n"), sf.count("record_count").alias("n_rc"),
                 sf.sum("record_count").alias("s_rc")).collect()
         return self._bcounts
+
+    def checks(self) -> pa.Table:
+        """The sample checks' results (``CHECK_RESULTS_SCHEMA``; empty: none computed)."""
+        from kqlab.validate.sample_checks import empty_check_results
+
+        return (self.check_results or empty_check_results()).results
+
+    def check_windows(self, check: str | None = None) -> pa.Table:
+        """Every judged window of the sample checks (of ``check``)."""
+        import pyarrow.compute as pc
+
+        from kqlab.validate.sample_checks import empty_check_results
+
+        windows = (self.check_results or empty_check_results()).windows
+        return windows if check is None else windows.filter(
+            pc.equal(windows.column("check"), check))
 
     def by_outcome(self) -> dict[str, int]:
         """Records per outcome (as :meth:`Verdicts.by_outcome`)."""

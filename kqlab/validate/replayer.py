@@ -35,10 +35,14 @@ from kqlab.validate.context import EvalContext
 from kqlab.validate.loading import SampleSource, load_sample
 from kqlab.validate.rules import RuleResult, evaluate_rule
 from kqlab.validate.sample import Sample, record_batch_rows
+from kqlab.validate.sample_checks.partials import Partial
 from kqlab.validate.view import VerdictsView
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from kqlab.serde.schemas import SchemaResolver
+    from kqlab.validate.sample_checks import CheckRun
 from kqlab.validate.verdicts import (
     Verdicts,
 )
@@ -73,8 +77,13 @@ class Replayer:
 
     def __init__(self, source: SampleSource, *, now: int | None = None,
                  framing: str = "exact", linger_ms: int = 5, batch_size: int = 16384,
-                 resolver: SchemaResolver | None = None):
+                 resolver: SchemaResolver | None = None,
+                 base_dir: str | Path | None = None):
         self.resolver = resolver
+        #: the policy file's folder: sample checks' baselines are relative to it (None: the
+        #: working directory)
+        self.base_dir = base_dir
+        self.check_evaluations = 0  # sample checks computed (not from the cache)
         self.evaluations = 0  # rules evaluated (tests and benchmarks read it)
         self.sample = load_sample(source, framing=framing, linger_ms=linger_ms,
                                   batch_size=batch_size)
@@ -99,6 +108,8 @@ class Replayer:
         self._ctx: EvalContext | None = None
         self._ctx_formats: tuple[Any, Any] | None = None
         self._rule_cache: dict[bytes, RuleResult] = {}
+        self._check_cache: dict[bytes, Partial] = {}
+        self._check_plans: dict[bytes, Any] = {}
         self._rows = record_batch_rows(sample.records, sample.batches)
         # transaction markers are the coordinator's, not the client's: no record policy applies
         control = sample.batches.column("is_control").to_numpy(zero_copy_only=False)
@@ -119,6 +130,7 @@ class Replayer:
                                     resolver=resolver)
             self._ctx_formats = formats
             self._rule_cache.clear()
+            self._check_cache.clear()
         return self._ctx
 
     def context(self, policy: Policy) -> EvalContext:
@@ -139,12 +151,40 @@ class Replayer:
             out[rule.id] = self._rule_cache[key]
         return out
 
-    def run(self, policy: Policy, *, profile: str | None = None) -> Verdicts:
-        """Replay the sample under ``policy``; see the module docstring for the semantics."""
+    def run(self, policy: Policy, *, profile: str | None = None, checks: bool = True
+            ) -> Verdicts:
+        """Replay the sample under ``policy``; see the module docstring for the semantics.
+        ``checks=False`` leaves the sample checks out (a streamed replay merges them over its
+        chunks itself, :meth:`run_checks`)."""
         profile = profile or policy.enforcement
         effective = with_implicit_rules(policy)
         results = self.evaluate(effective)
-        return self.assembler(effective, results, self.now, profile)
+        verdicts = self.assembler(effective, results, self.now, profile)
+        if checks and policy.checks:
+            verdicts.check_results = self.run_checks(effective, results, verdicts).finish()
+        return verdicts
+
+    def run_checks(self, policy: Policy, results: dict[str, RuleResult],
+                   verdicts: Verdicts) -> CheckRun:
+        """The sample checks of ``policy`` over this sample, fed from this replay's pass
+        (decoded columns, rule results, outcomes); not yet finished, so a streamed replay
+        merges the chunks' runs.  A check whose partial cannot have changed (only a
+        threshold was edited) comes from the cache."""
+        from kqlab.validate.sample_checks import CheckRun, Chunk, partial_key
+
+        run = CheckRun(policy, self.now, base_dir=self.base_dir, resolver=self.resolver,
+                       plans=self._check_plans)
+        ctx = self._context(policy)
+        chunk = Chunk(ctx, self._control, results, verdicts.aggregates.outcome)
+        partials = {}
+        for check in policy.checks:
+            key = partial_key(check, policy, verdicts.profile)
+            if key not in self._check_cache:
+                self._check_cache[key] = run.partial(check, chunk)
+                self.check_evaluations += 1
+            partials[check.id] = self._check_cache[key]
+        run.add(chunk, partials)
+        return run
 
     @property
     def assembler(self) -> Assembler:
@@ -225,8 +265,12 @@ def _without(result: RuleResult, excluded: np.ndarray) -> RuleResult:
 def replay(source: SampleSource, policy: Policy, *, now: int | None = None,
            framing: str = "exact",
            profile: str | None = None, linger_ms: int = 5, batch_size: int = 16384,
-           resolver: SchemaResolver | None = None) -> Verdicts:
-    """Replay ``source`` (segment path, records table or :class:`Sample`) under ``policy``."""
+           resolver: SchemaResolver | None = None,
+           base_dir: str | Path | None = None) -> Verdicts:
+    """Replay ``source`` (segment path, records table or :class:`Sample`) under ``policy``;
+    ``base_dir``: the policy file's folder (its sample checks' baselines are relative to
+    it)."""
     return Replayer(source, now=now, framing=framing, linger_ms=linger_ms,
-                    batch_size=batch_size, resolver=resolver).run(policy, profile=profile)
+                    batch_size=batch_size, resolver=resolver,
+                    base_dir=base_dir).run(policy, profile=profile)
 

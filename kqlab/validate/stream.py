@@ -39,6 +39,7 @@ from kqlab.serde.schemas import SchemaResolver
 from kqlab.validate.assemble import RULES_SCHEMA, replay_notes
 from kqlab.validate.replayer import Replayer, with_implicit_rules
 from kqlab.validate.sample import ReplayError, Sample
+from kqlab.validate.sample_checks import CheckRun
 from kqlab.validate.verdicts import Verdicts
 
 #: batches judged together (a chunk of a partition); the default keeps a chunk of typical
@@ -99,12 +100,16 @@ def log_clock(partitions: list[Path]) -> int | None:
 def replay_stream(source: str | Path, policy: Policy, *, now: int | None = None,
                   profile: str | None = None, chunk_batches: int = CHUNK_BATCHES,
                   resolver: SchemaResolver | None = None,
-                  progress: Callable[[StreamProgress], None] | None = None) -> Verdicts:
+                  progress: Callable[[StreamProgress], None] | None = None,
+                  base_dir: str | Path | None = None) -> Verdicts:
     """Replay a log directory, partition folder or segment file under ``policy`` chunk by
     chunk; the verdicts equal :func:`~kqlab.validate.replay` on the same source.
 
     ``now`` defaults to the log's own clock (:func:`log_clock`), as a whole-sample replay
-    defaults to its sample's; ``progress`` is called after every chunk.
+    defaults to its sample's; ``progress`` is called after every chunk.  The policy's sample
+    checks are computed in the same pass: each chunk's partial aggregates, merged at the end
+    (:mod:`kqlab.validate.sample_checks`), equal to the whole replay's; ``base_dir`` is the
+    policy file's folder (baselines are relative to it).
     """
     if chunk_batches < 1:
         raise ReplayError(f"chunk_batches must be at least 1, not {chunk_batches}")
@@ -122,15 +127,31 @@ def replay_stream(source: str | Path, policy: Policy, *, now: int | None = None,
     parts = _Parts()
     started = time.perf_counter()
     done_bytes = 0
+    checks: CheckRun | None = None
+    plans: dict[bytes, object] = {}  # baselines, read once for every chunk
     for sample in _read_ahead(_chunks(partitions, chunk_batches)):
-        replayer = Replayer(sample, now=now, resolver=resolver)
+        replayer = Replayer(sample, now=now, resolver=resolver, base_dir=base_dir)
         replayer.assembler.validators = validators
-        parts.add(replayer.run(policy, profile=profile))
+        replayer._check_plans = plans
+        chunk_verdicts = replayer.run(policy, profile=profile, checks=False)
+        if policy.checks:
+            run = replayer.run_checks(effective, replayer.evaluate(effective), chunk_verdicts)
+            if checks is None:
+                checks = run
+            else:
+                checks.merge(run)
+        parts.add(chunk_verdicts)
         done_bytes += int(pc.sum(sample.batches.column("size_bytes")).as_py() or 0)
         if progress is not None:
             progress(StreamProgress(parts.records, done_bytes, total,
                                     time.perf_counter() - started))
-    return parts.verdicts(effective, profile, now)
+    verdicts = parts.verdicts(effective, profile, now)
+    if policy.checks:
+        if checks is None:  # an empty log: nothing read, every check judged on nothing
+            checks = CheckRun(effective, now, base_dir=base_dir, resolver=resolver,
+                              plans=plans)  # type: ignore[arg-type]
+        verdicts.check_results = checks.finish()
+    return verdicts
 
 
 class _Parts:

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from kqlab.kafka.errors import error_for_code
 from kqlab.policy.model import Policy
 from kqlab.validate.aggregates import LocalView, RecordCodes
+from kqlab.validate.sample_checks.results import CheckResults, empty_check_results
 from kqlab.validate.verdict_tables import (  # noqa: F401 - the verdict contracts, re-exported
     FAILURE_TYPE,
     OUTCOMES,
@@ -70,6 +71,20 @@ class Verdicts(LocalView):
     issues: list[Any] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     codes: RecordCodes | None = field(default=None, repr=False, compare=False)
+    #: the policy's sample checks (None: it has none) — :meth:`checks`, :meth:`check_windows`
+    check_results: CheckResults | None = field(default=None, repr=False, compare=False)
+
+    def checks(self) -> pa.Table:
+        """The sample checks' results, one row per check in policy order
+        (:data:`~kqlab.validate.sample_checks.CHECK_RESULTS_SCHEMA`)."""
+        return (self.check_results or empty_check_results()).results
+
+    def check_windows(self, check: str | None = None) -> pa.Table:
+        """Every judged window of the sample checks (of ``check``), in (start, group) order
+        (:data:`~kqlab.validate.sample_checks.CHECK_WINDOWS_SCHEMA`)."""
+        windows = (self.check_results or empty_check_results()).windows
+        return windows if check is None else windows.filter(
+            pc.equal(windows.column("check"), check))
 
     # -- summaries (Arrow group-bys, no per-record Python) ------------------------------------
     def by_outcome(self) -> dict[str, int]:
@@ -184,6 +199,7 @@ def summary_of(v: Any, records: int, batches: int) -> dict[str, Any]:
         "records_delayed": actions.get("retried", 0) + actions.get("split", 0),
         "issues": [i.to_dict() if hasattr(i, "to_dict") else dict(i) for i in v.issues],
         "notes": v.notes,
+        "checks": CheckResults(v.checks(), v.check_windows()).to_dicts(),
     }
 
 

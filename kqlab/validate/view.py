@@ -34,6 +34,11 @@ record verdict columns) and how many records match, in the query's order
 (:data:`RECORD_ORDERS`: log order by default, or by timestamp, offset or outcome, ties in log
 order; either direction) — the explorer's table sorts through it, page by page.
 
+``checks()`` — :data:`~kqlab.validate.sample_checks.CHECK_RESULTS_SCHEMA`: one row per
+sample check (``checks:``) with its status (pass, fail, not_evaluable and why), observed
+value, thresholds and failing windows; ``check_windows(check)`` — every judged window
+(:data:`~kqlab.validate.sample_checks.CHECK_WINDOWS_SCHEMA`).
+
 ``by_partition()``, ``by_time(bucket_ms)``, ``by_producer()``, ``by_outcome()``,
 ``by_error()``, ``by_action()``, ``summary()`` — as documented on
 :class:`~kqlab.validate.verdicts.Verdicts` (the same dict and tables from both engines).
@@ -293,6 +298,17 @@ class VerdictsView(Protocol):
 
     def summary(self) -> dict[str, Any]:
         """Everything as one JSON-ready dict (``kqlab replay --json``)."""
+        ...
+
+    # -- sample checks -----------------------------------------------------------------------
+    def checks(self) -> pa.Table:
+        """The sample checks' results, one row per check in policy order
+        (:data:`~kqlab.validate.sample_checks.CHECK_RESULTS_SCHEMA`; empty: no checks)."""
+        ...
+
+    def check_windows(self, check: str | None = None) -> pa.Table:
+        """Every judged window of the sample checks, or of ``check``
+        (:data:`~kqlab.validate.sample_checks.CHECK_WINDOWS_SCHEMA`)."""
         ...
 
     # -- group-bys ---------------------------------------------------------------------------

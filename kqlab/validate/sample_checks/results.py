@@ -138,13 +138,13 @@ def describe_check(row: Mapping[str, Any]) -> str:
 
     Examples
     --------
-    >>> describe_check({"check": "vol", "kind": "volume", "status": "fail", "reason": None,
-    ...                 "metric": "records", "observed": 0.0, "min": 1.0, "max": None,
-    ...                 "window_ms": 60000, "by": "partition", "records": 500, "windows": 40,
-    ...                 "failing_windows": 10, "new_values": [], "params": {},
-    ...                 "failing": [{"group": "orders-1", "start": 1763700000000,
-    ...                              "end": 1763700060000, "records": 0, "observed": 0.0}]})
-    'vol (volume): fail — records 0, min 1 · 10 of 40 windows fail, first orders-1 at 2025-11-21 04:40:00'
+    >>> print(describe_check({
+    ...     "check": "v", "kind": "volume", "status": "fail", "reason": None,
+    ...     "metric": "records", "observed": 0.0, "min": 1.0, "max": None, "window_ms": 60000,
+    ...     "by": "partition", "records": 500, "windows": 40, "failing_windows": 10,
+    ...     "new_values": [], "params": {}, "failing": [{"group": "p-1", "start":
+    ...     1763700000000, "end": 1763700060000, "records": 0, "observed": 0.0}]}))
+    v (volume): fail — records 0, min 1 · 10 of 40 windows fail, first p-1 at 2025-11-21 04:40:00
     """
     metric = row.get("metric") or ""
     head = f"{row['check']} ({row['kind']}): {row['status']}"

@@ -1,0 +1,93 @@
+"""The baseline a ``drift`` or ``schema_drift`` check compares with: a saved snapshot or a
+log directory, its path relative to the policy file.
+
+It is read once per replay, before the pass (a streamed replay's chunks all compare with the
+same baseline), decoded with the policy's formats, and reduced to what the check needs: for
+a numeric field the bin edges (the baseline's quantiles) and its counts per bin; for any
+other field its counts per category; for schema drift its record shapes.  The baseline's
+partial is computed by the very function that computes the sample's
+(:func:`~kqlab.validate.sample_checks.compute.partial_of`), so both are binned alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from kqlab.errors import KqlabError
+from kqlab.policy.model import Check, Policy
+from kqlab.validate.sample_checks.partials import Partial
+
+__all__ = ["BaselinePlan", "baseline_path", "baseline_plan"]
+
+
+@dataclass(frozen=True)
+class BaselinePlan:
+    """What a check takes from its baseline: ``edges`` (inner bin edges of a numeric
+    field; None: categories), the baseline's partial, its records, and ``reason`` (a
+    not-evaluable code) when it could not be read."""
+
+    path: str
+    edges: np.ndarray | None = None
+    partial: Partial | None = None
+    records: int = 0
+    reason: str | None = None
+    detail: str | None = None
+
+
+def baseline_path(check: Check, base_dir: Path | None) -> Path:
+    """Where the check's baseline is: its ``baseline`` as written, relative to ``base_dir``
+    (the policy file's folder; the working directory when None)."""
+    raw = Path(str(check.param("baseline")))
+    if raw.is_absolute() or base_dir is None:
+        return raw
+    return base_dir / raw
+
+
+def baseline_plan(check: Check, policy: Policy, base_dir: Path | None, now: int,
+                  resolver: object = None) -> BaselinePlan:
+    """Read ``check``'s baseline and reduce it (see the module doc); problems become a
+    not-evaluable reason, never an exception: a replay always reports its checks."""
+    from kqlab.validate.context import EvalContext
+    from kqlab.validate.sample import record_batch_rows
+    from kqlab.validate.sample_checks.columns import field_values, numeric_values
+    from kqlab.validate.sample_checks.compute import Chunk, partial_of
+
+    path = baseline_path(check, base_dir)
+    if not path.exists():
+        return BaselinePlan(str(path), reason="baseline_missing")
+    try:
+        from kqlab.validate.loading import load_sample
+
+        sample = load_sample(path)
+        if resolver is None and policy.value.schemas is not None:
+            from kqlab.serde.schemas import SchemaResolver
+
+            resolver = SchemaResolver.from_source(policy.value.schemas)
+        ctx = EvalContext(sample.records, now, sample.batches, value_format=policy.value,
+                          key_format=policy.key, resolver=resolver)  # type: ignore[arg-type]
+        rows = record_batch_rows(sample.records, sample.batches)
+        control = sample.batches.column("is_control").to_numpy(zero_copy_only=False)
+        control = control.astype(bool)[rows] if len(rows) else np.zeros(0, bool)
+        chunk = Chunk(ctx, control)
+        edges = None
+        if check.kind == "drift":
+            fv = field_values(ctx, str(check.param("field")))
+            if fv.values is not None:
+                valid, numbers, non_numeric = numeric_values(fv.values)
+                keep = valid & ~control
+                if keep.any() and non_numeric == 0:
+                    bins = int(check.param("bins") or 10)
+                    qs = np.quantile(numbers[keep], np.linspace(0, 1, bins + 1)[1:-1])
+                    edges = np.unique(qs)
+        plan = BaselinePlan(str(path), edges=edges)
+        partial = partial_of(check, chunk, plan)
+    except (KqlabError, OSError, ValueError) as exc:
+        return BaselinePlan(str(path), reason="baseline_unreadable", detail=str(exc))
+    if not partial.table.num_rows:
+        return BaselinePlan(str(path), edges=edges, partial=partial,
+                            records=partial.counts.get("records", 0), reason="baseline_empty")
+    return BaselinePlan(str(path), edges=edges, partial=partial,
+                        records=partial.counts.get("records", 0))

@@ -1,0 +1,169 @@
+"""Per-record columns the sample checks read, from one sample (or one chunk of a streamed
+replay): which records a check reads (not transaction markers; ``when``), their groups
+(``by``), and a field's values in the canonical forms every chunk and engine agrees on.
+
+Canonical forms make partial aggregates of different chunks comparable whatever type the
+JSON reader inferred for each chunk: a value to count or compare (distinct, duplicates,
+categories, groups) is its text as ``large_binary`` (numbers as Arrow casts them to text:
+``5`` and ``5.0`` are both ``5``); a value to measure (statistics, numeric drift) is a finite
+float64.  Everything is Arrow/numpy over whole columns; a decoded column Arrow cannot
+address (JSON whose records disagree on types, maps, unions) is read through its Python
+objects, one record at a time — the one fallback.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kqlab.policy.check_catalog import by_target
+from kqlab.validate.context import EvalContext
+
+__all__ = ["FieldValues", "field_values", "group_labels", "key_values", "numeric_values",
+           "reads", "to_text"]
+
+
+@dataclass(frozen=True)
+class FieldValues:
+    """A field's values over a sample: the leaf column (nulls where null or missing) when it
+    holds single values, else None (objects or lists); and where it is null or missing."""
+
+    values: pa.Array | None
+    nulls: np.ndarray
+
+
+def _python_leaf(values: list[object], path: tuple[str, ...]) -> list[object]:
+    from kqlab.validate.fields import _resolve
+
+    return [_resolve(v, path) for v in values]
+
+
+def _is_nested(t: pa.DataType) -> bool:
+    return bool(pa.types.is_struct(t) or pa.types.is_list(t) or pa.types.is_large_list(t) or
+                pa.types.is_map(t) or pa.types.is_fixed_size_list(t))
+
+
+def field_values(ctx: EvalContext, path: str) -> FieldValues:
+    """The decoded value's field at dotted ``path``, one entry per record (memoised on the
+    context: several checks of one field read it once)."""
+    return ctx.memo(f"check-field:{path}", lambda: _field_values(ctx, path))
+
+
+def _field_values(ctx: EvalContext, path: str) -> FieldValues:
+    from kqlab.validate.fields import _resolve_arrow
+
+    decoded = ctx.decoded("value")
+    parts = tuple(path.split("."))
+    leaf = None if decoded.fallback else _resolve_arrow(decoded.values, parts)
+    if leaf is None:  # the fallback: Python objects, one record at a time
+        items = _python_leaf(decoded.python_values(), parts)
+        nulls = np.array([v is None for v in items], dtype=bool)
+        if any(isinstance(v, dict | list) for v in items):
+            return FieldValues(None, nulls)
+        try:
+            leaf = pa.array(items)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            leaf = pa.array([None if v is None else v if isinstance(v, str) else json.dumps(v)
+                             for v in items], pa.string())
+        return FieldValues(leaf, nulls)
+    nulls = leaf.is_null().to_numpy(zero_copy_only=False)
+    return FieldValues(None if _is_nested(leaf.type) else leaf, np.asarray(nulls, dtype=bool))
+
+
+def to_text(values: pa.Array) -> pa.Array:
+    """``values`` as ``large_binary`` text (nulls stay null): the canonical form values are
+    counted and compared in."""
+    t = values.type
+    if pa.types.is_null(t):
+        return pa.nulls(len(values), pa.large_binary())
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_string(t) or \
+            pa.types.is_large_string(t):
+        return pc.cast(values, pa.large_binary())
+    if pa.types.is_boolean(t):
+        return pc.cast(pc.cast(values, pa.string()), pa.large_binary())
+    if pa.types.is_floating(t):
+        # 5.0 and 5 count as one value (a JSON reader may infer either per chunk)
+        f = values.to_numpy(zero_copy_only=False)
+        whole = np.isfinite(f) & (np.floor(f) == f) & (np.abs(f) < 2**53)
+        if whole.any():
+            as_int = pc.cast(pa.array(np.where(whole, f, 0).astype(np.int64)), pa.string())
+            text = pc.if_else(pa.array(whole), as_int, pc.cast(values, pa.string()))
+            return pc.cast(pc.if_else(values.is_null(), pa.scalar(None, pa.string()), text),
+                           pa.large_binary())
+    return pc.cast(pc.cast(values, pa.string()), pa.large_binary())
+
+
+def numeric_values(values: pa.Array) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(valid, numbers, non_numeric)``: where a record holds a finite number, the numbers
+    (float64, aligned with the records; NaN elsewhere) and how many non-null values were
+    not numbers."""
+    t = values.type
+    n = len(values)
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
+        f = pc.cast(values, pa.float64()).to_numpy(zero_copy_only=False)
+        f = np.asarray(f, dtype=np.float64)
+        valid = np.isfinite(f)
+        return valid, f, 0
+    non_null = n - values.null_count
+    return np.zeros(n, dtype=bool), np.full(n, np.nan), int(non_null)
+
+
+def key_values(ctx: EvalContext) -> pa.Array:
+    """The record keys (null: no key), as ``large_binary``."""
+    return pc.cast(ctx.column("key"), pa.large_binary())
+
+
+def group_labels(ctx: EvalContext, by: str | None) -> pa.Array:
+    """Each record's group label (string; null: no ``by``, or no value to group on)."""
+    n = ctx.n
+    if by is None:
+        return pa.nulls(n, pa.string())
+    what, name = by_target(by)
+    if what == "partition":
+        return pc.binary_join_element_wise(
+            pc.cast(ctx.column("topic"), pa.string()),
+            pc.cast(ctx.column("partition"), pa.string()), "-")
+    if what == "header":
+        h = ctx.headers
+        hit = pc.equal(h.keys, name).fill_null(False).to_numpy(zero_copy_only=False)
+        rows = np.flatnonzero(hit)
+        first = np.full(n, -1, dtype=np.int64)
+        parents = h.parent[rows]
+        # the first header of that name per record (reverse assignment keeps the first)
+        first[parents[::-1]] = rows[::-1]
+        taken = pc.take(h.values, pa.array(first, mask=first < 0))
+        return _as_label(taken)
+    values = field_values(ctx, name).values
+    if values is None:
+        return pa.nulls(n, pa.string())
+    return _as_label(to_text(values))
+
+
+def _as_label(values: pa.Array) -> pa.Array:
+    """Binary text as string labels (invalid UTF-8 replaced: labels are for people)."""
+    if pa.types.is_string(values.type):
+        return values
+    try:
+        return pc.cast(values, pa.string())
+    except pa.ArrowInvalid:
+        return pa.array([None if v is None else v.decode("utf-8", "replace")
+                         for v in values.to_pylist()], pa.string())
+
+
+def reads(ctx: EvalContext, control: np.ndarray, when: str | None) -> np.ndarray:
+    """The records a check reads: not transaction markers, and ``when`` true (an error
+    evaluating it leaves the record out)."""
+    keep = ~control if len(control) == ctx.n else np.ones(ctx.n, dtype=bool)
+    if when:
+        def mask() -> np.ndarray:
+            from kqlab.validate.cel import evaluate_cel
+
+            col = evaluate_cel(ctx, when)
+            return np.asarray(col.passed, dtype=bool) & ~np.asarray(col.error, dtype=bool)
+
+        keep = keep & ctx.memo(f"check-when:{when}", mask)
+    return keep

@@ -1,0 +1,358 @@
+"""From a check's merged partial aggregate to its result row and its windows (one function
+for every engine: an engine computes the partials, this judges them).
+
+Windows are tumbling and aligned to the epoch (``window: 10m`` → [12:00, 12:10), ...).  A
+``volume`` check judges every window of every group between the sample's first and last
+timestamp, the empty ones too (a quiet partition is a window of zero records); a window the
+sample covers only in part (its first and last) is ``partial`` and not held to ``min`` (for
+``volume`` and ``distinct``, which count).  Other kinds judge the windows that hold values.
+A window whose value cannot be computed (no values, one value for a standard deviation) is
+not evaluable and fails nothing; a check is ``fail`` when any window fails, ``pass`` when
+some window was judged and none failed, else ``not_evaluable`` with a reason code.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kqlab.policy.model import Check
+from kqlab.validate.sample_checks.baseline import BaselinePlan
+from kqlab.validate.sample_checks.partials import Extent, Partial
+from kqlab.validate.sample_checks.results import CHECK_WINDOWS_SCHEMA
+
+__all__ = ["PSI_FLOOR", "finish_check", "psi"]
+
+#: shares below this are raised to it before the population stability index takes their log
+#: (an empty bin would otherwise make it infinite)
+PSI_FLOOR = 1e-4
+#: at most this many new categories are listed (their number is in params)
+MAX_NEW_VALUES = 100
+_QUANTILES = {"p50": 0.5, "p95": 0.95, "p99": 0.99}
+
+
+def psi(actual: np.ndarray, expected: np.ndarray) -> float:
+    """Population stability index of two count vectors over the same bins:
+    Σ (a − e)·ln(a / e) over their shares, each share at least :data:`PSI_FLOOR`.
+
+    Examples
+    --------
+    >>> round(psi(np.array([50, 50]), np.array([50, 50])), 6)
+    0.0
+    >>> round(psi(np.array([60, 40]), np.array([50, 50])), 4)
+    0.0405
+    """
+    a = np.maximum(actual / max(actual.sum(), 1), PSI_FLOOR)
+    e = np.maximum(expected / max(expected.sum(), 1), PSI_FLOOR)
+    return float(np.sum((a - e) * np.log(a / e)))
+
+
+def _bounds(check: Check) -> tuple[float | None, float | None]:
+    spec = check.spec
+    if check.kind == "freshness":
+        return None, float(check.param("max_age_ms"))  # type: ignore[arg-type]
+    if check.kind == "drift":
+        return None, float(check.param("max_psi"))  # type: ignore[arg-type]
+    low = check.param("min") if "min" in spec.thresholds else None
+    high = check.param("max") if "max" in spec.thresholds else None
+    return (None if low is None else float(low)), (None if high is None else float(high))  # type: ignore[arg-type]
+
+
+def _text(v: bytes | None) -> str | None:
+    return None if v is None else v.decode("utf-8", "replace")
+
+
+class _Windows:
+    """The judged windows of one check, as columns."""
+
+    def __init__(self, group: list[str | None], start: np.ndarray, end: np.ndarray,
+                 records: np.ndarray, observed: np.ndarray, partial: np.ndarray):
+        self.group, self.start, self.end = group, start, end
+        self.records, self.observed, self.partial = records, observed, partial
+
+
+def _per_window(check: Check, p: Partial, extent: Extent, now: int) -> _Windows | None:
+    """Each window's (group's) records and observed value (NaN: not evaluable)."""
+    t = p.table
+    kind = check.kind
+    w = check.window_ms
+    first, last = extent.first, extent.last
+    whole_start = first if first is not None else 0
+    whole_end = (last + 1) if last is not None else 0
+    if kind == "volume" and w is not None:
+        if first is None or last is None:
+            return None
+        groups = sorted(set(t.column("group").to_pylist()), key=lambda g: (g is None, g)) \
+            if check.by else [None]
+        if not groups:
+            groups = [None]
+        starts = np.arange((first // w) * w, (last // w) * w + 1, w, dtype=np.int64)
+        g_idx = {g: i for i, g in enumerate(groups)}
+        grid = np.zeros((len(groups), len(starts)), dtype=np.int64)
+        if t.num_rows:
+            gi = np.array([g_idx[g] for g in t.column("group").to_pylist()], dtype=np.int64)
+            wi = (t.column("window").to_numpy() - starts[0]) // w
+            grid[gi, wi] = t.column("records").to_numpy()
+        # windows in (start, group) order
+        start = np.repeat(starts, len(groups))
+        group = groups * len(starts)
+        records = grid.T.reshape(-1)
+        partial = (start < first) | (start + w > last + 1)
+        return _Windows(group, start, start + w, records, records.astype(np.float64), partial)
+    if not t.num_rows:
+        return None
+    group = t.column("group").to_pylist() if "group" in t.column_names else [None]
+    if kind == "freshness":
+        newest = t.column("newest").to_numpy()
+        n = len(newest)
+        return _Windows(group, np.full(n, whole_start), np.full(n, whole_end),
+                        t.column("records").to_numpy(), (now - newest).astype(np.float64),
+                        np.zeros(n, bool))
+    if kind in ("volume", "null_rate", "reject_rate"):
+        records = t.column("records").to_numpy()
+        hits = records if kind == "volume" else \
+            t.column("nulls" if kind == "null_rate" else "rejected").to_numpy()
+        observed = hits.astype(np.float64) if kind == "volume" else \
+            np.where(records > 0, hits / np.maximum(records, 1), np.nan)
+        return _framed(check, group, t.column("window").to_numpy(), records, observed,
+                       extent)
+    if kind in ("duplicate_rate", "distinct"):
+        per = t.group_by(["group", "window"], use_threads=False).aggregate(
+            [("count", "sum"), ("count", "count")]).sort_by(
+            [("window", "ascending"), ("group", "ascending")])
+        records = per.column("count_sum").to_numpy()
+        distinct = per.column("count_count").to_numpy()
+        observed = distinct.astype(np.float64) if kind == "distinct" else \
+            (records - distinct) / np.maximum(records, 1)
+        return _framed(check, per.column("group").to_pylist(), per.column("window").to_numpy(),
+                       records, observed, extent, ordered=True)
+    if kind == "stat":
+        return _stats(check, t, extent)
+    raise KeyError(kind)
+
+
+def _group_ranks(group: list[str | None]) -> np.ndarray:
+    """Each label's rank in sorted order, null last."""
+    names = sorted({g for g in group if g is not None})
+    rank = {g: i for i, g in enumerate(names)}
+    return np.array([rank[g] if g is not None else len(names) for g in group], np.int64)
+
+
+def _framed(check: Check, group: list[str | None], window: np.ndarray, records: np.ndarray,
+            observed: np.ndarray, extent: Extent, ordered: bool = False) -> _Windows:
+    """Windows from per-(group, window) rows: [start, end) and partial flags, in (start,
+    group) order."""
+    w = check.window_ms
+    first = extent.first if extent.first is not None else 0
+    last = extent.last if extent.last is not None else -1
+    if w is None:
+        start = np.full(len(records), first, np.int64)
+        end = np.full(len(records), last + 1, np.int64)
+        partial = np.zeros(len(records), bool)
+    else:
+        start = window.astype(np.int64)
+        end = start + w
+        partial = (start < first) | (end > last + 1)
+    if not ordered and len(start) > 1:
+        order = np.lexsort((_group_ranks(group), start))
+        group = [group[i] for i in order.tolist()]
+        start, end, records = start[order], end[order], records[order]
+        observed, partial = observed[order], partial[order]
+    return _Windows(group, start, end, records, observed, partial)
+
+
+def _stats(check: Check, t: pa.Table, extent: Extent) -> _Windows:
+    """A statistic per (group, window) from the exact values, sorted first (so any split of
+    the sample sums them in the same order)."""
+    stat = str(check.param("stat"))
+    enc = pc.dictionary_encode(t.column("group")).combine_chunks()
+    labels = enc.dictionary.to_pylist()
+    ranked = sorted(range(len(labels)), key=lambda i: labels[i])
+    rank_of = np.empty(len(labels), np.int64)
+    rank_of[ranked] = np.arange(len(labels))
+    codes = pc.fill_null(enc.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    gcode = np.where(codes < 0, len(labels), rank_of[np.maximum(codes, 0)]) \
+        if len(labels) else np.zeros(len(codes), np.int64)
+    sorted_labels: list[str | None] = [labels[i] for i in ranked] + [None]
+    window = t.column("window").to_numpy()
+    values = t.column("value").to_numpy()
+    order = np.lexsort((values, gcode, window))
+    v, g, win = values[order], gcode[order], window[order]
+    new = np.ones(len(v), bool)
+    new[1:] = (g[1:] != g[:-1]) | (win[1:] != win[:-1])
+    starts = np.flatnonzero(new)
+    ends = np.r_[starts[1:], len(v)]
+    counts = ends - starts
+    if stat == "mean":
+        observed = np.add.reduceat(v, starts) / counts
+    elif stat == "min":
+        observed = v[starts]
+    elif stat == "max":
+        observed = v[ends - 1]
+    elif stat == "stddev":
+        means = np.add.reduceat(v, starts) / counts
+        dev = (v - np.repeat(means, counts)) ** 2
+        ss = np.add.reduceat(dev, starts)
+        observed = np.where(counts > 1, np.sqrt(ss / np.maximum(counts - 1, 1)), np.nan)
+    else:
+        q = _QUANTILES[stat]
+        pos = q * (counts - 1)
+        lo = np.floor(pos).astype(np.int64)
+        hi = np.minimum(lo + 1, counts - 1)
+        frac = pos - lo
+        a, b = v[starts + lo], v[starts + hi]
+        observed = a + (b - a) * frac
+    group = [sorted_labels[int(x)] for x in g[starts].tolist()]
+    return _framed(check, group, win[starts], counts.astype(np.int64),
+                   observed.astype(np.float64), extent, ordered=True)
+
+
+def finish_check(check: Check, partial: Partial, extent: Extent, now: int,
+                 plan: BaselinePlan | None = None) -> tuple[dict[str, Any], pa.Table]:
+    """The check's result row (a dict of
+    :data:`~kqlab.validate.sample_checks.results.CHECK_RESULTS_SCHEMA`) and its windows
+    (:data:`~kqlab.validate.sample_checks.results.CHECK_WINDOWS_SCHEMA`)."""
+    low, high = _bounds(check)
+    if check.kind == "freshness" and check.param("now") is not None:
+        now = int(check.param("now"))  # type: ignore[arg-type]
+    params = {k: str(v) for k, v in check.params.items() if k not in ("min", "max",
+                                                                     "max_age_ms", "max_psi")}
+    if check.kind == "freshness":
+        params["now"] = str(now)
+    if check.when:
+        params["when"] = check.when
+    row: dict[str, Any] = {
+        "check": check.id, "kind": check.kind, "status": "not_evaluable", "reason": None,
+        "metric": check.spec.metric if check.kind != "stat" else str(check.param("stat")),
+        "observed": None, "min": low, "max": high, "window_ms": check.window_ms,
+        "by": check.by, "records": int(partial.counts.get("records", 0)), "windows": 0,
+        "failing_windows": 0, "failing": [], "new_values": [], "params": params}
+    empty = CHECK_WINDOWS_SCHEMA.empty_table()
+    if check.kind in ("drift", "schema_drift"):
+        return _finish_shapes(check, partial, extent, plan, row), empty
+    reason = _reason(check, partial, extent)
+    ws = None if reason else _per_window(check, partial, extent, now)
+    if ws is None or not len(ws.start):
+        row["reason"] = reason or ("no_values" if check.kind in (
+            "null_rate", "duplicate_rate", "distinct", "stat") else "no_records")
+        return row, empty
+    obs = ws.observed
+    evaluable = ~np.isnan(obs)
+    counts_min = check.kind in ("volume", "distinct")
+    held_to_min = evaluable & ~(ws.partial & counts_min)
+    below = held_to_min & (obs < low) if low is not None else np.zeros(len(obs), bool)
+    above = evaluable & (obs > high) if high is not None else np.zeros(len(obs), bool)
+    failed = below | above
+    status = np.where(~evaluable, "not_evaluable", np.where(failed, "fail", "pass"))
+    n = len(obs)
+    windows = pa.table({
+        "check": pa.array([check.id] * n, pa.string()), "group": pa.array(ws.group, pa.string()),
+        "start": pa.array(ws.start, pa.int64()), "end": pa.array(ws.end, pa.int64()),
+        "records": pa.array(ws.records, pa.int64()),
+        "observed": pa.array(obs, pa.float64(), mask=~evaluable),
+        "status": pa.array(status, pa.string()), "partial": pa.array(ws.partial, pa.bool_())},
+        schema=CHECK_WINDOWS_SCHEMA)
+    if not evaluable.any():
+        row["reason"] = "too_few_values" if check.kind == "stat" else "no_values"
+        return row, windows
+    excess = np.full(n, -np.inf)
+    if high is not None:
+        excess = np.maximum(excess, obs - high)
+    if low is not None:
+        excess = np.maximum(excess, np.where(held_to_min, low - obs, -np.inf))
+    if high is None and low is None:  # pragma: no cover - the loader requires a threshold
+        excess = obs
+    excess = np.where(evaluable, excess, -np.inf)
+    if not np.isfinite(excess).any():  # only partial windows under a min: the smallest
+        excess = np.where(evaluable, -obs, -np.inf)
+    worst = int(np.argmax(excess))
+    fail_idx = np.flatnonzero(failed)
+    row.update(status="fail" if len(fail_idx) else "pass", observed=float(obs[worst]),
+               windows=int(evaluable.sum()), failing_windows=len(fail_idx),
+               failing=[{"group": ws.group[i], "start": int(ws.start[i]),
+                         "end": int(ws.end[i]), "records": int(ws.records[i]),
+                         "observed": float(obs[i])} for i in fail_idx.tolist()])
+    return row, windows
+
+
+def _reason(check: Check, partial: Partial, extent: Extent) -> str | None:
+    """Why a check cannot be judged at all, before looking at windows."""
+    if partial.counts.get("not_scalar"):
+        return "not_scalar"
+    if not partial.counts.get("records"):
+        return "no_records"
+    if check.window_ms is not None and extent.first is None:
+        return "no_timestamps"
+    if check.kind == "stat" and not partial.table.num_rows and \
+            partial.counts.get("non_numeric"):
+        return "not_numeric"
+    return None
+
+
+def _finish_shapes(check: Check, partial: Partial, extent: Extent, plan: BaselinePlan | None,
+                   row: dict[str, Any]) -> dict[str, Any]:
+    """drift and schema_drift: the sample's counts against the baseline's."""
+    if plan is None or plan.reason is not None:
+        row["reason"] = plan.reason if plan is not None else "baseline_missing"
+        if plan is not None:
+            row["params"]["baseline_path"] = plan.path
+            if plan.detail:
+                row["params"]["baseline_error"] = plan.detail
+        return row
+    assert plan.partial is not None
+    row["params"]["baseline_records"] = str(plan.records)
+    reason = _reason(check, partial, extent)
+    if reason is None and not partial.table.num_rows:
+        reason = "no_shapes" if check.kind == "schema_drift" else "no_values"
+    if reason:
+        row["reason"] = reason
+        return row
+    base, mine = plan.partial.table, partial.table
+    high = row["max"]
+    if check.kind == "schema_drift":
+        seen = set(base.column("value").to_pylist())
+        new = [(c, v) for v, c in zip(mine.column("value").to_pylist(),
+                                      mine.column("count").to_pylist(), strict=True)
+               if v not in seen]
+        new.sort(key=lambda cv: (-cv[0], cv[1]))
+        observed = float(len(new))
+        row["new_values"] = [_text(v) for _, v in new[:MAX_NEW_VALUES]]
+    else:
+        if plan.edges is not None:
+            nb = len(plan.edges) + 1
+            actual = np.zeros(nb)
+            expected = np.zeros(nb)
+            np.add.at(actual, mine.column("bin").to_numpy(), mine.column("count").to_numpy())
+            np.add.at(expected, base.column("bin").to_numpy(), base.column("count").to_numpy())
+            row["params"]["bins"] = str(nb)
+            new = []
+        else:
+            bvals = base.column("value").to_pylist()
+            mvals = mine.column("value").to_pylist()
+            cats = sorted(set(bvals) | set(mvals), key=lambda b: (b is None, b or b""))
+            at = {c: i for i, c in enumerate(cats)}
+            actual = np.zeros(len(cats))
+            expected = np.zeros(len(cats))
+            np.add.at(actual, [at[v] for v in mvals], mine.column("count").to_numpy())
+            np.add.at(expected, [at[v] for v in bvals], base.column("count").to_numpy())
+            known = set(bvals)
+            new = sorted(((c, v) for v, c in zip(mvals, mine.column("count").to_pylist(),
+                                                 strict=True) if v not in known),
+                         key=lambda cv: (-cv[0], cv[1]))
+            row["params"]["categories"] = str(len(cats))
+        observed = psi(actual, expected)
+        row["new_values"] = [_text(v) for _, v in new[:MAX_NEW_VALUES]]
+        if new:
+            row["params"]["new_categories"] = str(len(new))
+    failed = high is not None and observed > high and not math.isnan(observed)
+    row.update(status="fail" if failed else "pass", observed=observed, windows=1,
+               failing_windows=int(failed))
+    if failed:
+        row["failing"] = [{"group": None, "start": extent.first or 0,
+                           "end": (extent.last + 1) if extent.last is not None else 0,
+                           "records": row["records"], "observed": observed}]
+    return row

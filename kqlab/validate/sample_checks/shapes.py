@@ -1,0 +1,85 @@
+"""What ``schema_drift`` compares: each record's shape — its schema id (Confluent framing)
+and the set of top-level fields its decoded value holds — as canonical text.
+
+``schema:<id>`` for a framed value; ``fields:<a,b,...>`` (names sorted, a field counts when
+it is not null) for a value decoded to a record/object; both, joined by ``|``, when a value
+has both.  Computed over whole columns: per struct child a validity bit, the bits of a
+record packed into one integer code, and only the distinct codes rendered as text.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kqlab.validate.context import EvalContext
+
+__all__ = ["record_shapes"]
+
+#: beyond this many top-level fields the codes are built in several 62-bit words
+_WORD = 62
+
+
+def _field_sets(ctx: EvalContext) -> pa.Array | None:
+    """``fields:a,b`` per record (null: the value is not an object), or None when values do
+    not decode to objects."""
+    if ctx.value_format is None or ctx.value_format.format not in ("json", "avro"):
+        return None
+    decoded = ctx.decoded("value")
+    values = decoded.values
+    if isinstance(values, pa.DictionaryArray):
+        values = values.dictionary_decode()
+    if decoded.fallback or not pa.types.is_struct(values.type):
+        return None
+    names = [values.type.field(i).name for i in range(values.type.num_fields)]
+    n = len(values)
+    order = np.argsort(np.array(names, dtype=object), kind="stable") if names else \
+        np.zeros(0, np.int64)
+    words = []
+    for start in range(0, len(names), _WORD):
+        code = np.zeros(n, dtype=np.int64)
+        for bit, i in enumerate(order[start:start + _WORD].tolist()):
+            valid = pc.struct_field(values, [i]).is_valid().to_numpy(zero_copy_only=False)
+            code |= valid.astype(np.int64) << bit
+        words.append(code)
+    if not words:
+        words = [np.zeros(n, np.int64)]
+    stacked = np.stack(words, axis=1)
+    distinct, which = np.unique(stacked, axis=0, return_inverse=True)
+    texts = []
+    sorted_names = [names[i] for i in order.tolist()]
+    for row in distinct.tolist():
+        present = [sorted_names[w * _WORD + b] for w, word in enumerate(row)
+                   for b in range(_WORD) if word >> b & 1]
+        texts.append("fields:" + ",".join(present))
+    out = pa.array(texts, pa.large_string()).take(pa.array(which.reshape(-1)))
+    null_value = values.is_null()
+    return pc.if_else(null_value, pa.scalar(None, pa.large_string()), out)
+
+
+def record_shapes(ctx: EvalContext) -> pa.Array:
+    """Each record's shape text (``large_binary``; null: no schema id and no fields)."""
+    def compute() -> pa.Array:
+        n = ctx.n
+        parts: list[pa.Array] = []
+        fmt = ctx.value_format
+        if fmt is not None and fmt.wire == "confluent":
+            ids = ctx.wire("value").schema_id
+            parts.append(pc.binary_join_element_wise(
+                pa.scalar("schema", pa.large_string()), pc.cast(ids, pa.large_string()), ":"))
+        fields = _field_sets(ctx)
+        if fields is not None:
+            parts.append(fields)
+        if not parts:
+            return pa.nulls(n, pa.large_binary())
+        if len(parts) == 1:
+            joined = parts[0]
+        else:
+            joined = pc.binary_join_element_wise(*parts, "|",
+                                                 null_handling="skip")
+            empty = pc.equal(joined, "")
+            joined = pc.if_else(empty, pa.scalar(None, pa.large_string()), joined)
+        return pc.cast(joined, pa.large_binary())
+
+    return ctx.memo("check-shapes", compute)
