@@ -236,7 +236,11 @@ class AuthoringSession:
         """Where :attr:`clock` comes from: ``given``, ``sample`` or ``wall clock``."""
         if self.replayer is not None:
             return str(self.replayer.clock)
-        return "given" if self.now is not None else "wall clock"
+        if self.now is not None:
+            return "given"
+        # a Spark-only session: the Spark engine read the sample's clock (or fell back)
+        read = getattr(self.verdicts, "clock", None)
+        return read if read in ("sample", "wall clock") else "wall clock"
 
     def clock_text(self) -> str:
         """``clock: now = … UTC, the sample's newest batch (no clock given)``."""

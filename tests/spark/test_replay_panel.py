@@ -137,3 +137,22 @@ def test_cancel_stops_a_running_spark_job(spark, clicks):
     # the session is still usable and the same panel replays again
     again = panel.run(engine="local", policy=policy)
     assert panel.state == "done" and again.by_outcome()["rejected"] > 0
+
+
+def test_a_spark_only_session_judges_by_the_samples_clock(spark, clicks):
+    """No clock given and no local sample: the session's Spark verdicts (first run and the
+    re-judging after an edit) use the sample's own clock, as a local session would."""
+    from kqlab.authoring import AuthoringSession
+    from kqlab.validate.replayer import Replayer
+
+    folder, policy = clicks
+    session = AuthoringSession(policy)
+    session.replay(str(folder), engine="spark", master=spark.sparkContext.master)
+    local = Replayer(str(folder))
+    assert session.replayer is None and local.clock == "sample"
+    assert session.clock == local.now and session.clock_source == "sample"
+    assert "the sample's newest batch" in session.clock_text()
+    rule = policy.rules[-1].id
+    session.set_mode(rule, "observe")
+    assert session.clock == local.now and session.clock_source == "sample"
+    assert session.verdicts.by_outcome() == local.run(session.policy).by_outcome()
