@@ -46,6 +46,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import string
 from collections.abc import Mapping, Sequence, Sized
 from dataclasses import dataclass, field
 from typing import TypeGuard
@@ -121,13 +123,15 @@ class FieldResult:
         """The message of each failing row, in row order (what a rule result carries).
 
         Failing values repeat (one bad deploy writes the same wrong status 100k times), so
-        each distinct value is formatted once and the texts are gathered by index.
+        each distinct value is formatted once and the texts are gathered by index; the
+        template is filled once (:class:`_Renderer`), each value's text put into it.
         """
         idx = np.flatnonzero(self.failed)
         if self.rule is None or not len(idx):
             return [self.rule.render_message() if self.rule else ""] * len(idx)
         take = pa.array(idx, pa.int64())
         name = self.rule.param("field")
+        render = _Renderer(self.rule, name)
         lengths = self.lengths.take(take) if self.lengths is not None else None
         # JSON widened to double: each value is shown as its record wrote it
         widened = self.python_records if _has_float(self.observed.type) else None
@@ -145,29 +149,94 @@ class FieldResult:
                 lens = (lengths.to_pylist() if lengths is not None else None)
                 texts = np.empty(len(uniq), dtype=object)
                 for k, (u, f) in enumerate(zip(uniq.tolist(), first.tolist(), strict=True)):
-                    texts[k] = self.rule.render_message(
-                        field=name, value=_show(None if u < 0 else words[u]),
-                        length=None if lens is None else lens[f])
+                    texts[k] = render(_show(None if u < 0 else words[u]),
+                                      None if lens is None else lens[f])
                 return texts[np.searchsorted(uniq, ind)].tolist()
+        out: np.ndarray | None = None
+        rest, looked_up = idx, None
+        if self.python_observed is None and widened is not None and lengths is None and \
+                pa.types.is_floating(self.observed.type):
+            # a float column: a value with a fraction was written as a float whatever the
+            # format (an integer has none), so it shows as its double does; only whole or
+            # missing values are looked up in their records (JSON may have written 5, not 5.0)
+            vals = self.observed.take(take)
+            f = vals.to_numpy(zero_copy_only=False).astype(np.float64)
+            with np.errstate(invalid="ignore"):
+                fraction = np.isfinite(f) & (f != np.floor(f))
+            if vals.null_count:
+                fraction &= vals.is_valid().to_numpy(zero_copy_only=False)
+            if fraction.any():
+                distinct, which = np.unique(f[fraction], return_inverse=True)
+                shown = render.many([_show(v) for v in distinct.tolist()])
+                out = np.empty(len(idx), dtype=object)
+                out[fraction] = np.asarray(shown, dtype=object)[which.reshape(-1)]
+                looked_up = ~fraction
+                rest = idx[looked_up]
         values: list[object]
         if self.python_observed is not None:
-            values = [self.python_observed[i] for i in idx.tolist()]
+            values = [self.python_observed[i] for i in rest.tolist()]
         elif widened is not None:
             path = _spec(self.rule).path
-            values = [_resolve(widened[i], path) for i in idx.tolist()]
+            values = [_resolve(widened[i], path) for i in rest.tolist()]
         else:
             values = self.observed.take(take).to_pylist()
-        lens_list = lengths.to_pylist() if lengths is not None else [None] * len(idx)
+        lens_list = lengths.to_pylist() if lengths is not None else [None] * len(rest)
         memo: dict[tuple[str, int | None], str] = {}  # failing values repeat: format each once
-        out = []
+        texts_rest = []
         for value, length in zip(values, lens_list, strict=True):
             key = (_show(value), length)
             text = memo.get(key)
             if text is None:
-                text = memo[key] = self.rule.render_message(field=name, value=key[0],
-                                                            length=length)
-            out.append(text)
-        return out
+                text = memo[key] = render(key[0], length)
+            texts_rest.append(text)
+        if out is None:
+            return texts_rest
+        out[looked_up] = np.asarray(texts_rest, dtype=object)
+        return out.tolist()
+
+
+class _Renderer:
+    """A field rule's message for many values: :meth:`Rule.render_message` with ``field``,
+    ``value`` and ``length``, the template filled once.
+
+    When ``{value}`` appears without a conversion or format spec and ``{length}`` not at all
+    (the catalog's templates), the template is rendered once with a marker for the value and
+    each value's text is put in its place — the same text ``render_message`` gives, without
+    filling every parameter again per value (a range edit on a million records renders tens
+    of thousands of distinct values).  Otherwise every value is rendered in full."""
+
+    _MARK = "\x00kqlab-value\x00"
+
+    def __init__(self, rule: Rule, field_name: object):
+        self.rule = rule
+        self.field = field_name
+        self.parts: list[str] | None = None
+        template = rule.message or rule.spec.message
+        try:
+            pieces = list(string.Formatter().parse(template))
+        except ValueError:
+            return
+        fields = [(n, spec, conv) for _, n, spec, conv in pieces if n is not None]
+        roots = [re.split(r"[.\[]", n, maxsplit=1)[0] for n, _, _ in fields]
+        simple = "length" not in roots and all(
+            n == "value" and not spec and not conv
+            for (n, spec, conv), root in zip(fields, roots, strict=True) if root == "value")
+        if simple and "value" in roots:
+            filled = rule.render_message(field=field_name, value=self._MARK, length=None)
+            if self._MARK in filled:
+                self.parts = filled.split(self._MARK)
+
+    def __call__(self, value: str, length: int | None) -> str:
+        if self.parts is not None:  # the template has no {length}
+            return value.join(self.parts)
+        return self.rule.render_message(field=self.field, value=value, length=length)
+
+    def many(self, values: list[str]) -> list[str]:
+        """The messages of ``values`` (``length`` None)."""
+        if self.parts is None:
+            return [self(v, None) for v in values]
+        parts = self.parts
+        return [v.join(parts) for v in values]
 
 
 def _has_float(t: pa.DataType) -> bool:

@@ -356,3 +356,40 @@ def test_json_verdicts_and_messages_follow_each_records_own_types():
     assert m.failed.tolist() == [False, False, True, True]  # 4.0 was written as a float
     assert evaluate_field_rule(rules[1], mixed.values, mixed.python_values()).messages()[0] \
         == "a=-3 is outside [0, inf]"
+
+
+@pytest.mark.parametrize("message", [
+    None,  # the catalog's template
+    "{rule}: {value} / {value} (max {max})",
+    "{value!r} at most {max}",  # a conversion: every value rendered in full
+    "{value:>12}|",  # a format spec: the same
+    "{field} {value[0]}",  # an item of the value (its text): the same
+    "{value} of length {length}",
+    "no placeholder at all",
+    "{broken",  # not a template: the text as it is
+])
+def test_float_messages_rendered_once_per_value_equal_the_per_record_ones(message):
+    """A float column's failing values are shown once per distinct value (with a fraction)
+    through the template filled once: the texts are those each record's own value gives
+    (JSON ints widened to double still show as written)."""
+    from kqlab.policy.model import Format
+    from kqlab.serde.decode import decode
+
+    raw = [b'{"a": 2.5}', b'{"a": 7}', b'{"a": 4.0}', b'{"a": null}', b'{"a": -0.25}',
+           b'{"a": 1e20}', b'{"a": 1.5e-7}', b'{"a": 2.5}', b'{}', b'{"a": 123456789.125}',
+           b'{"a": -3}', b'{"a": 0.1}']
+    decoded = decode(pa.array(raw), Format(format="json"))
+    assert pa.types.is_floating(decoded.values.type.field("a").type)
+    rows = decoded.python_values()
+    for params in ({"min": 1e9}, {"max": -1}, {"min": 0, "allow_null": False}):
+        rule = Rule(id="r", kind="field_range", message=message,
+                    params={"field": "a", **params})
+        got = evaluate_field_rule(rule, decoded.values, rows).messages()
+        want = evaluate_python_values(rule, rows).messages()
+        assert got == want, (message, params)
+    # Avro-like: a double column with no JSON behind it (non-finite values too)
+    col = pa.array([{"a": v} for v in (0.5, math.inf, -math.inf, float("nan"), 3.0, 0.5,
+                                       None, 1e-300)])
+    rule = Rule(id="r", kind="field_range", message=message, params={"field": "a", "max": 0})
+    got = evaluate_field_rule(rule, col, col.to_pylist()).messages()
+    assert got == evaluate_python_values(rule, col.to_pylist()).messages()
