@@ -70,6 +70,13 @@ _WS[list(b" \t\n\r")] = True
 #: an object, whitespace around it allowed (the rare values with some are matched whole)
 _OBJECT = r"^[ \t\n\r]*\{(?s:.)*\}[ \t\n\r]*$"
 
+try:
+    from kqlab.serde import _cjson  # type: ignore[attr-defined]
+except ImportError:  # built without a C compiler: Arrow's reader does it all
+    _cjson = None
+#: the C parser first (tests turn it off to hold Arrow's path to the definition too)
+FAST_JSON = os.environ.get("KQLAB_JSON_READER", "") != "arrow"
+
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
@@ -181,11 +188,92 @@ def decode_objects(payload: pa.Array, errors: list[str | None]
     per-record path must decide (values that are not objects, types that conflict, anything
     the bulk path cannot prove equal); ``errors`` is then untouched.
     """
+    fast = _decode_parsed(payload, errors) if _cjson is not None and FAST_JSON else None
+    if fast is not None:
+        return fast
     try:
         column, lazy = _Decoder(payload).run(errors)
     except _Unsupported:
         return None
     return column, lazy
+
+
+# -- the C parser (kqlab/serde/_cjson.c): columns without objects ------------------------------
+_TYPES = {1: pa.bool_(), 2: pa.int64(), 3: pa.float64(), 4: pa.string()}
+
+
+def _decode_parsed(payload: pa.Array, errors: list[str | None]
+                   ) -> tuple[pa.Array, LazyJsonValues] | None:
+    """:func:`decode_objects` by ``_cjson.parse_objects`` (pieces on worker threads), or None
+    where it cannot answer: a column it does not model, or a value it refused that orjson
+    reads (its refusals are otherwise orjson's errors, worded by orjson)."""
+    from kqlab.serde.wire import _buffers
+
+    assert _cjson is not None
+    n = len(payload)
+    if n == 0:
+        return None
+    valid, starts, ends, data = _buffers(payload)
+    starts = np.ascontiguousarray(starts, dtype=np.int64)
+    ends = np.ascontiguousarray(ends, dtype=np.int64)
+    flags = np.ascontiguousarray(valid, dtype=np.uint8)
+    offs = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.where(valid, ends - starts, 0), out=offs[1:])
+    parse = _cjson.parse_objects
+
+    def one(r: tuple[int, int]) -> tuple[bytes, tuple] | None:
+        return parse(data, starts, ends, flags, r[0], r[1])
+
+    ranges = _pieces(offs)
+    got = [one(r) for r in ranges] if len(ranges) <= 1 else list(_executor().map(one, ranges))
+    if any(g is None for g in got):
+        return None
+    status = np.frombuffer(b"".join(g[0] for g in got if g is not None), dtype=np.uint8)
+    buf = payload.buffers()[2]
+    mv = memoryview(buf) if buf is not None else memoryview(b"")
+    failed: dict[int, str] = {}
+    for i in np.flatnonzero(status == 2).tolist():
+        try:
+            obj = orjson.loads(mv[int(starts[i]):int(ends[i])])
+        except orjson.JSONDecodeError as ex:
+            failed[i] = f"invalid JSON: {ex}"
+            continue
+        if obj is not None:
+            return None  # orjson reads what the parser refused: the other readers decide
+    objects = status == 0
+    if not objects.any():
+        column: pa.Array = pa.nulls(n)
+    else:
+        arrays = [_from_node(g[1]) for g in got if g is not None]
+        try:
+            target: pa.DataType = pa.null()
+            for a in arrays:
+                target = _merge(target, a.type)
+            column = arrays[0] if len(arrays) == 1 else \
+                _valid(pa.concat_arrays([_conform(a, target) for a in arrays]))
+        except (_Unsupported, pa.ArrowInvalid, pa.ArrowTypeError) as ex:
+            if isinstance(ex, _Unsupported):
+                return None
+            raise
+    for i, msg in failed.items():
+        errors[i] = msg
+    return column, LazyJsonValues(mv, starts, ends, objects, {})
+
+
+def _from_node(node: tuple) -> pa.Array:
+    """The Arrow array of one ``_cjson`` column node (type code, length, null count,
+    validity bits, buffers or children): zero-copy over the bytes it returned."""
+    code, n, nulls, validity, a, b = node
+    if code == 0:
+        return pa.nulls(n)
+    vb = None if validity is None else pa.py_buffer(validity)
+    if code == 5:
+        children = [_from_node(c) for _, c in a]
+        typ = pa.struct([pa.field(name, c.type) for (name, _), c in zip(a, children,
+                                                                           strict=True)])
+        return pa.Array.from_buffers(typ, n, [vb], null_count=nulls, children=children)
+    bufs = [vb, pa.py_buffer(a)] if b is None else [vb, pa.py_buffer(a), pa.py_buffer(b)]
+    return pa.Array.from_buffers(_TYPES[code], n, bufs, null_count=nulls)
 
 
 def _valid(column: pa.Array) -> pa.Array:

@@ -35,11 +35,17 @@ JSON = Format(format="json")
 FRAMED = Format(format="json", wire="confluent")
 
 
-@pytest.fixture(autouse=True)
-def small_pieces(monkeypatch):
-    """Pieces of a few values, halved down to two: every path on small inputs."""
+@pytest.fixture(autouse=True, params=["c", "arrow"])
+def small_pieces(monkeypatch, request):
+    """Pieces of a few values, halved down to two: every path on small inputs; each test runs
+    with the C parser first (``_cjson``, falling back to Arrow's reader) and with Arrow's
+    reader alone."""
     monkeypatch.setattr(json_arrow, "_PIECE_BYTES", 64)
     monkeypatch.setattr(json_arrow, "_MIN_PIECE", 2)
+    if request.param == "c" and json_arrow._cjson is None:
+        pytest.skip("kqlab.serde._cjson is not built (no C compiler at install)")
+    monkeypatch.setattr(json_arrow, "FAST_JSON", request.param == "c")
+    return request.param
 
 
 def reference(values, fmt=JSON):
@@ -247,3 +253,52 @@ def test_random_columns_decode_as_record_by_record(values):
 @given(columns())
 def test_random_columns_in_confluent_framing(values):
     assert_same([None if v is None else framed(3, v) for v in values], FRAMED)
+
+
+# -- numbers and objects without lists: the C parser answers these itself ------------------
+NUMBER_TEXT = st.builds(
+    lambda sign, whole, frac, exp: f"{sign}{whole}{frac}{exp}",
+    st.sampled_from(["", "-"]),
+    st.sampled_from(["0"]) | st.integers(1, 10 ** 25).map(str),
+    st.sampled_from([""]) | st.text("0123456789", min_size=1, max_size=30).map(lambda d: "." + d),
+    st.sampled_from([""]) | st.builds(lambda e, x: e + x, st.sampled_from(["e", "E", "e+", "e-"]),
+                                      st.integers(0, 340).map(str)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(NUMBER_TEXT | st.floats(allow_nan=False, allow_infinity=False).map(repr),
+                min_size=1, max_size=8))
+def test_numbers_read_as_orjson_reads_them(texts):
+    """Doubles correctly rounded (the fast path and strtod), ints and their widening, and the
+    texts the parser leaves to orjson (long integers, near the double range)."""
+    assert_same([b'{"x":%s,"k":1}' % t.encode() for t in texts])
+
+
+FLAT = st.fixed_dictionaries({}, optional={
+    "a": st.integers(-(2 ** 60), 2 ** 60) | st.floats(allow_nan=False, allow_infinity=False),
+    "b": st.text(max_size=5), "t": st.booleans(), "z": st.none(),
+    "c": st.dictionaries(KEYS, SCALARS, max_size=3),
+    "d": st.fixed_dictionaries({}, optional={"e": st.dictionaries(KEYS, SCALARS, max_size=2)})})
+
+
+@st.composite
+def flat_columns(draw):
+    out: list[bytes | None] = []
+    for doc in draw(st.lists(FLAT, max_size=25)):
+        if draw(st.integers(0, 12)) == 0:
+            out.append(None)
+            continue
+        try:
+            data = _write(doc, draw(st.integers(0, 3)))
+        except (TypeError, ValueError, orjson.JSONEncodeError):
+            data = json.dumps(doc).encode()
+        if draw(st.integers(0, 8)) == 0:
+            data = _damage(data, draw(st.integers(0, 5)), draw(st.integers(0, 10 ** 6)))
+        out.append(data)
+    return out
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(flat_columns())
+def test_random_objects_without_lists_decode_as_record_by_record(values):
+    assert_same(values)
