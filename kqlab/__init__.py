@@ -43,6 +43,7 @@ _EXPORTS = {
     "LogPathError": "kqlab.errors",
     "Policy": "kqlab.policy",
     "Rule": "kqlab.policy",
+    "Check": "kqlab.policy",
     "load_policy": "kqlab.policy",
     "loads_policy": "kqlab.policy",
     "dump_policy": "kqlab.policy",
@@ -52,6 +53,7 @@ _EXPORTS = {
     "replay": "kqlab.validate",
     "Replayer": "kqlab.validate",
     "Verdicts": "kqlab.validate",
+    "CheckResults": "kqlab.validate.sample_checks",
     "broker_verdicts": "kqlab.kafka.table_checks",
     "suggest": "kqlab.validate.rule_suggestion",
     "Suggestion": "kqlab.validate.suggestions",
@@ -86,6 +88,8 @@ __all__ = [
     "BatchBuilder",
     "BatchOutcome",
     "BrokerRelease",
+    "Check",
+    "CheckResults",
     "Codec",
     "ConfigError",
     "Decoded",
@@ -165,6 +169,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from kqlab.kafka.table_checks import broker_verdicts
     from kqlab.kafka.validator import BatchOutcome, PartitionValidator, validate_batches
     from kqlab.policy import (
+        Check,
         Policy,
         PolicyError,
         Rule,
@@ -180,6 +185,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from kqlab.spark import SparkVerdicts, parity_check, replay_spark, spark_session
     from kqlab.validate import Replayer, Verdicts, replay
     from kqlab.validate.golden import ExamplesReport, check_examples
+    from kqlab.validate.sample_checks import CheckResults
     from kqlab.validate.rule_suggestion import suggest
     from kqlab.validate.suggestions import Suggestion, Suggestions
     from kqlab.viz import unmask

@@ -22,8 +22,10 @@ from kqlab.policy.changes import PolicyDiff, RuleChange, diff
 from kqlab.policy.dump import dump_policy, save_policy
 from kqlab.policy.errors import PolicyError
 from kqlab.policy.load import load_policy, loads_policy, policy_from_dict
+from kqlab.policy.check_catalog import CHECK_KINDS
 from kqlab.policy.model import (
     BrokerSettings,
+    Check,
     Format,
     Policy,
     Provenance,
@@ -35,8 +37,10 @@ from kqlab.policy.model import (
 from kqlab.policy.schema import json_schema
 
 __all__ = [
+    "CHECK_KINDS",
     "KINDS",
     "BrokerSettings",
+    "Check",
     "Format",
     "Policy",
     "PolicyDiff",

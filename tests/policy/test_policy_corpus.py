@@ -108,3 +108,10 @@ def test_good_policy_round_trips(path):
 def test_good_corpus_uses_every_rule_kind():
     used = {rule.kind for path in GOOD for rule in load_policy(path).rules}
     assert used == set(KINDS)
+
+
+def test_good_corpus_uses_every_check_kind(in_corpus):
+    from kqlab.policy.check_catalog import CHECK_KINDS
+
+    used = {check.kind for path in GOOD for check in load_policy(path).checks}
+    assert used == set(CHECK_KINDS)

@@ -29,6 +29,8 @@ SCHEMA_REJECTS = (
     "param-field-empty-segment", "param-plugin-callable", "schemas-subject-without-registry",
     "name-empty", "rule-when-empty", "examples-unknown-key", "examples-value-and-raw",
     "examples-timestamp", "rules-empty-list",
+    "check-kind-typo", "check-no-threshold", "check-rate-percent", "check-window-number",
+    "check-window-on-drift", "check-unknown-key", "check-freshness-no-max",
 )
 
 
@@ -59,6 +61,19 @@ def test_schema_declares_every_rule_kind_and_parameter():
         assert {p.name for p in spec.params} <= set(rule["properties"])
         assert {p.name for p in spec.params if p.required} <= set(rule["required"])
     assert schema["$defs"]["rule"]["properties"]["kind"]["enum"] == sorted(KINDS)
+
+
+def test_schema_declares_every_check_kind_and_parameter():
+    from kqlab.policy.check_catalog import CHECK_KINDS
+
+    schema = json_schema()
+    for name, spec in CHECK_KINDS.items():
+        check = schema["$defs"][f"check.{name}"]
+        assert check["additionalProperties"] is False
+        assert {p.name for p in spec.params} <= set(check["properties"])
+        assert ("window" in check["properties"]) == spec.windowed
+        assert ("by" in check["properties"]) == spec.grouped
+    assert schema["$defs"]["check"]["properties"]["kind"]["enum"] == list(CHECK_KINDS)
 
 
 @pytest.mark.parametrize("path", GOOD, ids=lambda p: p.stem)
