@@ -185,8 +185,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from kqlab.spark import SparkVerdicts, parity_check, replay_spark, spark_session
     from kqlab.validate import Replayer, Verdicts, replay
     from kqlab.validate.golden import ExamplesReport, check_examples
-    from kqlab.validate.sample_checks import CheckResults
     from kqlab.validate.rule_suggestion import suggest
+    from kqlab.validate.sample_checks import CheckResults
     from kqlab.validate.suggestions import Suggestion, Suggestions
     from kqlab.viz import unmask
     from kqlab.widgets import (

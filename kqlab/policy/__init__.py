@@ -19,10 +19,10 @@ samples, so it lives above, in :mod:`kqlab.validate.rule_suggestion`.
 
 from kqlab.policy.catalog import KINDS, kind
 from kqlab.policy.changes import PolicyDiff, RuleChange, diff
+from kqlab.policy.check_catalog import CHECK_KINDS
 from kqlab.policy.dump import dump_policy, save_policy
 from kqlab.policy.errors import PolicyError
 from kqlab.policy.load import load_policy, loads_policy, policy_from_dict
-from kqlab.policy.check_catalog import CHECK_KINDS
 from kqlab.policy.model import (
     BrokerSettings,
     Check,

@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import TypeVar
 
 from kqlab.errors import ConfigError
+from kqlab.policy.check_checks import SampleCheckChecker
 from kqlab.policy.model import (
     ENFORCEMENT_PROFILES,
     FORMATS,
@@ -29,12 +30,12 @@ from kqlab.policy.model import (
     Format,
     Policy,
     Provenance,
+    Rule,
     SchemaSource,
     Sensitive,
     Topics,
 )
 from kqlab.policy.positioned_yaml import Position, item_pos, key_pos, pos_of, value_pos
-from kqlab.policy.check_checks import SampleCheckChecker
 from kqlab.policy.shape_checks import describe, is_int
 
 __all__ = ["CONTENT_HASH", "REGISTRY_SCHEMES", "SCHEMA_FORMATS", "TOPIC_NAME", "TOP_KEYS",
@@ -93,7 +94,7 @@ class PolicyChecker(SampleCheckChecker):
         self.formats["key"] = section("key", self.format, Format())
         self.formats["value"] = section("value", self.format, Format())
         sensitive = section("sensitive", self.sensitive, Sensitive())
-        rules = section("rules", self.rules, ())
+        rules: tuple[Rule, ...] = section("rules", self.rules, ())
         self.rule_ids = tuple(r.id for r in rules)
         return Policy(name=name, description=description, owner=owner, enforcement=enforcement,
                       topics=topics, broker=broker, key=self.formats["key"],

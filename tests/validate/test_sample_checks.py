@@ -155,7 +155,7 @@ def test_duplicated_keys_and_values(planted):
 
 
 def test_distinct_and_stats(planted):
-    folder, parts, amounts = planted
+    folder, _, amounts = planted
     policy = loads_policy(HEAD + "checks:\n"
                           "  - {id: customers, kind: distinct, field: customer, min: 41}\n"
                           "  - {id: regions, kind: distinct, field: region, window: 10m,"
@@ -275,7 +275,7 @@ def test_schema_drift_lists_new_field_sets(tmp_path):
 
 
 def test_reject_rate_of_a_rule_and_of_the_policy(planted):
-    folder, parts, amounts = planted
+    folder, parts, _ = planted
     policy = loads_policy(HEAD + "rules: [{id: big, kind: field_range, field: amount,"
                           " max: 115, mode: observe},"
                           " {id: key, kind: key_required}]\n"

@@ -10,7 +10,7 @@ and the records' outcomes — and :func:`partial_of` turns it into the check's
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -73,7 +73,7 @@ def _windows(check: Check, ts: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray
 
 
 def _grouped(names: list[str], columns: list[pa.Array | np.ndarray], keep: np.ndarray,
-             aggregates: list[tuple[str, str]], kind: str) -> pa.Table:
+             aggregates: list[tuple[Any, str]], kind: str) -> pa.Table:
     """``columns`` (named ``names``) of the kept records, grouped by ``names`` minus the
     aggregated ones, cast to the kind's partial schema."""
     idx = pa.array(np.flatnonzero(keep))

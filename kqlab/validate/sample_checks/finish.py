@@ -54,12 +54,12 @@ def psi(actual: np.ndarray, expected: np.ndarray) -> float:
 def _bounds(check: Check) -> tuple[float | None, float | None]:
     spec = check.spec
     if check.kind == "freshness":
-        return None, float(check.param("max_age_ms"))  # type: ignore[arg-type]
+        return None, float(check.param("max_age_ms"))
     if check.kind == "drift":
-        return None, float(check.param("max_psi"))  # type: ignore[arg-type]
+        return None, float(check.param("max_psi"))
     low = check.param("min") if "min" in spec.thresholds else None
     high = check.param("max") if "max" in spec.thresholds else None
-    return (None if low is None else float(low)), (None if high is None else float(high))  # type: ignore[arg-type]
+    return (None if low is None else float(low)), (None if high is None else float(high))
 
 
 def _text(v: bytes | None) -> str | None:
@@ -218,7 +218,7 @@ def finish_check(check: Check, partial: Partial, extent: Extent, now: int,
     (:data:`~kqlab.validate.sample_checks.results.CHECK_WINDOWS_SCHEMA`)."""
     low, high = _bounds(check)
     if check.kind == "freshness" and check.param("now") is not None:
-        now = int(check.param("now"))  # type: ignore[arg-type]
+        now = int(check.param("now"))
     params = {k: str(v) for k, v in check.params.items() if k not in ("min", "max",
                                                                      "max_age_ms", "max_psi")}
     if check.kind == "freshness":
