@@ -131,13 +131,27 @@ class _PolicyInput:
     sources: tuple[RuleResult, ...] = ()
     #: the rule id behind each entry of ``messages`` (dictionary-encoded: one id per rule)
     rules: pa.Array = field(default_factory=lambda: pa.array([], pa.string()))
+    _keys: np.ndarray | None = field(default=None, repr=False)
 
-    def origin(self, f: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """For message indices ``f`` (all >= 0): the ``id`` of the rule result each came
-        from, and its row among that result's failures."""
-        seg = np.searchsorted(self.bases, f, side="right") - 1
-        ids = np.array([id(s) for s in self.sources], dtype=np.int64)
-        return ids[seg], f - self.bases[seg]
+    def keys(self, uid: dict[tuple[int, str], int]) -> np.ndarray:
+        """Per record, what its policy verdict is made of, as one int64: the rule result and
+        rule name its message came from (``uid`` numbers them) and its row among that
+        result's failures; -1 where the record passes.  Two inputs with the same key for a
+        record give it the same message and rule (the inputs keep their results alive, so an
+        id is never reused while compared); computed once per input."""
+        if self._keys is None:
+            names = self.rules.dictionary.to_pylist() if len(self.sources) else []
+            codes = np.array([uid.setdefault((id(s), name), len(uid))
+                              for s, name in zip(self.sources, names, strict=True)],
+                             dtype=np.int64)
+            keys = np.full(len(self.first), -1, dtype=np.int64)
+            has = np.flatnonzero(self.first >= 0)
+            if len(has):
+                f = self.first[has]
+                seg = np.searchsorted(self.bases, f, side="right") - 1
+                keys[has] = (codes[seg] << 32) | (f - self.bases[seg])
+            self._keys = keys
+        return self._keys
 
     def at(self, rec: np.ndarray) -> pa.Array:
         """The policy message of records ``rec`` (null where they pass)."""
@@ -192,6 +206,11 @@ class _BatchIds:
 #: the vectorised full pass runs at ~25 ns a record, taking records out at ~300 ns)
 SPLICE_MAX_SHARE = 0.6
 SPLICE_MAX_RECORDS = 50_000
+#: broker passes an :class:`Assembler` keeps for the batches of later edits (an undo, a mode
+#: switched back); each holds its per-record policy input (two int64 arrays a record)
+BROKER_RUNS_KEPT = 4
+#: rule results numbered for :meth:`_PolicyInput.keys` before the numbering starts again
+_UIDS_MAX = 4096
 
 
 class Assembler:
@@ -216,7 +235,10 @@ class Assembler:
         self._topics: list[str] | None = None
         self._batch_id: _BatchIds | None = None
         self._independent: dict[tuple[TopicConfig, int], bool] = {}
-        self._last: _BrokerRun | None = None
+        #: the last broker passes, oldest first (:data:`BROKER_RUNS_KEPT`), and the numbers
+        #: of the rule results their policy inputs came from (:meth:`_PolicyInput.keys`)
+        self._runs: list[_BrokerRun] = []
+        self._uid: dict[tuple[int, str], int] = {}
         #: batches the broker checks ran on, over every pass (tests and benchmarks read it)
         self.broker_batches = 0
         #: a streamed replay's partition validators, carried from chunk to chunk (None: the
@@ -270,59 +292,96 @@ class Assembler:
             self._independent[key] = bool(hit)
         return hit
 
+    @property
+    def _last(self) -> _BrokerRun | None:
+        """The last broker pass."""
+        return self._runs[-1] if self._runs else None
+
     # -- the broker pass ----------------------------------------------------------------------
     def broker(self, config: TopicConfig, now: int, profile: str,
                policy: _PolicyInput) -> pa.Table:
         """The batch verdicts under ``policy``, re-running only changed batches when that is
-        exact (see :meth:`independent`)."""
-        last = self._last
+        exact (see :meth:`independent`): a batch whose policy input equals the one of an
+        earlier pass kept (:data:`BROKER_RUNS_KEPT`) takes that pass's verdict — an edit
+        undone, or a rule switched back, re-checks nothing."""
+        runs = [r for r in self._runs if (r.config, r.now, r.profile) == (config, now, profile)]
         verdicts = None
-        if self.validators is None and last is not None and \
-                (last.config, last.now, last.profile) == (config, now, profile) and \
-                self.independent(config, now):
-            changed = self._changed_batches(last.policy, policy)
-            if not len(changed):
-                verdicts = last.verdicts
-            elif len(changed) <= SPLICE_MAX_SHARE * self.nb and int(
-                    (self.row_start[changed + 1] - self.row_start[changed]).sum()
-            ) <= SPLICE_MAX_RECORDS:
-                verdicts = self._splice(last.verdicts, changed, config, now, profile, policy)
+        if self.validators is None and runs and self.independent(config, now):
+            verdicts = self._reuse(runs, config, now, profile, policy)
         if verdicts is None:
             verdicts = _broker_pass(self.sample, config, now, profile, policy.arrow(),
                                     self.rows, policy.rules_at(), self.validators)
             self.broker_batches += self.nb
-        self._last = _BrokerRun(config, now, profile, policy, verdicts)
+        if len(self._uid) > _UIDS_MAX:  # numbers of results long gone: start again
+            self._runs, self._uid = [], {}
+            policy._keys = None
+        self._runs = [*self._runs, _BrokerRun(config, now, profile, policy, verdicts)][
+            -BROKER_RUNS_KEPT:]
         return verdicts
+
+    def _reuse(self, runs: list[_BrokerRun], config: TopicConfig, now: int, profile: str,
+               policy: _PolicyInput) -> pa.Table | None:
+        """The verdicts under ``policy`` from earlier passes (``runs``, oldest first, same
+        settings) and a pass over the batches none of them judged with this input; None when
+        those are too many to take out (a full pass costs less)."""
+        last = runs[-1]
+        changed = self._changed_batches(last.policy, policy)
+        if not len(changed):
+            return last.verdicts
+        # (verdicts, the batches taken from them, their rows there)
+        picks: list[tuple[pa.Table, np.ndarray, np.ndarray]] = []
+        if len(runs) > 1:
+            keys = policy.keys(self._uid)
+            differs = np.zeros(self.nb, dtype=bool)
+            for run in reversed(runs[:-1]):
+                differs[:] = False
+                differs[self.rows[np.flatnonzero(run.policy.keys(self._uid) != keys)]] = True
+                same = ~differs[changed]
+                if same.any():
+                    picks.append((run.verdicts, changed[same], changed[same]))
+                    changed = changed[~same]
+                    if not len(changed):
+                        break
+        if len(changed) > SPLICE_MAX_SHARE * self.nb or int(
+                (self.row_start[changed + 1] - self.row_start[changed]).sum()
+        ) > SPLICE_MAX_RECORDS:
+            return None
+        if len(changed):
+            picks.append((self._pass_on(changed, config, now, profile, policy), changed,
+                          np.arange(len(changed))))
+        before = last.verdicts
+        take = np.arange(self.nb, dtype=np.int64)
+        tables, at = [before], self.nb
+        for table, batches, rows in picks:
+            tables.append(table.cast(before.schema) if table.schema != before.schema else table)
+            take[batches] = at + rows
+            at += table.num_rows
+        return pa.concat_tables(tables).take(pa.array(take))
 
     def _changed_batches(self, old: _PolicyInput, new: _PolicyInput) -> np.ndarray:
         """Batches holding a record whose policy message differs between ``old`` and ``new``."""
-        u = np.flatnonzero((old.first >= 0) | (new.first >= 0))
-        if not len(u):
+        ko, kn = old.keys(self._uid), new.keys(self._uid)
+        diff = np.flatnonzero(ko != kn)
+        if not len(diff):
             return np.zeros(0, np.int64)
-        fo, fn = old.first[u], new.first[u]
-        same = np.zeros(len(u), dtype=bool)
-        both = np.flatnonzero((fo >= 0) & (fn >= 0))
-        if len(both):
-            # the same failure of the same rule result (kept alive by both inputs, so ids are
-            # not reused): the same message, without comparing the text
-            src_o, row_o = old.origin(fo[both])
-            src_n, row_n = new.origin(fn[both])
-            same[both] = (src_o == src_n) & (row_o == row_n)
-            text = both[~same[both]]
-            if len(text):
-                # another rule result: the same verdict only if both its text and its rule
-                # are the same (a renamed rule changes the verdict's identity)
-                rec = u[text]
-                same[text] = pc.fill_null(pc.and_(
-                    pc.equal(old.at(rec), new.at(rec)),
-                    pc.equal(old.rules_at(rec).cast(pa.string()),
-                             new.rules_at(rec).cast(pa.string()))), False).to_numpy(
-                    zero_copy_only=False).astype(bool)
-        return np.unique(self.rows[u[~same]])
+        # the same failure of the same rule result (:meth:`_PolicyInput.keys`) is the same
+        # verdict; another result's failure only if both its text and its rule are the same
+        # (a renamed rule changes the verdict's identity)
+        both = (ko[diff] >= 0) & (kn[diff] >= 0)
+        same = np.zeros(len(diff), dtype=bool)
+        if both.any():
+            rec = diff[both]
+            same[both] = pc.fill_null(pc.and_(
+                pc.equal(old.at(rec), new.at(rec)),
+                pc.equal(old.rules_at(rec).cast(pa.string()),
+                         new.rules_at(rec).cast(pa.string()))), False).to_numpy(
+                zero_copy_only=False).astype(bool)
+        rows = self.rows[diff[~same]]  # non-decreasing: records come batch by batch
+        return rows[np.r_[True, rows[1:] != rows[:-1]]] if len(rows) else rows
 
-    def _splice(self, before: pa.Table, changed: np.ndarray, config: TopicConfig, now: int,
-                profile: str, policy: _PolicyInput) -> pa.Table:
-        """``before`` with the rows of the ``changed`` batches judged again under ``policy``."""
+    def _pass_on(self, changed: np.ndarray, config: TopicConfig, now: int, profile: str,
+                 policy: _PolicyInput) -> pa.Table:
+        """The verdicts of the ``changed`` batches alone under ``policy`` (one row each)."""
         s = self.sample
         starts, ends = self.row_start[changed], self.row_start[changed + 1]
         sizes = ends - starts
@@ -334,9 +393,7 @@ class Assembler:
         part = _broker_pass(sub, config, now, profile, policy.at(rec), sub_rows,
                             policy.rules_at(rec))
         self.broker_batches += len(changed)
-        take = np.arange(self.nb, dtype=np.int64)
-        take[changed] = self.nb + np.arange(len(changed))
-        return pa.concat_tables([before, part.cast(before.schema)]).take(pa.array(take))
+        return part
 
     # -- assembly -----------------------------------------------------------------------------
     def __call__(self, policy: Policy, results: dict[str, RuleResult], now: int,

@@ -213,3 +213,28 @@ def test_one_shot_assembler_equals_a_replayer(log):
     eff = with_implicit_rules(p)
     assert_same(a(eff, r.evaluate(eff), NOW, p.enforcement), replay(log, p, now=NOW))
 
+
+
+def test_a_state_seen_before_takes_its_batches_from_that_pass(log):
+    """A rule switched back, an edit undone: every batch's policy input equals the one of an
+    earlier pass, so nothing is re-checked; an edit that brings some batches back to an
+    earlier state and changes others re-checks only the others.  Always a fresh replay."""
+    r = Replayer(log, now=NOW)
+    nb = r.sample.batches.num_rows
+    base = policy(TRACE, SIZE, KEY)
+    observe = base.with_rules([replace(TRACE, mode="observe"), SIZE, KEY])
+    env = base.with_rules([*base.rules, ENV])  # fails a few records (an env: dev header)
+    ran = []
+    for p in (base, observe, base, observe, env, base, env):
+        before = r.assembler.broker_batches
+        assert_same(r.run(p), replay(log, p, now=NOW))
+        ran.append(r.assembler.broker_batches - before)
+    assert ran[0] == nb, ran
+    assert ran[2] == ran[3] == ran[5] == ran[6] == 0  # each seen before: from its pass
+    # from the observe pass: the trace failures' batches from the first pass, only those
+    # with an env failure checked again
+    assert 0 < ran[4] < nb / 4
+    # the passes kept are bounded
+    from kqlab.validate.assemble import BROKER_RUNS_KEPT
+
+    assert len(r.assembler._runs) <= BROKER_RUNS_KEPT
