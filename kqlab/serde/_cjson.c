@@ -86,8 +86,26 @@ static int buf_reserve(Buf *b, size_t extra) {
 }
 
 static inline int buf_put(Buf *b, const void *src, size_t n) {
-    if (buf_reserve(b, n)) return -1;
-    memcpy(b->p + b->len, src, n);
+    if (UNLIKELY(b->len + n > b->cap) && buf_reserve(b, n)) return -1;
+    char *d = b->p + b->len;
+    const char *s = src;
+    if (n >= 8 && n <= 16) { /* short strings: two overlapping words, no call */
+        uint64_t x, y;
+        memcpy(&x, s, 8);
+        memcpy(&y, s + n - 8, 8);
+        memcpy(d, &x, 8);
+        memcpy(d + n - 8, &y, 8);
+    } else if (n >= 4 && n < 8) {
+        uint32_t x, y;
+        memcpy(&x, s, 4);
+        memcpy(&y, s + n - 4, 4);
+        memcpy(d, &x, 4);
+        memcpy(d + n - 4, &y, 4);
+    } else if (n < 4) {
+        for (size_t i = 0; i < n; i++) d[i] = s[i];
+    } else {
+        memcpy(d, s, n);
+    }
     b->len += n;
     return 0;
 }
@@ -573,9 +591,23 @@ typedef struct {
 static int build_value(Builder *b, const uint8_t **pp, const uint8_t *end, Scratch *s);
 
 static inline int same_name(const char *a, const uint8_t *b, size_t len) {
-    for (size_t i = 0; i < len; i++)
-        if (a[i] != (char)b[i]) return 0;
-    return 1;
+    if (len >= 8 && len <= 16) { /* most keys: two overlapping words */
+        uint64_t x, y, u, v;
+        memcpy(&x, a, 8);
+        memcpy(&u, b, 8);
+        memcpy(&y, a + len - 8, 8);
+        memcpy(&v, b + len - 8, 8);
+        return x == u && y == v;
+    }
+    if (len >= 4 && len < 8) {
+        uint32_t x, y, u, v;
+        memcpy(&x, a, 4);
+        memcpy(&u, b, 4);
+        memcpy(&y, a + len - 4, 4);
+        memcpy(&v, b + len - 4, 4);
+        return x == u && y == v;
+    }
+    return memcmp(a, b, len) == 0;
 }
 
 static int find_field(Builder *st, const uint8_t *name, size_t len, int guess) {
@@ -725,8 +757,42 @@ static int build_value(Builder *b, const uint8_t **pp, const uint8_t *end, Scrat
 }
 
 /* ---------------------------------------------------------------- Python objects -------- */
-static PyObject *bytes_of(const char *p, size_t n) {
-    return PyBytes_FromStringAndSize(n ? p : "", (Py_ssize_t)n);
+/* A builder's buffer handed to Python as it is (no copy): freed when Arrow lets go of it. */
+typedef struct {
+    PyObject_HEAD
+    char *p;
+    Py_ssize_t len;
+} Owned;
+
+static void owned_dealloc(Owned *o) {
+    free(o->p);
+    Py_TYPE(o)->tp_free((PyObject *)o);
+}
+
+static int owned_getbuffer(Owned *o, Py_buffer *view, int flags) {
+    return PyBuffer_FillInfo(view, (PyObject *)o, o->p ? o->p : (char *)"", o->len, 1, flags);
+}
+
+static PyBufferProcs owned_as_buffer = {(getbufferproc)owned_getbuffer, NULL};
+
+static PyTypeObject OwnedType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kqlab.serde._cjson.Owned",
+    .tp_basicsize = sizeof(Owned),
+    .tp_dealloc = (destructor)owned_dealloc,
+    .tp_as_buffer = &owned_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A column buffer built by parse_objects (read-only, zero-copy).",
+};
+
+/* the buffer's memory moves into a Python object; the builder no longer owns it */
+static PyObject *bytes_of(Buf *b) {
+    Owned *o = PyObject_New(Owned, &OwnedType);
+    if (!o) return NULL;
+    o->p = b->p;
+    o->len = (Py_ssize_t)b->len;
+    b->p = NULL;
+    b->len = b->cap = 0;
+    return (PyObject *)o;
 }
 
 /* one byte per row -> Arrow's bits (LSB first) */
@@ -760,13 +826,13 @@ static PyObject *node_of(Builder *b) {
     case T_INT:
     case T_DBL:
         Py_DECREF(a);
-        a = bytes_of(b->data.p, b->data.len);
+        a = bytes_of(&b->data);
         break;
     case T_STR:
         Py_DECREF(a);
         Py_DECREF(c);
-        a = bytes_of(b->offs.p, b->offs.len);
-        c = bytes_of(b->data.p, b->data.len);
+        a = bytes_of(&b->offs);
+        c = bytes_of(&b->data);
         if (!c) goto fail;
         break;
     case T_STRUCT:
@@ -919,6 +985,7 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__cjson(void) {
+    if (PyType_Ready(&OwnedType) < 0) return NULL;
     c_locale = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
     if (!c_locale) {
         PyErr_SetString(PyExc_OSError, "newlocale(C) failed");
