@@ -22,7 +22,7 @@ from __future__ import annotations
 import datetime
 import html
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -187,6 +187,8 @@ class ReportVerdict:
     reasons: list[str]
     warnings: list[str]
     top: list[tuple[str, int]]
+    #: ids of the policy's sample checks that failed (each is also one of ``reasons``)
+    checks_failed: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (``kqlab report --json``)."""
@@ -228,11 +230,19 @@ def judge(verdicts: VerdictsView, thresholds: Thresholds | None = None, *,
                             "(evaluation errors)")
     if not records:
         warnings.append("the sample holds no records")
+    checks_failed = []
+    for row in summary.get("checks", []):
+        if row["status"] == "fail":
+            checks_failed.append(row["check"])
+            reasons.append(f"sample check {row['text']}")
+        elif row["status"] == "not_evaluable":
+            warnings.append(f"sample check {row['text']}")
     reason_rows = verdicts.by_reason().to_pylist()
     top = sorted(((r["reason"], int(r["culprit"]) + int(r["collateral"])) for r in reason_rows
                   if r["culprit"] or r["collateral"]), key=lambda x: (-x[1], x[0]))[:3]
     return ReportVerdict(passed=not reasons, records=records, refused=refused, rate=rate,
-                         thresholds=t, reasons=reasons, warnings=warnings, top=top)
+                         thresholds=t, reasons=reasons, warnings=warnings, top=top,
+                         checks_failed=checks_failed)
 
 
 def _verdict_html(v: ReportVerdict, policy_name: str) -> str:
@@ -256,6 +266,18 @@ def _verdict_html(v: ReportVerdict, policy_name: str) -> str:
             + (f"<ul>{items}</ul>" if items else "")
             + "<p class='sub'>Set the threshold with <code>kqlab report --max-reject-rate"
               "</code> (or <code>thresholds=</code>).</p></div>")
+
+
+def _checks_section(checks: list[dict[str, Any]]) -> list[str]:
+    """The policy's sample checks: status, observed value, thresholds, failing windows and
+    the line that says where (nothing when the policy has none)."""
+    if not checks:
+        return []
+    rows = [{"check": c["check"], "kind": c["kind"], "status": c["status"],
+             "observed": c["observed"], "min": c["min"], "max": c["max"],
+             "failing windows": f"{c['failing_windows']} of {c['windows']}",
+             "result": c["text"]} for c in checks]
+    return ["<h2 id='kqlab-checks'>Sample checks</h2>", _table(rows)]
 
 
 def _failures_html(groups: list[Any], max_rows: int) -> str:
@@ -424,6 +446,7 @@ def report(verdicts: VerdictsView, policy: Policy | None = None, *,
         *([] if rollout is None else [_rollout_section(rollout)]),
         "<h2>Rules</h2>",
         _table(summary["by_rule"]),
+        *_checks_section(summary.get("checks", [])),
         "<h2>Broker errors</h2>",
         _table([{"error": k, **v} for k, v in sorted(summary["by_error"].items(),
                                                       key=lambda kv: (kv[0] != "NONE", kv[0]))]),

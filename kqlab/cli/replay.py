@@ -4,7 +4,9 @@ The local engine writes the verdict tables itself with ``--out``; ``--engine spa
 Spark task per topic-partition and prints the same summary.  :func:`print_summary` is the
 summary for people (tables) that ``kqlab demo`` prints too; every number in it is the verdict
 core's (``Verdicts.summary()``), printed as it is.  ``--fail-over SHARE`` makes the replay a
-CI gate: exit status 1 when more than that share of the records would not be appended.
+CI gate: exit status 1 when more than that share of the records would not be appended; a
+failing sample check of the policy (``checks:``, :mod:`kqlab.validate.sample_checks`) exits 1
+too, and the summary lists every check (``checks`` in ``--json``).
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ if TYPE_CHECKING:
     from kqlab.policy.model import Policy
     from kqlab.validate.verdicts import Verdicts
 
-__all__ = ["add_parser", "cmd_replay", "fail_over", "print_summary"]
+__all__ = ["add_parser", "cmd_replay", "fail_over", "failed_checks", "print_checks",
+           "print_summary"]
 
 _EXAMPLES = """\
   kqlab replay orders-0 --policy orders.yaml --now 1763700000000
@@ -43,7 +46,8 @@ _EXAMPLES = """\
   kqlab replay data/ --policy orders.yaml --engine spark --master local[2] --out v/
 
 --fail-over counts the records a broker would not append (rejected + collateral) over all
-records replayed; with --engine spark, status 3 (partitions not read) wins over 1."""
+records replayed; a failing sample check (the policy's checks:) exits 1 too; with --engine
+spark, status 3 (partitions not read) wins over 1."""
 
 
 def add_parser(sub: SubParsers) -> None:
@@ -142,11 +146,45 @@ def print_summary(summary: dict[str, Any], *, out: TextIO | None = None) -> None
             c.print(styled(f"evaluation errors: rule {r['rule']} raised an error on "
                            f"{r['evaluation_errors']:,} record(s) (a failing record's message "
                            "in the record verdicts carries the error)", "error"))
+    if summary.get("checks"):
+        print_checks(summary["checks"], out=out)
     for note in summary["notes"]:
         c.print(styled(f"note: {note}", "note"))
     for issue in summary["issues"]:
         c.print(styled(f"issue: {issue['kind']} at byte {issue['position']}: "
                        f"{issue['message']}", "warning"))
+
+
+def print_checks(checks: list[dict[str, Any]], *, out: TextIO | None = None) -> None:
+    """The sample checks: a table of status, observed value and thresholds, then one line
+    for each failing or not evaluable check (its worst window, new values, why not)."""
+    from kqlab.cli._ui import console, show, styled, table
+    from kqlab.validate.sample_checks.results import describe_check
+
+    c = console(out)
+    styles = {"pass": "ok", "fail": "FAIL", "not_evaluable": "warning"}
+
+    def number(row: dict[str, Any], value: float | None) -> str:
+        if value is None:
+            return "-"
+        if row["metric"].endswith("_rate"):
+            return f"{100 * value:.2f} %"
+        return f"{value:,.4g}" if not float(value).is_integer() else f"{int(value):,}"
+
+    rows = [(r["check"], r["kind"], styled(r["status"], styles[r["status"]]),
+             number(r, r["observed"]), number(r, r["min"]), number(r, r["max"]),
+             f"{r['failing_windows']} / {r['windows']}" if r["windows"] else "-")
+            for r in checks]
+    show(table(("check", "kind", "status", "observed", "min", "max", "failing"), rows,
+               title="sample checks", right=("observed", "min", "max", "failing")), out=c)
+    for r in checks:
+        if r["status"] != "pass":
+            c.print(styled(describe_check(r), styles[r["status"]]))
+
+
+def failed_checks(summary: dict[str, Any]) -> list[str]:
+    """Ids of the sample checks that failed (the exit status counts them)."""
+    return [r["check"] for r in summary.get("checks", []) if r["status"] == "fail"]
 
 
 def _print_fail_over(verdict: dict[str, Any]) -> None:
@@ -201,7 +239,7 @@ def _replay_streamed(args: argparse.Namespace, policy: Policy, p: Progress
             f"{_eta(sp.eta_seconds)}"))
 
     return replay_stream(args.source, policy, now=now, profile=args.profile,
-                         progress=show), clock
+                         progress=show, base_dir=Path(args.policy).parent), clock
 
 
 def _replay_local(args: argparse.Namespace, policy: Policy, p: Progress
@@ -218,7 +256,8 @@ def _replay_local(args: argparse.Namespace, policy: Policy, p: Progress
     folders = len(partition_dirs(args.source))  # a log directory: say how much there is
     p.step(f"reading {args.source}" + (f" ({folders} partitions)" if folders else ""))
     replayer = Replayer(args.source, now=args.now, framing=args.framing,
-                        linger_ms=args.linger_ms, batch_size=args.batch_size)
+                        linger_ms=args.linger_ms, batch_size=args.batch_size,
+                        base_dir=Path(args.policy).parent)
     rules = with_implicit_rules(policy).rules
     p.step(f"evaluating {len(rules)} rule(s)", total=len(rules))
     for rule in rules:
@@ -275,15 +314,20 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
             out = Path(args.out)
             out.mkdir(parents=True, exist_ok=True)
-            p.step(f"writing verdict tables to {shown_dir(out)}", total=4)
-            for name, t in (("records", verdicts.records), ("batches", verdicts.batches),
-                            ("rules", verdicts.rules)):
+            tables = [("records", verdicts.records), ("batches", verdicts.batches),
+                      ("rules", verdicts.rules)]
+            if policy.checks:
+                tables += [("checks", verdicts.checks()),
+                           ("check_windows", verdicts.check_windows())]
+            p.step(f"writing verdict tables to {shown_dir(out)}", total=len(tables) + 1)
+            for name, t in tables:
                 pq.write_table(t, out / f"{name}.parquet")
                 p.advance()
             summary["out"] = str(out)
             (out / "summary.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
             p.advance()
-    status = EXIT_FINDING if summary.get("fail_over", {}).get("exceeded") else EXIT_OK
+    status = EXIT_FINDING if summary.get("fail_over", {}).get("exceeded") or \
+        failed_checks(summary) else EXIT_OK
     _warn_clock(verdicts)
     if args.json:
         write_json(summary)
@@ -302,7 +346,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def _replay_spark(args: argparse.Namespace, policy: Policy) -> int:
     """``kqlab replay --engine spark``: verdict Parquet under ``--out`` (or a temporary
     folder), the same summary as the local engine; exit 3 when a unit could not be read,
-    else 1 when ``--fail-over`` is exceeded."""
+    else 1 when ``--fail-over`` is exceeded or a sample check failed."""
     from kqlab.cli._ui import progress_enabled
     from kqlab.spark import replay_spark
 
@@ -336,4 +380,5 @@ def _replay_spark(args: argparse.Namespace, policy: Policy) -> int:
               f"{e['error']}: {e['message']}", file=sys.stderr)
     if summary["errors"]:
         return EXIT_PARTIAL
-    return EXIT_FINDING if summary.get("fail_over", {}).get("exceeded") else EXIT_OK
+    return EXIT_FINDING if summary.get("fail_over", {}).get("exceeded") or \
+        failed_checks(summary) else EXIT_OK

@@ -9,6 +9,7 @@ failing verdict is a finding in the output), 2 for a wrong request (as every kql
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from kqlab.cli._common import (
     EXIT_OK,
@@ -95,7 +96,8 @@ def cmd_report(args: argparse.Namespace) -> int:
                                     framing=args.framing, progress=progress_enabled())
         else:
             p.step(f"reading {args.source}")
-            replayer = Replayer(args.source, now=args.now, framing=args.framing)
+            replayer = Replayer(args.source, now=args.now, framing=args.framing,
+                                base_dir=Path(args.policy).parent)
             p.step("replaying the policy")
             verdicts = replayer.run(policy)
         p.step(f"writing the report to {out}")

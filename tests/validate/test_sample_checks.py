@@ -371,3 +371,43 @@ def test_streamed_replay_equals_the_whole_replay(planted, tmp_path, chunk):
     assert streamed.check_windows().equals(whole.check_windows())
     statuses = {r["check"]: r["status"] for r in whole.checks().to_pylist()}
     assert set(statuses.values()) == {"pass", "fail"}, statuses
+
+
+def test_cli_replay_prints_checks_and_exits_1_on_a_failing_one(planted, tmp_path, capsys):
+    from kqlab.cli import main
+
+    folder, _, _ = planted
+    write_log(tmp_path / "baseline", {0: hour(0)})
+    policy = tmp_path / "p.yaml"  # the baseline is relative to the policy file
+    policy.write_text(HEAD + "checks:\n"
+                      "  - {id: vol, kind: volume, window: 1m, by: partition, min: 1}\n"
+                      "  - {id: shapes, kind: schema_drift, baseline: baseline, max: 5}\n",
+                      encoding="utf-8")
+    assert main(["replay", str(folder), "--policy", str(policy)]) == 1
+    out = capsys.readouterr().out
+    assert "sample checks" in out
+    assert "vol (volume): fail — records 0, min 1 · 10 of 120 windows fail" in out
+    assert main(["replay", str(folder), "--policy", str(policy), "--json"]) == 1
+    checks = json.loads(capsys.readouterr().out)["checks"]
+    assert [(c["check"], c["status"]) for c in checks] == [("vol", "fail"), ("shapes", "pass")]
+    assert checks[1]["params"]["baseline_records"] == "600"
+    policy.write_text(HEAD + "checks: [{id: vol, kind: volume, window: 1m, min: 1}]\n",
+                      encoding="utf-8")
+    assert main(["replay", str(folder), "--policy", str(policy)]) == 0  # both partitions
+
+
+def test_report_opening_verdict_and_checks_section(planted):
+    from kqlab.reporting import Thresholds, judge, report
+
+    folder, _, _ = planted
+    policy = loads_policy(HEAD + "checks:\n"
+                          "  - {id: vol, kind: volume, window: 1m, by: partition, min: 1}\n"
+                          "  - {id: gone, kind: drift, field: amount, baseline: nowhere,"
+                          " max_psi: 0.1}\n")
+    v = replay(folder, policy)
+    verdict = judge(v, Thresholds(max_reject_rate=1))
+    assert not verdict.passed and verdict.checks_failed == ["vol"]
+    assert any(r.startswith("sample check vol (volume): fail") for r in verdict.reasons)
+    assert any("gone (drift): not_evaluable" in w for w in verdict.warnings)
+    html = report(v, policy, thresholds=Thresholds(max_reject_rate=1))
+    assert "id='kqlab-checks'" in html and "10 of 120" in html

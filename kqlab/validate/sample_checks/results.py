@@ -148,12 +148,17 @@ def describe_check(row: Mapping[str, Any]) -> str:
     """
     metric = row.get("metric") or ""
     head = f"{row['check']} ({row['kind']}): {row['status']}"
-    if row["status"] == "not_evaluable":
-        reason = row.get("reason") or ""
-        return f"{head} — {NOT_EVALUABLE_REASONS.get(reason, reason)}"
     params = row.get("params") or {}
     if not isinstance(params, Mapping):
         params = dict(params)
+    if row["status"] == "not_evaluable":
+        reason = row.get("reason") or ""
+        text = f"{head} — {NOT_EVALUABLE_REASONS.get(reason, reason)}"
+        if params.get("baseline_path"):
+            text += f": {params['baseline_path']}"
+        if params.get("baseline_error"):
+            text += f" ({params['baseline_error']})"
+        return text
     shown = metric if metric != "stat" else str(params.get("stat", "stat"))
     bounds = []
     if row.get("min") is not None:
