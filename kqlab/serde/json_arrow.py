@@ -224,7 +224,7 @@ def _decode_parsed(payload: pa.Array, errors: list[str | None]
     def one(r: tuple[int, int]) -> tuple[bytes, tuple] | None:
         return parse(data, starts, ends, flags, r[0], r[1])
 
-    ranges = _pieces(offs)
+    ranges = _pieces(offs, _c_threads())
     got = [one(r) for r in ranges] if len(ranges) <= 1 else list(_executor().map(one, ranges))
     if any(g is None for g in got):
         return None
@@ -258,6 +258,17 @@ def _decode_parsed(payload: pa.Array, errors: list[str | None]
     for i, msg in failed.items():
         errors[i] = msg
     return column, LazyJsonValues(mv, starts, ends, objects, {})
+
+
+def _c_threads() -> int:
+    """Pieces the C parser splits a column into, one per thread: one per idle CPU
+    (``kqlab.kafka.batch.decode_threads``, ``KQLAB_DECODE_THREADS``).  The pieces are
+    concatenated afterwards (a copy of the column), which only pays off on cores nobody
+    else wants; on a busy machine, or when the streamed replay already parses on its
+    read-ahead thread beside the judging one, a column is read in one piece."""
+    from kqlab.kafka.batch import decode_threads
+
+    return decode_threads()
 
 
 def _from_node(node: tuple) -> pa.Array:
@@ -516,12 +527,13 @@ def _invalid_utf8(arr: pa.Array) -> np.ndarray:
     return out
 
 
-def _pieces(offs: np.ndarray) -> list[tuple[int, int]]:
-    """Row ranges of about equal bytes, one or a few per worker thread."""
+def _pieces(offs: np.ndarray, most: int | None = None) -> list[tuple[int, int]]:
+    """Row ranges of about equal bytes, one or a few per worker thread (at most ``most``)."""
     n = len(offs) - 1
     if n <= 0:
         return []
-    k = int(min(4 * _workers(), max(1, offs[-1] // _PIECE_BYTES), max(1, n // _MIN_PIECE)))
+    k = int(min(4 * _workers() if most is None else most,
+                max(1, offs[-1] // _PIECE_BYTES), max(1, n // _MIN_PIECE)))
     if k <= 1:
         return [(0, n)]
     cuts = np.searchsorted(offs, np.linspace(0, offs[-1], k + 1)[1:-1])

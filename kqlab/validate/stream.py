@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -46,6 +47,7 @@ from kqlab.validate.verdicts import Verdicts
 #: 16 KB batches well under 100 MB
 CHUNK_BATCHES = 4096
 _MAX_TS = struct.Struct(">q")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,8 +131,9 @@ def replay_stream(source: str | Path, policy: Policy, *, now: int | None = None,
     done_bytes = 0
     checks: CheckRun | None = None
     plans: dict[bytes, object] = {}  # baselines, read once for every chunk
-    for sample in _read_ahead(_chunks(partitions, chunk_batches)):
-        replayer = Replayer(sample, now=now, resolver=resolver, base_dir=base_dir)
+    for replayer in _read_ahead(_prepared(_chunks(partitions, chunk_batches), policy, now,
+                                          resolver, base_dir)):
+        sample = replayer.sample
         replayer.assembler.validators = validators
         replayer._check_plans = plans
         chunk_verdicts = replayer.run(policy, profile=profile, checks=False)
@@ -216,13 +219,30 @@ def _chunks(partitions: list[Path], chunk_batches: int) -> Iterator[Sample]:
                          list(chunk.issues))
 
 
-def _read_ahead(chunks: Iterator[Sample]) -> Iterator[Sample]:
+def _prepared(samples: Iterator[Sample], policy: Policy, now: int,
+              resolver: SchemaResolver | None, base_dir: str | Path | None
+              ) -> Iterator[Replayer]:
+    """A :class:`Replayer` of each chunk with its values already decoded (on the reading
+    thread, see :func:`_read_ahead`): a replay decodes every value when the policy's value
+    format decodes (the implicit ``decode:value`` rule), and this is the very call the rules
+    make (``EvalContext.decoded``, cached in the replayer's context for this policy)."""
+    from kqlab.validate.rules import decodes
+
+    decode = decodes(policy.value)
+    for sample in samples:
+        replayer = Replayer(sample, now=now, resolver=resolver, base_dir=base_dir)
+        if decode:
+            replayer.context(policy).decoded("value")
+        yield replayer
+
+
+def _read_ahead(chunks: Iterator[T]) -> Iterator[T]:
     """``chunks``, each read on a thread of its own while the one before it is judged.
 
-    Reading (file reads, decompression, the record parser) and judging (the JSON reader,
-    Arrow kernels) both release the GIL for most of their time, so on two cores they
-    overlap; one chunk waits at most (memory: two chunks, not one).  Order is kept, an
-    error while reading is raised here, and stopping early stops the reader.
+    Reading (file reads, decompression, the record parser, the values' decode) and judging
+    (rules, broker checks, Arrow kernels) both release the GIL for much of their time, so
+    on two cores they overlap; one chunk waits at most (memory: two chunks, not one).  Order
+    is kept, an error while reading is raised here, and stopping early stops the reader.
     """
     import contextlib
     import queue
@@ -260,8 +280,7 @@ def _read_ahead(chunks: Iterator[Sample]) -> Iterator[Sample]:
             if kind == "error":
                 assert isinstance(item, BaseException)
                 raise item
-            assert isinstance(item, Sample)
-            yield item
+            yield cast(T, item)
     finally:
         stop.set()
         while reader.is_alive():  # let a blocked put see the stop

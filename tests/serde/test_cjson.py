@@ -30,6 +30,7 @@ def c_only(monkeypatch):
     monkeypatch.setattr(json_arrow, "_PIECE_BYTES", 64)
     monkeypatch.setattr(json_arrow, "_MIN_PIECE", 2)
     monkeypatch.setattr(json_arrow, "FAST_JSON", True)
+    monkeypatch.setattr(json_arrow, "_c_threads", lambda: 8)
     monkeypatch.setattr(json_arrow, "_Decoder", _NoArrow)
 
 
@@ -62,4 +63,6 @@ def test_a_big_column_in_pieces_on_threads(monkeypatch):
               % (i, b"%d.25" % i if i % 7 else b"3", b"x" * (i % 30)) for i in range(5000)]
     values[1234] = b'{"id":1234,'
     values[4321] = None
+    assert_same(values, bulk_expected=True)
+    monkeypatch.setattr(json_arrow, "_c_threads", lambda: 1)  # one piece, no merge
     assert_same(values, bulk_expected=True)

@@ -45,6 +45,7 @@ def small_pieces(monkeypatch, request):
     if request.param == "c" and json_arrow._cjson is None:
         pytest.skip("kqlab.serde._cjson is not built (no C compiler at install)")
     monkeypatch.setattr(json_arrow, "FAST_JSON", request.param == "c")
+    monkeypatch.setattr(json_arrow, "_c_threads", lambda: 8)  # pieces merged, on threads
     return request.param
 
 
