@@ -91,7 +91,8 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def jupyter_server(home: Path, notebooks: Mapping[str, str]) -> Iterator[str]:
+def jupyter_server(home: Path, notebooks: Mapping[str, str],
+                   extra_args: tuple[str, ...] = ()) -> Iterator[str]:
     """A Jupyter server (JupyterLab at ``/lab``, Notebook 7 at ``/notebooks``) on a free
     loopback port, serving copies of ``notebooks`` (name in ``notebooks/`` -> path under the
     root) with its settings, workspaces and runtime folders inside ``home``."""
@@ -117,7 +118,7 @@ def jupyter_server(home: Path, notebooks: Mapping[str, str]) -> Iterator[str]:
            "--ServerApp.disable_check_xsrf=True", f"--ServerApp.root_dir={root}",
            "--LabApp.expose_app_in_browser=True",
            "--JupyterNotebookApp.expose_app_in_browser=True",
-           "--FileContentsManager.delete_to_trash=False"]
+           "--FileContentsManager.delete_to_trash=False", *extra_args]
     log_path = home / "lab.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,

@@ -20,7 +20,7 @@ export class VerdictsRenderer extends Widget implements IRenderMime.IRenderer {
 export const rendererFactory: IRenderMime.IRendererFactory = {
   safe: true,
   mimeTypes: [MIME_TYPE],
-  defaultRank: 50,
+  defaultRank: 0,
   createRenderer: options => new VerdictsRenderer(options.mimeType)
 };
 
@@ -28,7 +28,7 @@ const extension: IRenderMime.IExtension = {
   id: 'kqlab-lab:verdicts-renderer',
   description: "Renders kqlab's replay verdicts and fidelity reports",
   rendererFactory,
-  rank: 50,
+  rank: 0,
   dataType: 'json'
 };
 
