@@ -3,7 +3,7 @@ replay's own rule kernels, one vectorised call per poll batch), forward valid re
 topic and dead-letter the rest, at least once.
 
 Not imported by ``import kqlab`` (it needs confluent-kafka); ``kqlab gate`` and the deployment
-files in ``extensions/gate/`` use it.  Semantics: ``extensions/gate/README.md``.
+files in ``deploy/gate/`` use it.  Semantics: ``deploy/gate/README.md``.
 """
 
 from kqlab.gate._config import GateFile, load_gate_file
