@@ -118,15 +118,26 @@ def key_values(ctx: EvalContext) -> pa.Array:
 
 
 def group_labels(ctx: EvalContext, by: str | None) -> pa.Array:
-    """Each record's group label (string; null: no ``by``, or no value to group on)."""
+    """Each record's group label (string, or a dictionary array of strings; null: no ``by``,
+    or no value to group on)."""
     n = ctx.n
-    if by is None:
-        return pa.nulls(n, pa.string())
+    if by is None:  # one group, null: its codes cost nothing to group by
+        return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)),
+                                              pa.array([None], pa.string()))
     what, name = by_target(by)
-    if what == "partition":
-        return pc.binary_join_element_wise(
-            pc.cast(ctx.column("topic"), pa.string()),
-            pc.cast(ctx.column("partition"), pa.string()), "-")
+    if what == "partition":  # codes of (topic, partition); labels for the distinct ones
+        topics = pc.dictionary_encode(ctx.column("topic"))
+        t = pc.fill_null(topics.indices, 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        part = pc.fill_null(ctx.column("partition"), -1).to_numpy(
+            zero_copy_only=False).astype(np.int64)
+        code = t * (int(part.max(initial=0)) + 2) + (part + 1)
+        distinct, which = np.unique(code, return_inverse=True)
+        first = np.empty(len(distinct), np.int64)
+        first[which.reshape(-1)[::-1]] = np.arange(n - 1, -1, -1)
+        names = topics.dictionary.to_pylist()
+        labels = [f"{names[t[i]]}-{part[i]}" for i in first.tolist()]
+        return pa.DictionaryArray.from_arrays(pa.array(which.reshape(-1).astype(np.int32)),
+                                              pa.array(labels, pa.string()))
     if what == "header":
         h = ctx.headers
         hit = pc.equal(h.keys, name).fill_null(False).to_numpy(zero_copy_only=False)

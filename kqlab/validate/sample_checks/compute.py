@@ -10,7 +10,7 @@ and the records' outcomes — and :func:`partial_of` turns it into the check's
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -25,7 +25,12 @@ from kqlab.validate.sample_checks.columns import (
     reads,
     to_text,
 )
-from kqlab.validate.sample_checks.partials import PARTIAL_SCHEMAS, Extent, Partial
+from kqlab.validate.sample_checks.partials import (
+    PARTIAL_SCHEMAS,
+    Extent,
+    Partial,
+    group_aggregate,
+)
 
 if TYPE_CHECKING:
     from kqlab.validate.rules import RuleResult
@@ -72,21 +77,17 @@ def _windows(check: Check, ts: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray
     return (ts // w) * w, keep & (ts >= 0)
 
 
-def _grouped(names: list[str], columns: list[pa.Array | np.ndarray], keep: np.ndarray,
-             aggregates: list[tuple[Any, str]], kind: str) -> pa.Table:
-    """``columns`` (named ``names``) of the kept records, grouped by ``names`` minus the
-    aggregated ones, cast to the kind's partial schema."""
-    idx = pa.array(np.flatnonzero(keep))
-    table = pa.table({n: (c.take(idx) if isinstance(c, pa.Array) else pa.array(c[keep]))
-                      for n, c in zip(names, columns, strict=True)})
-    aggregated = {a for a, _ in aggregates if a}
-    keys = [n for n in names if n not in aggregated]
-    out = table.group_by(keys, use_threads=False).aggregate(list(aggregates))
-    renamed = {"count_all": "count", "newest_count": "records"}
-    out = out.rename_columns([renamed.get(n, n[:-4] if n.endswith(("_sum", "_max")) else n)
-                              for n in out.column_names])
-    schema = PARTIAL_SCHEMAS[kind]
-    return out.select(schema.names).cast(schema)
+def _rows(keep: np.ndarray) -> pa.Array | None:
+    """The kept rows as Arrow indices, or None when every row is kept (nothing to take)."""
+    return None if keep.all() else pa.array(np.flatnonzero(keep))
+
+
+def _at(column: pa.Array | np.ndarray, rows: pa.Array | None, keep: np.ndarray
+        ) -> pa.Array | np.ndarray:
+    """``column`` at the kept rows (itself when all are kept)."""
+    if rows is None:
+        return column
+    return column[keep] if isinstance(column, np.ndarray) else column.take(rows)
 
 
 def partial_of(check: Check, chunk: Chunk, plan: BaselinePlan | None = None) -> Partial:
@@ -106,11 +107,11 @@ def partial_of(check: Check, chunk: Chunk, plan: BaselinePlan | None = None) -> 
     groups = ctx.memo(f"check-by:{check.by}", lambda: group_labels(ctx, check.by))
     if kind == "freshness":
         timed = keep & (ts >= 0)
-        table = _grouped(["group", "newest"], [groups, ts], timed,
-                         [("newest", "max"), ("newest", "count")], kind) \
-            if timed.any() else None
-        if table is None:
-            return Partial(kind, PARTIAL_SCHEMAS[kind].empty_table(), counts)
+        rows = _rows(timed)
+        table = group_aggregate({"group": _at(groups, rows, timed)},
+                                {"newest": ("max", _at(ts, rows, timed)),
+                                 "records": ("count", None)},
+                                int(timed.sum()), PARTIAL_SCHEMAS[kind])
         return Partial(kind, table, counts)
     if kind == "volume":
         ones = np.ones(chunk.n, np.int64)
@@ -143,8 +144,12 @@ def partial_of(check: Check, chunk: Chunk, plan: BaselinePlan | None = None) -> 
         present = timed & ~np.asarray(values.is_null().to_numpy(zero_copy_only=False), bool)
         if not present.any():
             return Partial(kind, PARTIAL_SCHEMAS[kind].empty_table(), counts)
-        table = _grouped(["group", "window", "value"], [groups, window, values], present,
-                         [([], "count_all")], kind)
+        rows = _rows(present)
+        table = group_aggregate({"group": _at(groups, rows, present),
+                                 "window": _at(window, rows, present),
+                                 "value": _at(values, rows, present)},
+                                {"count": ("count", None)}, int(present.sum()),
+                                PARTIAL_SCHEMAS[kind])
         return Partial(kind, table, counts)
     if kind == "stat":
         fv = field_values(ctx, str(check.param("field")))
@@ -155,9 +160,13 @@ def partial_of(check: Check, chunk: Chunk, plan: BaselinePlan | None = None) -> 
         counts["non_numeric"] = int(non_numeric if keep.all() else
                                     (timed & ~fv.nulls & ~valid).sum())
         use = timed & valid
-        idx = pa.array(np.flatnonzero(use))
-        table = pa.table({"group": groups.take(idx), "window": pa.array(window[use]),
-                          "value": pa.array(numbers[use])}, schema=PARTIAL_SCHEMAS[kind])
+        rows = _rows(use)
+        group = _at(groups, rows, use)
+        if isinstance(group, pa.DictionaryArray):
+            group = group.dictionary_decode()
+        table = pa.table({"group": group, "window": pa.array(_at(window, rows, use)),
+                          "value": pa.array(_at(numbers, rows, use))},
+                         schema=PARTIAL_SCHEMAS[kind])
         return Partial(kind, table, counts)
     raise KeyError(f"no local implementation of check kind {kind!r}")
 
@@ -165,15 +174,13 @@ def partial_of(check: Check, chunk: Chunk, plan: BaselinePlan | None = None) -> 
 def _rate_table(kind: str, groups: pa.Array, window: np.ndarray, hits: np.ndarray,
                 keep: np.ndarray, name: str | None) -> pa.Table:
     """``records`` and ``name`` (the hits; None: records only) per group and window."""
-    idx = pa.array(np.flatnonzero(keep))
-    table = pa.table({"group": groups.take(idx), "window": pa.array(window[keep]),
-                      "hits": pa.array(hits[keep])})
-    out = table.group_by(["group", "window"], use_threads=False).aggregate(
-        [("hits", "count"), ("hits", "sum")])
-    out = out.rename_columns([{"hits_count": "records", "hits_sum": name or "_"}.get(n, n)
-                              for n in out.column_names])
-    schema = PARTIAL_SCHEMAS[kind]
-    return out.select(schema.names).cast(schema)
+    rows = _rows(keep)
+    values: dict[str, tuple[str, np.ndarray | None]] = {"records": ("count", None)}
+    if name is not None:
+        values[name] = ("sum", _at(hits, rows, keep))  # type: ignore[dict-item]
+    return group_aggregate({"group": _at(groups, rows, keep),
+                            "window": _at(window, rows, keep)}, values,
+                           int(keep.sum()), PARTIAL_SCHEMAS[kind])
 
 
 def _shape_partial(check: Check, chunk: Chunk, keep: np.ndarray, plan: BaselinePlan | None,
@@ -189,9 +196,9 @@ def _shape_partial(check: Check, chunk: Chunk, keep: np.ndarray, plan: BaselineP
         present = keep & ~np.asarray(shapes.is_null().to_numpy(zero_copy_only=False), bool)
         if not present.any():
             return schema.empty_table()
-        t = pa.table({"value": shapes.take(pa.array(np.flatnonzero(present)))})
-        out = t.group_by(["value"], use_threads=False).aggregate([([], "count_all")])
-        return out.rename_columns(["value", "count"]).cast(schema)
+        rows = _rows(present)
+        return group_aggregate({"value": _at(shapes, rows, present)},
+                               {"count": ("count", None)}, int(present.sum()), schema)
     fv = field_values(ctx, str(check.param("field")))
     if fv.values is None:
         counts["not_scalar"] = 1
@@ -210,10 +217,8 @@ def _shape_partial(check: Check, chunk: Chunk, keep: np.ndarray, plan: BaselineP
     present = keep & ~fv.nulls
     if not present.any():
         return schema.empty_table()
-    t = pa.table({"value": values.take(pa.array(np.flatnonzero(present)))})
-    out = t.group_by(["value"], use_threads=False).aggregate([([], "count_all")])
-    out = out.rename_columns(["value", "count"])
-    return pa.table({"bin": pa.array(np.full(out.num_rows, -1, np.int64)),
-                     "value": out.column("value"), "count": out.column("count")},
-                    schema=schema)
+    idx = pa.array(np.flatnonzero(present))
+    bins = np.full(len(idx), -1, np.int64)
+    return group_aggregate({"bin": bins, "value": values.take(idx)},
+                           {"count": ("count", None)}, len(idx), schema)
 

@@ -39,12 +39,15 @@ timestamp of every record but transaction markers) is one more partial, :class:`
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-__all__ = ["PARTIAL_LAYOUT", "PARTIAL_SCHEMAS", "Extent", "Partial", "merge_partials"]
+__all__ = ["PARTIAL_LAYOUT", "PARTIAL_SCHEMAS", "Extent", "Partial", "group_aggregate",
+           "merge_partials"]
 
 _G = ("group", pa.string())
 _W = ("window", pa.int64())
@@ -109,10 +112,81 @@ class Extent:
                       self.records + other.records)
 
 
+def _codes(column: pa.Array | pa.ChunkedArray | np.ndarray) -> np.ndarray:
+    """Dense-ish int64 codes of a key column (equal values, equal codes; null its own code):
+    a dictionary array's indices as they are, a small integer range shifted to 0, else the
+    codes of Arrow's hash kernel (dictionary encoding)."""
+    if isinstance(column, np.ndarray):
+        if not len(column):
+            return column.astype(np.int64)
+        low, high = int(column.min()), int(column.max())
+        if high - low < 4 * len(column) + 1024:
+            return (column - low).astype(np.int64)
+        return np.unique(column, return_inverse=True)[1].reshape(-1).astype(np.int64)
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    enc = column if isinstance(column, pa.DictionaryArray) else pc.dictionary_encode(column)
+    codes = pc.fill_null(enc.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    codes[codes < 0] = len(enc.dictionary)
+    return codes
+
+
+def group_aggregate(keys: Mapping[str, pa.Array | pa.ChunkedArray | np.ndarray],
+                    values: Mapping[str, tuple[str, np.ndarray | None]], n: int,
+                    schema: pa.Schema) -> pa.Table:
+    """Rows grouped by the ``keys`` columns, each of ``values`` aggregated by its operation
+    (``count``: rows; ``sum``, ``max``: of the given int64 array), as a table of ``schema``.
+
+    Arrow's own group-by hashes string keys row by row; here each key column is dictionary
+    encoded (Arrow's hash kernel), the codes combined into one int64 and grouped by numpy —
+    several times faster on the partial tables' keys (partitions, windows, values)."""
+    if n == 0:
+        return schema.empty_table()
+    code = np.zeros(n, np.int64)
+    for column in keys.values():
+        c = _codes(column)
+        width = int(c.max()) + 1 if len(c) else 1
+        if int(code.max()) * width + width >= 2**62:  # keep the combined code in range
+            code = np.unique(code, return_inverse=True)[1].reshape(-1).astype(np.int64)
+        code = code * width + c
+    top = int(code.max()) + 1
+    if top <= 4 * n + 1024:  # a dense range (groups x windows): counting, no sort
+        seen = np.zeros(top, bool)
+        seen[code] = True
+        rank = np.cumsum(seen) - 1
+        inverse = rank[code]
+        groups = int(rank[-1]) + 1
+        first = np.empty(groups, np.int64)
+        first[inverse[::-1]] = np.arange(n - 1, -1, -1)  # the last write is the first row
+    else:
+        _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        groups = len(first)
+    take = pa.array(first)
+    out: dict[str, pa.Array] = {}
+    for name, column in keys.items():
+        out[name] = pa.array(column[first]) if isinstance(column, np.ndarray) else \
+            column.take(take)
+        if isinstance(out[name], pa.DictionaryArray):
+            out[name] = out[name].dictionary_decode()
+    for name, (op, data) in values.items():
+        if op == "count":
+            agg = np.bincount(inverse, minlength=groups)
+        elif op == "sum":  # exact: the sums are record counts, far below 2**53
+            assert data is not None
+            agg = np.rint(np.bincount(inverse, weights=data, minlength=groups))
+        else:  # max
+            assert data is not None
+            agg = np.full(groups, np.iinfo(np.int64).min, np.int64)
+            np.maximum.at(agg, inverse, data.astype(np.int64))
+        out[name] = pa.array(agg.astype(np.int64))
+    return pa.table({name: out[name] for name in schema.names}).cast(schema)
+
+
 def merge_partials(kind: str, partials: Iterable[Partial]) -> Partial:
     """The partials of several chunks as one: tables concatenated and grouped by their keys
-    (:data:`PARTIAL_LAYOUT`), counters summed.  Rows come out sorted by the keys, so the
-    merged table does not depend on the order of the chunks."""
+    (:data:`PARTIAL_LAYOUT`), counters summed.  The rows' order is not part of the result:
+    :func:`~kqlab.validate.sample_checks.finish.finish_check` orders what it reports."""
     items = list(partials)
     counts: dict[str, int] = {}
     for p in items:
@@ -124,12 +198,10 @@ def merge_partials(kind: str, partials: Iterable[Partial]) -> Partial:
         return Partial(kind, schema.empty_table(), counts)
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     keys, merged = PARTIAL_LAYOUT[kind]
-    if keys and (len(tables) > 1 or len(items) > 1):
-        out = table.group_by(list(keys), use_threads=False).aggregate(
-            [(name, op) for name, op in merged.items()])
-        out = out.rename_columns([n.rsplit("_", 1)[0] if n.endswith(("_sum", "_max"))
-                                  else n for n in out.column_names])
-        table = out.select(schema.names).cast(schema)
-    if keys:
-        table = table.sort_by([(k, "ascending") for k in keys])
+    if keys and len(tables) > 1:
+        table = table.combine_chunks()
+        table = group_aggregate(
+            {k: table.column(k) for k in keys},
+            {name: (op, table.column(name).to_numpy()) for name, op in merged.items()},
+            table.num_rows, schema)
     return Partial(kind, table, counts)

@@ -45,21 +45,31 @@ def _field_sets(ctx: EvalContext) -> pa.Array | None:
         words.append(code)
     if not words:
         words = [np.zeros(n, np.int64)]
-    stacked = np.stack(words, axis=1)
-    distinct, which = np.unique(stacked, axis=0, return_inverse=True)
+    if len(words) == 1 and len(names) <= 20:  # a small code range: counting, no sort
+        seen = np.zeros(1 << len(names), bool)
+        seen[words[0]] = True
+        present_codes = np.flatnonzero(seen)
+        rank = np.cumsum(seen) - 1
+        distinct, which = present_codes.reshape(-1, 1), rank[words[0]]
+    elif len(words) == 1:
+        distinct, which = np.unique(words[0], return_inverse=True)
+        distinct = distinct.reshape(-1, 1)
+    else:
+        distinct, which = np.unique(np.stack(words, axis=1), axis=0, return_inverse=True)
     texts = []
     sorted_names = [names[i] for i in order.tolist()]
     for row in distinct.tolist():
         present = [sorted_names[w * _WORD + b] for w, word in enumerate(row)
                    for b in range(_WORD) if word >> b & 1]
         texts.append("fields:" + ",".join(present))
-    out = pa.array(texts, pa.large_string()).take(pa.array(which.reshape(-1)))
-    null_value = values.is_null()
-    return pc.if_else(null_value, pa.scalar(None, pa.large_string()), out)
+    indices = pa.array(which.reshape(-1).astype(np.int32), mask=np.asarray(
+        values.is_null().to_numpy(zero_copy_only=False), bool))
+    return pa.DictionaryArray.from_arrays(indices, pa.array(texts, pa.large_string()))
 
 
 def record_shapes(ctx: EvalContext) -> pa.Array:
-    """Each record's shape text (``large_binary``; null: no schema id and no fields)."""
+    """Each record's shape text (``large_binary``, or a dictionary array of it; null: no
+    schema id and no fields)."""
     def compute() -> pa.Array:
         n = ctx.n
         parts: list[pa.Array] = []
@@ -73,11 +83,14 @@ def record_shapes(ctx: EvalContext) -> pa.Array:
             parts.append(fields)
         if not parts:
             return pa.nulls(n, pa.large_binary())
-        if len(parts) == 1:
-            joined = parts[0]
+        if len(parts) == 1 and isinstance(parts[0], pa.DictionaryArray):
+            return parts[0]  # field sets only: their codes as they are
+        decoded = [p.dictionary_decode() if isinstance(p, pa.DictionaryArray) else p
+                   for p in parts]
+        if len(decoded) == 1:
+            joined = decoded[0]
         else:
-            joined = pc.binary_join_element_wise(*parts, "|",
-                                                 null_handling="skip")
+            joined = pc.binary_join_element_wise(*decoded, "|", null_handling="skip")
             empty = pc.equal(joined, "")
             joined = pc.if_else(empty, pa.scalar(None, pa.large_string()), joined)
         return pc.cast(joined, pa.large_binary())
