@@ -1,5 +1,6 @@
 /*
- * kqlab.serde._cjson -- JSON objects straight into Arrow column buffers.
+ * kqlab.serde._cjson -- JSON objects straight into Arrow column buffers (and, beside them,
+ * every value's Confluent wire header in one pass: wire_heads at the end of the file).
  *
  * The definition of a JSON column is one orjson.loads per value, then pa.array over the
  * objects (kqlab.serde.decode._decode_json_objects).  Arrow's JSON reader costs about as
@@ -971,7 +972,85 @@ static PyObject *parse_objects(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* wire_heads(data, starts, ends, valid) -> (magic, ids, framed) as bytes: per value its first
+ * byte (int16; -1 when null or empty), its schema id (int32, big-endian bytes 1-4; 0 unless
+ * framed) and whether it is framed (uint8: >= 5 bytes, magic byte 0).  The numpy path in
+ * kqlab.serde.wire.parse_wire is the definition; this is one pass instead of a dozen. */
+static PyObject *wire_heads(PyObject *self, PyObject *args) {
+    PyObject *od, *os, *oe, *ov;
+    Views v;
+    memset(&v, 0, sizeof v);
+    if (!PyArg_ParseTuple(args, "OOOO", &od, &os, &oe, &ov)) return NULL;
+    if (PyObject_GetBuffer(od, &v.data, PyBUF_SIMPLE) ||
+        PyObject_GetBuffer(os, &v.starts, PyBUF_SIMPLE) ||
+        PyObject_GetBuffer(oe, &v.ends, PyBUF_SIMPLE) ||
+        PyObject_GetBuffer(ov, &v.valid, PyBUF_SIMPLE)) {
+        release(&v);
+        return NULL;
+    }
+    Py_ssize_t n = v.valid.len;
+    if (v.starts.len != n * 8 || v.ends.len != n * 8) {
+        release(&v);
+        PyErr_SetString(PyExc_ValueError, "wire_heads: starts and ends are int64, one a row");
+        return NULL;
+    }
+    const int64_t *starts = v.starts.buf, *ends = v.ends.buf;
+    const uint8_t *valid = v.valid.buf, *data = v.data.buf;
+    int64_t size = v.data.len;
+    PyObject *m = PyBytes_FromStringAndSize(NULL, n * 2);
+    PyObject *ids = PyBytes_FromStringAndSize(NULL, n * 4);
+    PyObject *fr = PyBytes_FromStringAndSize(NULL, n);
+    if (!m || !ids || !fr) {
+        Py_XDECREF(m);
+        Py_XDECREF(ids);
+        Py_XDECREF(fr);
+        release(&v);
+        return NULL;
+    }
+    int16_t *mo = (int16_t *)PyBytes_AS_STRING(m);
+    int32_t *io = (int32_t *)PyBytes_AS_STRING(ids);
+    uint8_t *fo = (uint8_t *)PyBytes_AS_STRING(fr);
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t s = starts[i], e = ends[i];
+        if (!valid[i] || e <= s) {
+            mo[i] = -1;
+            io[i] = 0;
+            fo[i] = 0;
+            continue;
+        }
+        if (s < 0 || e > size) {
+            bad = 1;
+            break;
+        }
+        const uint8_t *p = data + s;
+        mo[i] = p[0];
+        if (e - s >= 5 && p[0] == 0) {
+            fo[i] = 1;
+            io[i] = (int32_t)(((uint32_t)p[1] << 24) | ((uint32_t)p[2] << 16) |
+                              ((uint32_t)p[3] << 8) | (uint32_t)p[4]);
+        } else {
+            fo[i] = 0;
+            io[i] = 0;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    release(&v);
+    if (bad) {
+        Py_DECREF(m);
+        Py_DECREF(ids);
+        Py_DECREF(fr);
+        PyErr_SetString(PyExc_ValueError, "wire_heads: a value lies outside the data");
+        return NULL;
+    }
+    return Py_BuildValue("(NNN)", m, ids, fr);
+}
+
 static PyMethodDef methods[] = {
+    {"wire_heads", wire_heads, METH_VARARGS,
+     "wire_heads(data, starts, ends, valid) -> (magic int16, ids int32, framed uint8) bytes: "
+     "the Confluent header of every value (see kqlab.serde.wire.parse_wire)."},
     {"parse_objects", parse_objects, METH_VARARGS,
      "parse_objects(data, starts, ends, valid, lo, hi) -> None | (status, node): JSON objects "
      "of rows lo:hi as Arrow column buffers (see kqlab.serde.json_arrow)."},

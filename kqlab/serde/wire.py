@@ -18,6 +18,11 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+try:  # the C kernels (optional: without a compiler the numpy path below does it all)
+    from kqlab.serde import _cjson  # type: ignore[attr-defined]
+except ImportError:
+    _cjson = None
+
 #: Bytes before the payload of a Confluent-framed value: magic byte + 4-byte schema id.
 HEADER_SIZE = 5
 MAGIC_BYTE = 0
@@ -141,12 +146,20 @@ def parse_wire(values: pa.Array | pa.ChunkedArray) -> WireInfo:
     """
     values = as_binary(values)
     valid, starts, ends, data = _buffers(values)
-    lengths = ends - starts
-    nonempty = valid & (lengths > 0)
-    magic, ids = _first_bytes(data, starts)
-    magic[~nonempty] = -1
-    framed = nonempty & (lengths >= HEADER_SIZE) & (magic == MAGIC_BYTE)
-    ids[~framed] = 0
+    if _cjson is not None and len(values):  # the same arrays in one C pass
+        m, i, f = _cjson.wire_heads(data, np.ascontiguousarray(starts, dtype=np.int64),
+                                    np.ascontiguousarray(ends, dtype=np.int64),
+                                    np.ascontiguousarray(valid, dtype=np.uint8))
+        magic = np.frombuffer(m, dtype=np.int16)
+        ids = np.frombuffer(i, dtype=np.int32)
+        framed = np.frombuffer(f, dtype=np.bool_)
+    else:
+        lengths = ends - starts
+        nonempty = valid & (lengths > 0)
+        magic, ids = _first_bytes(data, starts)
+        magic[~nonempty] = -1
+        framed = nonempty & (lengths >= HEADER_SIZE) & (magic == MAGIC_BYTE)
+        ids[~framed] = 0
     return WireInfo(
         framed=pa.array(framed, pa.bool_()),
         magic=pa.array(magic, pa.int16()),
