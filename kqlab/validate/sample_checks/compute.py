@@ -177,7 +177,7 @@ def _rate_table(kind: str, groups: pa.Array, window: np.ndarray, hits: np.ndarra
     rows = _rows(keep)
     values: dict[str, tuple[str, np.ndarray | None]] = {"records": ("count", None)}
     if name is not None:
-        values[name] = ("sum", _at(hits, rows, keep))  # type: ignore[dict-item]
+        values[name] = ("sum", _at(hits, rows, keep))
     return group_aggregate({"group": _at(groups, rows, keep),
                             "window": _at(window, rows, keep)}, values,
                            int(keep.sum()), PARTIAL_SCHEMAS[kind])
