@@ -41,10 +41,55 @@ from kqlab.validate.view import (
     nice_bucket,
 )
 
-__all__ = ["LocalAggregates", "LocalView", "RecordCodes"]
+__all__ = ["DeferredRecords", "LocalAggregates", "LocalView", "RecordCodes"]
 
 #: flattened failures: parent record, rule, code, message (one entry per failure)
 FlatFailures = tuple[np.ndarray, pa.Array, np.ndarray, pa.Array]
+
+#: the record verdict columns a sample has before any policy: each record's coordinates
+COORDINATES = ("topic", "partition", "offset", "batch_offset", "batch_index", "timestamp")
+
+
+class DeferredRecords:
+    """A record verdicts table built when first read.
+
+    Its coordinate columns (:data:`COORDINATES`) are the sample's own and there at once;
+    ``build()`` makes the whole table (the ``outcome`` strings and the ``failures`` lists)
+    the first time it is asked for.  An edit's views read counts, outcomes and per-record
+    codes (:class:`RecordCodes`): building a million outcome strings and failure lists per
+    edit for a table nobody reads cost more than the rest of the re-judging."""
+
+    def __init__(self, coords: pa.Table, build: Callable[[], pa.Table]):
+        self.coords = coords
+        self._build: Callable[[], pa.Table] | None = build
+        self._table: pa.Table | None = None
+
+    @property
+    def num_rows(self) -> int:
+        return self.coords.num_rows
+
+    @property
+    def built(self) -> bool:
+        """Whether the table was asked for (tests and benchmarks read it)."""
+        return self._table is not None
+
+    def table(self) -> pa.Table:
+        """The whole record verdicts table (built now on the first call)."""
+        if self._table is None:
+            assert self._build is not None
+            self._table, self._build = self._build(), None
+        return self._table
+
+
+def records_of(ref: pa.Table | DeferredRecords) -> pa.Table:
+    """The record verdicts table ``ref`` is or will build."""
+    return ref.table() if isinstance(ref, DeferredRecords) else ref
+
+
+def coordinates_of(ref: pa.Table | DeferredRecords) -> pa.Table:
+    """A table with at least the :data:`COORDINATES` columns of ``ref``'s records, without
+    building a deferred table."""
+    return ref.coords if isinstance(ref, DeferredRecords) else ref
 
 
 @dataclass(frozen=True)
@@ -54,19 +99,28 @@ class RecordCodes:
     views start from them instead of deriving them again after every edit.
 
     ``batch_id`` may be a callable computing the ids on first use (most edits never need
-    them).  ``failures``, ``reason_labels`` and ``rule_codes`` are None when the replay had
-    no failures to flatten (they are then derived, which costs nothing)."""
+    them), and so may ``failures`` (their rule and message texts), whose ``parents`` and
+    ``failure_codes`` (per flattened failure: record, error code) come at once; ``table`` may
+    be a :class:`DeferredRecords`.  ``failures``, ``reason_labels`` and ``rule_codes`` are
+    None when the replay had no failures to flatten (they are then derived, which costs
+    nothing)."""
 
-    table: pa.Table
+    table: pa.Table | DeferredRecords
     outcome: np.ndarray  # int8 per record: index into OUTCOME_CODES
     batch_id: np.ndarray | Callable[[], np.ndarray]
-    failures: FlatFailures | None = None
+    failures: FlatFailures | Callable[[], FlatFailures] | None = None
     reason_labels: list[str] | None = None
     rule_codes: np.ndarray | None = None  # per flattened failure: index into reason_labels
+    parents: np.ndarray | None = None  # per flattened failure: its record
+    failure_codes: np.ndarray | None = None  # per flattened failure: its error code (int64)
 
     def batch_ids(self) -> np.ndarray:
         """The batch ids (computed now if the replay left a callable)."""
         return self.batch_id() if callable(self.batch_id) else self.batch_id
+
+    def flat_failures(self) -> FlatFailures | None:
+        """The flattened failures (built now if the replay left a callable)."""
+        return self.failures() if callable(self.failures) else self.failures
 
 
 def _np(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -80,12 +134,15 @@ def _combined(col: pa.Array | pa.ChunkedArray) -> pa.Array:
 class LocalAggregates:
     """Per-record codes of one local replay and every small table the views read.
 
-    ``records`` and ``batches`` are the record and batch verdicts; ``codes`` what the replay
-    computed while building them (None: derive everything from the tables)."""
+    ``records`` and ``batches`` are the record and batch verdicts (the records may be a
+    :class:`DeferredRecords`, built only when a table needs more than the coordinates);
+    ``codes`` what the replay computed while building them (None: derive everything from the
+    tables)."""
 
-    def __init__(self, records: pa.Table, batches: pa.Table, framing: str,
+    def __init__(self, records: pa.Table | DeferredRecords, batches: pa.Table, framing: str,
                  codes: RecordCodes | None = None) -> None:
-        self.table = records
+        #: the records as given (compared by identity to tell when they were replaced)
+        self.ref = records
         self.batches = batches
         self.framing = framing
         #: the codes given (compared by identity to tell when they were replaced)
@@ -94,8 +151,19 @@ class LocalAggregates:
         self._query: tuple[RecordQuery, np.ndarray] | None = None
 
     @property
+    def table(self) -> pa.Table:
+        """The record verdicts (built now if they were deferred)."""
+        return records_of(self.ref)
+
+    @property
+    def coords(self) -> pa.Table:
+        """The records' coordinate columns (:data:`COORDINATES`), never building a deferred
+        table."""
+        return coordinates_of(self.ref)
+
+    @property
     def n(self) -> int:
-        return self.table.num_rows
+        return self.ref.num_rows
 
     # -- per-record codes -----------------------------------------------------------------------
     @cached_property
@@ -109,8 +177,10 @@ class LocalAggregates:
     @cached_property
     def failures(self) -> FlatFailures:
         """Flattened failures: parent record, rule, code, message (read by field name)."""
-        if self.codes is not None and self.codes.failures is not None:
-            return self.codes.failures
+        if self.codes is not None:
+            given = self.codes.flat_failures()
+            if given is not None:
+                return given
         arr = _combined(self.table.column("failures"))
         flat = cast(pa.StructArray, pc.list_flatten(arr))
         parents = _np(pc.list_parent_indices(arr)).astype(np.int64)
@@ -119,6 +189,16 @@ class LocalAggregates:
                 pa.array([], pa.string())
         return (parents, flat.field("rule"), _np(flat.field("code").fill_null(0))
                 .astype(np.int64), flat.field("message"))
+
+    @cached_property
+    def failure_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per flattened failure: its record and its error code (int64), without the texts
+        of :attr:`failures` when the replay handed them over."""
+        c = self.codes
+        if c is not None and c.parents is not None and c.failure_codes is not None:
+            return c.parents, c.failure_codes
+        parents, _, codes, _ = self.failures
+        return parents, codes
 
     @cached_property
     def reason_labels(self) -> list[str]:
@@ -144,13 +224,13 @@ class LocalAggregates:
         batch, so a change of topic, partition or batch offset starts the next one)."""
         if self.codes is not None:
             return self.codes.batch_ids()
-        return batch_ids(self.table)
+        return batch_ids(self.coords)
 
     @cached_property
     def reason(self) -> np.ndarray:
         """int64 per record: its primary reason (index into :attr:`reason_labels`), -1 for
         accepted records; collateral records get their batch's culprit reason."""
-        parents, _, codes, _ = self.failures
+        parents, codes = self.failure_rows
         out = np.full(self.n, -1, dtype=np.int64)
         enforced = codes != 0
         if enforced.any():
@@ -176,7 +256,7 @@ class LocalAggregates:
 
     @cached_property
     def _reasons(self) -> pa.Table:
-        parents, _, codes, _ = self.failures
+        parents, codes = self.failure_rows
         k = len(self.reason_labels)
         if k == 0:
             return REASONS_SCHEMA.empty_table()
@@ -205,7 +285,7 @@ class LocalAggregates:
         timestamp range when not given, so a few records from a skewed clock do not squash
         the timeline into one bucket; if the outliers leave too many buckets, the full range
         decides)."""
-        ts = _np(self.table.column("timestamp")).astype(np.int64)
+        ts = _np(self.coords.column("timestamp")).astype(np.int64)
         if not len(ts):
             return pa.table({"bucket": pa.array([], pa.int64()),
                              "total": pa.array([], pa.int64())}), bucket_ms or 60_000
@@ -254,7 +334,7 @@ class LocalAggregates:
         first = np.flatnonzero(np.r_[True, bid[1:] != bid[:-1]]) if len(bid) else \
             np.zeros(0, np.int64)
         count = np.bincount(bid, minlength=nbatch)
-        offsets = _np(self.table.column("offset")).astype(np.int64)
+        offsets = _np(self.coords.column("offset")).astype(np.int64)
         last_row = first + count - 1
         return {
             "first_row": first, "records": count,
@@ -274,7 +354,7 @@ class LocalAggregates:
         if self.n == 0:
             return empty_spans([], np.zeros((0, 2), np.int64), labels, charged)
         b = self.batch_rows
-        t = self.table
+        t = self.coords
         first = b["first_row"]
         label = _partition_labels(t.column("topic").take(first), t.column("partition").take(first))
         partitions_arr = pc.unique(label)
@@ -351,7 +431,7 @@ class LocalAggregates:
             per_record = label.take(bid)  # records arrive batch by batch
         else:  # not the replay's own order: match on the batch coordinates, first match wins
             keys = ["topic", "partition", "batch_offset"]
-            t = self.table
+            t = self.coords
             left = t.select(keys).append_column("_row", pa.array(np.arange(t.num_rows)))
             right = batches.select(keys).append_column("_label", label)
             joined = left.join(right, keys, join_type="left outer").sort_by("_row")
@@ -368,7 +448,7 @@ class LocalAggregates:
 
     def record_reasons(self) -> RecordReasons:
         """Per record: coordinates, outcome code and reason code (the arrays above)."""
-        return RecordReasons(self.table.select(["topic", "partition", "offset"]),
+        return RecordReasons(self.coords.select(["topic", "partition", "offset"]),
                              self.outcome, self.reason, self.reason_labels)
 
     # -- the report and the explorer ------------------------------------------------------------
@@ -391,7 +471,7 @@ class LocalAggregates:
         g = g.sort_by([("row_count", "descending"), ("rule", "ascending"), ("code", "ascending"),
                        ("message", "ascending")]).slice(0, limit)
         first = g.column("row_min")
-        rec = self.table
+        rec = self.coords
         return pa.table([g.column("rule"), g.column("code"), g.column("message"),
                          g.column("row_count"), rec.column("topic").take(first),
                          rec.column("partition").take(first), rec.column("offset").take(first)],
@@ -439,7 +519,8 @@ class LocalAggregates:
         if query.order == "outcome":
             keys = self.outcome[rows].astype(np.int64)
         else:
-            keys = _np(self.table.column(query.order).take(pa.array(rows))).astype(np.int64)
+            t = self.coords if query.order in COORDINATES else self.table
+            keys = _np(t.column(query.order).take(pa.array(rows))).astype(np.int64)
         return rows[np.lexsort((rows, -keys if query.descending else keys))]
 
     def _select(self, query: RecordQuery) -> np.ndarray:
@@ -468,7 +549,7 @@ class LocalAggregates:
                 where = where & cond
             # only the rows the outcome and reason kept are compared (usually few)
             rows = np.flatnonzero(mask)
-            kept = self.table.select(["topic", "partition", "offset", "timestamp"]).take(rows)
+            kept = self.coords.select(["topic", "partition", "offset", "timestamp"]).take(rows)
             kept = kept.append_column("_row", pa.array(rows, pa.int64()))
             return _np(kept.filter(where).column("_row")).astype(np.int64)
         return np.flatnonzero(mask)
@@ -517,20 +598,26 @@ class LocalView:
     codes: RecordCodes | None
     _aggregates: LocalAggregates | None = None
 
+    def records_ref(self) -> pa.Table | DeferredRecords:
+        """The record verdicts as held: the table, or a :class:`DeferredRecords` not built
+        yet (reading it does not build it)."""
+        return self.records
+
     @property
     def aggregates(self) -> LocalAggregates:
         """The per-record codes and tables of these verdicts (rebuilt if the tables were
         replaced)."""
         agg = self._aggregates
-        if agg is None or agg.table is not self.records or agg.batches is not self.batches \
+        ref = self.records_ref()
+        if agg is None or agg.ref is not ref or agg.batches is not self.batches \
                 or agg.given is not self.codes:
-            agg = LocalAggregates(self.records, self.batches, self.framing, self.codes)
+            agg = LocalAggregates(ref, self.batches, self.framing, self.codes)
             self._aggregates = agg
         return agg
 
     def count(self) -> tuple[int, int]:
         """``(records, batches)``."""
-        return self.records.num_rows, self.batches.num_rows
+        return self.records_ref().num_rows, self.batches.num_rows
 
     def by_reason(self) -> pa.Table:
         """The reasons table (see :mod:`kqlab.validate.view`)."""

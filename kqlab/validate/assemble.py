@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -20,16 +21,22 @@ from kqlab.kafka.configs import TopicConfig
 from kqlab.kafka.validator import PartitionValidator
 from kqlab.policy.model import Policy
 from kqlab.records import PARAMS_TYPE
-from kqlab.validate.aggregates import RecordCodes
+from kqlab.validate.aggregates import (
+    COORDINATES,
+    DeferredRecords,
+    FlatFailures,
+    RecordCodes,
+)
 from kqlab.validate.rules import RuleResult
 from kqlab.validate.sample import Sample
+from kqlab.validate.verdict_tables import SortedFailures
 from kqlab.validate.verdicts import (
     POOL,
     RECORD_VERDICTS_SCHEMA,
     REPLAY_BATCHES_SCHEMA,
+    DeferredVerdicts,
     Verdicts,
     batch_ids,
-    failures_from_codes,
     producer_action,
 )
 
@@ -234,6 +241,7 @@ class Assembler:
         self._rules: dict[int, tuple[RuleResult, np.ndarray, pa.Array]] = {}
         self._topics: list[str] | None = None
         self._batch_id: _BatchIds | None = None
+        self._coordinates: pa.Table | None = None
         self._independent: dict[tuple[TopicConfig, int], bool] = {}
         #: the last broker passes, oldest first (:data:`BROKER_RUNS_KEPT`), and the numbers
         #: of the rule results their policy inputs came from (:meth:`_PolicyInput.keys`)
@@ -253,6 +261,17 @@ class Assembler:
             self._topics = pc.unique(self.sample.records.column("topic")).to_pylist() \
                 if self.n else []
         return self._topics
+
+    @property
+    def coordinates(self) -> pa.Table:
+        """The sample's record coordinates (:data:`~kqlab.validate.aggregates.COORDINATES`),
+        the first columns of every record verdicts table of this sample: one table, so the
+        views of successive edits read the same columns."""
+        if self._coordinates is None:
+            self._coordinates = pa.table(
+                [self.sample.records.column(c) for c in COORDINATES],
+                schema=pa.schema([RECORD_VERDICTS_SCHEMA.field(c) for c in COORDINATES]))
+        return self._coordinates
 
     @property
     def batch_id(self) -> _BatchIds:
@@ -402,7 +421,7 @@ class Assembler:
     def __call__(self, policy: Policy, results: dict[str, RuleResult], now: int,
                  profile: str) -> Verdicts:
         sample = self.sample
-        records, batches, rows = sample.records, sample.batches, self.rows
+        batches, rows = sample.batches, self.rows
         n, nb = self.n, self.nb
         rules = {rule.id: self._rule(results[rule.id]) for rule in policy.rules}
         self._rules = {id(results[r.id]): self._rules[id(results[r.id])] for r in policy.rules}
@@ -529,30 +548,52 @@ class Assembler:
         # KIP-686 rejects the batch (check "P") without record errors: its culprits are the
         # records that failed the policy, the others are collateral
         own = culprit | batch_level[rows] | (has & policy_batch[rows]) if n else culprit
-        # outcome codes -> dictionary -> string (no per-record Python strings)
+        # outcome codes; the strings (Arrow, from a dictionary) only with the table
         outcome_idx = np.where(rec_code == 0, 0, np.where(own, 1, 2)).astype(np.int8)
         outcome_idx[rec_code == UNDECIDED] = 3
-        outcome = pc.take(_OUTCOME_WORDS, pa.array(outcome_idx), memory_pool=POOL)
         cat = np.concatenate
-        failures, flat_failures = failures_from_codes(
+        sorted_failures = SortedFailures.of(
             n, cat(f_rec).astype(np.int64) if f_rec else np.zeros(0, np.int64),
             cat(f_rule) if f_rule else np.zeros(0, np.int64), list(labels),
-            cat(f_code).astype(np.int64) if f_code else np.zeros(0, np.int64),
-            pa.concat_arrays(f_msg, POOL) if f_msg else pa.array([], pa.string()),
-            kinds, steps, pa.concat_arrays(f_params, POOL) if f_params else None)
-        record_table = pa.table([
-            records.column("topic"), records.column("partition"), records.column("offset"),
-            records.column("batch_offset"), records.column("batch_index"),
-            records.column("timestamp"), outcome, failures,
-        ], schema=RECORD_VERDICTS_SCHEMA)
+            cat(f_code).astype(np.int64) if f_code else np.zeros(0, np.int64))
+        built: dict[str, Any] = {}
+
+        def texts() -> dict[str, Any]:
+            """The failures column and its texts, made once (the table and the flattened
+            failures share them)."""
+            if not built:
+                column, rule_arr, msg_arr = sorted_failures.column(
+                    pa.concat_arrays(f_msg, POOL) if f_msg else pa.array([], pa.string()),
+                    kinds, steps, pa.concat_arrays(f_params, POOL) if f_params else None)
+                built.update(column=column, rules=rule_arr, messages=msg_arr)
+            return built
+
+        def table() -> pa.Table:
+            outcome = pc.take(_OUTCOME_WORDS, pa.array(outcome_idx), memory_pool=POOL)
+            return pa.table([*self.coordinates.columns, outcome, texts()["column"]],
+                            schema=RECORD_VERDICTS_SCHEMA)
+
+        def flat_failures() -> FlatFailures:
+            t = texts()
+            return sorted_failures.parents, t["rules"], sorted_failures.codes, t["messages"]
+
+        record_table = DeferredRecords(self.coordinates, table)
         undetermined = int(sum(1 for c in checks if c == "undetermined"))
         notes = replay_notes(policy, self.topics, undetermined)
-        out = Verdicts(record_table, _batch_table(batches, verdicts, profile, sample.framing),
-                       pa.Table.from_pylist(rule_rows, RULES_SCHEMA), profile, sample.framing,
-                       now, policy.name, policy.content_hash(), list(sample.issues), notes)
+        out = DeferredVerdicts(
+            record_table, _batch_table(batches, verdicts, profile, sample.framing),
+            pa.Table.from_pylist(rule_rows, RULES_SCHEMA), profile, sample.framing, now,
+            policy.name, policy.content_hash(), list(sample.issues), notes)
         # per-record codes the views would derive from these tables again (equal to what
-        # they compute, tests check; the batch ids are computed when first needed)
-        out.codes = RecordCodes(record_table, outcome_idx, self.batch_id, **flat_failures)
+        # they compute, tests check; the batch ids are computed when first needed, the
+        # failures' texts with the table)
+        some = len(sorted_failures.order) > 0
+        out.codes = RecordCodes(
+            record_table, outcome_idx, self.batch_id, failures=flat_failures if some else None,
+            reason_labels=sorted_failures.reason_labels if some else None,
+            rule_codes=sorted_failures.rule_codes if some else None,
+            parents=sorted_failures.parents if some else None,
+            failure_codes=sorted_failures.codes if some else None)
         return out
 
 

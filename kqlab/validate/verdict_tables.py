@@ -82,41 +82,78 @@ def failures_from_codes(n: int, record_idx: np.ndarray, rule_codes: np.ndarray,
     ``kinds``/``steps`` give each label's kind and spec step (None: unknown), ``params`` each
     row's parameters (a ``map<string, string>`` array aligned with the rows, or None).
     Rows keep their given order within a record (a stable sort by record)."""
-    order = np.argsort(record_idx, kind="stable")
-    counts = np.bincount(record_idx, minlength=n) if len(record_idx) else np.zeros(n, np.int64)
-    offsets = np.zeros(n + 1, dtype=np.int32)
-    offsets[1:] = np.cumsum(counts)
-    take = pa.array(order)
-    sorted_codes = rule_codes[order]
-    rule_arr = pc.take(pa.array(list(labels), pa.string()), pa.array(sorted_codes),
-                       memory_pool=POOL)
-    code_arr = pa.array(codes[order], pa.int16())
-    msg_arr = pc.take(messages, take, memory_pool=POOL)
-    label_codes = pa.array(sorted_codes)
-    kind_arr = pc.take(pa.array(list(kinds) if kinds is not None else [None] * len(labels),
-                                pa.string()), label_codes, memory_pool=POOL)
-    step_arr = pc.take(pa.array(list(steps) if steps is not None else [None] * len(labels),
-                                pa.string()), label_codes, memory_pool=POOL)
-    param_arr = pc.take(params, take, memory_pool=POOL) if params is not None else \
-        pa.nulls(len(order), PARAMS_TYPE)
-    struct = pa.StructArray.from_arrays([rule_arr, code_arr, msg_arr, kind_arr, step_arr,
-                                         param_arr], fields=list(FAILURE_TYPE.value_type))
-    column = pa.ListArray.from_arrays(pa.array(offsets), struct, type=FAILURE_TYPE)
+    rows = SortedFailures.of(n, record_idx, rule_codes, labels, codes)
+    column, rule_arr, msg_arr = rows.column(messages, kinds, steps, params)
     flat: dict[str, Any] = {}
-    if len(order):
-        # reasons in order of first appearance (what pc.unique over the rule field gives)
-        # (the first row of each code present, one pass a label: labels are few, rows many)
-        present = np.flatnonzero(np.bincount(sorted_codes, minlength=len(labels)))
-        at = np.array([int(np.argmax(sorted_codes == c)) for c in present.tolist()],
-                      dtype=np.int64)
-        appearance = present[np.argsort(at, kind="stable")]
-        lut = np.zeros(len(labels), dtype=np.int64)
-        lut[appearance] = np.arange(len(appearance))
-        flat = {"failures": (record_idx[order].astype(np.int64), rule_arr,
-                              code_arr.to_numpy(zero_copy_only=False).astype(np.int64), msg_arr),
-                "reason_labels": [labels[i] for i in appearance.tolist()],
-                "rule_codes": lut[sorted_codes]}
+    if len(rows.order):
+        flat = {"failures": (rows.parents, rule_arr, rows.codes, msg_arr),
+                "reason_labels": rows.reason_labels, "rule_codes": rows.rule_codes}
     return column, flat
+
+
+class SortedFailures:
+    """Flat failure rows sorted by record (stable): the numeric part of
+    :func:`failures_from_codes`, computed at once, and the column with its texts
+    (:meth:`column`), which a replay builds only when its record table is read."""
+
+    def __init__(self, n: int, labels: Sequence[str], order: np.ndarray, offsets: np.ndarray,
+                 sorted_codes: np.ndarray, parents: np.ndarray, codes: np.ndarray,
+                 reason_labels: list[str], rule_codes: np.ndarray):
+        self.n, self.labels, self.order, self.offsets = n, labels, order, offsets
+        #: per sorted row: its label (index into ``labels``), record, error code (int64)
+        self.sorted_codes, self.parents, self.codes = sorted_codes, parents, codes
+        #: the labels present in order of first appearance, and each row's index into them
+        self.reason_labels, self.rule_codes = reason_labels, rule_codes
+
+    @classmethod
+    def of(cls, n: int, record_idx: np.ndarray, rule_codes: np.ndarray,
+           labels: Sequence[str], codes: np.ndarray) -> SortedFailures:
+        order = np.argsort(record_idx, kind="stable")
+        counts = np.bincount(record_idx, minlength=n) if len(record_idx) else \
+            np.zeros(n, np.int64)
+        offsets = np.zeros(n + 1, dtype=np.int32)
+        offsets[1:] = np.cumsum(counts)
+        sorted_codes = rule_codes[order]
+        # the codes as int16 and back, as the column stores them
+        codes_sorted = codes[order].astype(np.int16).astype(np.int64)
+        reason_labels: list[str] = []
+        lut_codes = np.zeros(0, np.int64)
+        if len(order):
+            # reasons in order of first appearance (what pc.unique over the rule field gives)
+            # (the first row of each code present, one pass a label: labels are few, rows
+            # many)
+            present = np.flatnonzero(np.bincount(sorted_codes, minlength=len(labels)))
+            at = np.array([int(np.argmax(sorted_codes == c)) for c in present.tolist()],
+                          dtype=np.int64)
+            appearance = present[np.argsort(at, kind="stable")]
+            lut = np.zeros(len(labels), dtype=np.int64)
+            lut[appearance] = np.arange(len(appearance))
+            reason_labels = [labels[i] for i in appearance.tolist()]
+            lut_codes = lut[sorted_codes]
+        return cls(n, labels, order, offsets, sorted_codes,
+                   record_idx[order].astype(np.int64), codes_sorted, reason_labels, lut_codes)
+
+    def column(self, messages: pa.Array, kinds: Sequence[str | None] | None = None,
+               steps: Sequence[str | None] | None = None, params: pa.Array | None = None
+               ) -> tuple[pa.Array, pa.Array, pa.Array]:
+        """The ``failures`` list column, and its rule and message texts per sorted row."""
+        labels, order, sorted_codes = self.labels, self.order, self.sorted_codes
+        take = pa.array(order)
+        rule_arr = pc.take(pa.array(list(labels), pa.string()), pa.array(sorted_codes),
+                           memory_pool=POOL)
+        code_arr = pa.array(self.codes, pa.int16())
+        msg_arr = pc.take(messages, take, memory_pool=POOL)
+        label_codes = pa.array(sorted_codes)
+        kind_arr = pc.take(pa.array(list(kinds) if kinds is not None else [None] * len(labels),
+                                    pa.string()), label_codes, memory_pool=POOL)
+        step_arr = pc.take(pa.array(list(steps) if steps is not None else [None] * len(labels),
+                                    pa.string()), label_codes, memory_pool=POOL)
+        param_arr = pc.take(params, take, memory_pool=POOL) if params is not None else \
+            pa.nulls(len(order), PARAMS_TYPE)
+        struct = pa.StructArray.from_arrays([rule_arr, code_arr, msg_arr, kind_arr, step_arr,
+                                             param_arr], fields=list(FAILURE_TYPE.value_type))
+        column = pa.ListArray.from_arrays(pa.array(self.offsets), struct, type=FAILURE_TYPE)
+        return column, rule_arr, msg_arr
 
 
 def batch_ids(records: pa.Table) -> np.ndarray:

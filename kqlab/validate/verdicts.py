@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from kqlab.kafka.errors import error_for_code
 from kqlab.policy.model import Policy
-from kqlab.validate.aggregates import LocalView, RecordCodes
+from kqlab.validate.aggregates import DeferredRecords, LocalView, RecordCodes
 from kqlab.validate.sample_checks.results import CheckResults, empty_check_results
 from kqlab.validate.verdict_tables import (  # noqa: F401 - the verdict contracts, re-exported
     FAILURE_TYPE,
@@ -92,7 +92,7 @@ class Verdicts(LocalView):
         when some batch could not be judged from the tables alone)."""
         counts = dict.fromkeys(OUTCOMES, 0)
         codes = self.codes
-        if codes is not None and codes.table is self.records:
+        if codes is not None and codes.table is self.records_ref():
             # the replay's own outcome codes (0-3: OUTCOMES, then undetermined)
             per = np.bincount(codes.outcome, minlength=4)
             counts = {o: int(c) for o, c in zip(OUTCOMES, per[:3], strict=True)}
@@ -127,7 +127,8 @@ class Verdicts(LocalView):
     def _outcome_codes(self) -> np.ndarray | None:
         """The replay's per-record outcome codes when they describe this very table."""
         codes = self.codes
-        return codes.outcome if codes is not None and codes.table is self.records else None
+        return codes.outcome if codes is not None and codes.table is self.records_ref() \
+            else None
 
     def by_producer(self) -> pa.Table:
         """Per producer id: batches, rejected batches, and records per producer action."""
@@ -265,3 +266,30 @@ def _pivot_codes(records: pa.Table, keys: list[str], codes: np.ndarray) -> pa.Ta
     for j, outcome in enumerate(outcomes):
         out[outcome] = pa.array([v[j] for v in rows.values()], pa.int64())
     return pa.table(out).sort_by([(k, "ascending") for k in keys])
+
+
+class DeferredVerdicts(Verdicts):
+    """:class:`Verdicts` whose record table is a :class:`~kqlab.validate.aggregates
+    .DeferredRecords`, built when ``records`` is first read: what an edit's re-judging
+    returns (:class:`~kqlab.validate.assemble.Assembler`).  Counts, outcomes and every view
+    that needs only the records' coordinates and codes never build it; anything that reads
+    ``records`` gets the same table a replay from scratch makes."""
+
+    @property
+    def records(self) -> pa.Table:
+        ref = self.__dict__["_records"]
+        return ref.table() if isinstance(ref, DeferredRecords) else ref
+
+    @records.setter
+    def records(self, value: pa.Table | DeferredRecords) -> None:
+        self.__dict__["_records"] = value
+
+    def records_ref(self) -> pa.Table | DeferredRecords:
+        return self.__dict__["_records"]
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled with its table built (the builder is a closure over the replay)."""
+        state = dict(self.__dict__)
+        state["_records"] = self.records
+        state["codes"] = state["_aggregates"] = None
+        return state

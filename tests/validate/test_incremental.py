@@ -238,3 +238,37 @@ def test_a_state_seen_before_takes_its_batches_from_that_pass(log):
     from kqlab.validate.assemble import BROKER_RUNS_KEPT
 
     assert len(r.assembler._runs) <= BROKER_RUNS_KEPT
+
+
+def test_an_edit_builds_no_record_table_until_one_is_read(log):
+    """An edit's verdicts hold the record table deferred: counts, outcomes, reasons, spans,
+    the timeline and the impact diff read codes and coordinates only; the first read of
+    ``records`` builds the table a fresh replay makes, the views then agree with it, and a
+    pickled copy carries the table."""
+    import pickle
+
+    from kqlab.validate.aggregates import DeferredRecords
+    from kqlab.validate.verdicts import Verdicts
+    from kqlab.viz import impact_table
+
+    r = Replayer(log, now=NOW)
+    before = r.run(policy(TRACE, SIZE))
+    p = policy(TRACE, replace(SIZE, params={"max": 100}), KEY)
+    v = r.run(p)
+    ref = v.records_ref()
+    assert isinstance(ref, DeferredRecords) and not ref.built
+    summary = (v.by_outcome(), v.rules.to_pylist(), v.count(), v.by_reason(),
+               v.timeline(), v.spans(), v.record_reasons(), impact_table(before, v))
+    assert not ref.built
+    fresh = replay(log, p, now=NOW)
+    assert_same(v, fresh)  # reads records: built now, equal to a fresh replay's
+    assert ref.built and v.records_ref() is ref
+    plain = Verdicts(fresh.records, fresh.batches, fresh.rules, fresh.profile, fresh.framing,
+                     fresh.now)
+    assert summary[:3] == (plain.by_outcome(), plain.rules.to_pylist(), plain.count())
+    assert summary[3].equals(plain.by_reason())
+    assert summary[4][0].equals(plain.timeline()[0]) and summary[4][1] == plain.timeline()[1]
+    assert np.array_equal(summary[6].reason, plain.record_reasons().reason)
+    assert impact_table(before, plain).equals(summary[7])
+    copy = pickle.loads(pickle.dumps(r.run(policy(TRACE))))
+    assert_same(copy, replay(log, policy(TRACE), now=NOW))

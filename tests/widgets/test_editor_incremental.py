@@ -184,3 +184,21 @@ def test_fast_template_figures_equal_validated_ones():
         a.update_layout(height="tall")
     a.layout.template.layout.paper_bgcolor = "red"  # a copy: the registered one is unchanged
     assert _figure().layout.template.layout.paper_bgcolor == "rgba(0,0,0,0)"
+
+
+def test_an_edit_in_the_policy_tab_builds_no_record_table(tmp_path):
+    """The Workbench on its Policy tab: an edit redraws the counts, the outcome and status
+    lines and the impact figure from the verdicts' codes, never building the record table
+    (a million outcome strings and failure lists); the Rejections tab, once shown, reads it."""
+    from kqlab.widgets import Workbench
+
+    log = write_log(tmp_path / "log")
+    wb = Workbench(log, policy(TRACE, SIZE, KEY), now=NOW)
+    for edit in (lambda s: s.set_mode("trace", "observe"), lambda s: s.remove_rule("key"),
+                 lambda s: s.undo(), lambda s: s.update_rule("size", max=100)):
+        edit(wb.session)
+        assert not wb.session.verdicts.records_ref().built
+        assert "impact" in wb.editor.figures
+    wb.tabs.selected_index = 1  # the explorer's table pages read the records
+    assert wb.session.verdicts.records_ref().built
+    assert_same(wb.session.verdicts, replay(log, wb.session.policy, now=NOW))
