@@ -106,6 +106,12 @@ class EvalContext:
     def headers_size(self) -> np.ndarray:
         """Header bytes per record (UTF-8 key bytes + value bytes)."""
         h = self.headers
+        if not h.keys.null_count and not h.values.null_count:
+            # a record's headers lie side by side in the flattened columns: its bytes are the
+            # offsets past its last header less those at its first (no per-header sizes)
+            bounds = np.zeros(self.n + 1, dtype=np.int64)
+            np.cumsum(h.counts, out=bounds[1:])
+            return np.diff((_offsets(h.keys) + _offsets(h.values))[bounds])
         per = (_sizes(h.keys).clip(min=0) + _sizes(h.values).clip(min=0)).astype(np.int64)
         return np.bincount(h.parent, weights=per, minlength=self.n).astype(np.int64)
 
@@ -158,6 +164,16 @@ class EvalContext:
     def python_values(self, target: str = "value") -> list[object]:
         """Decoded values as Python objects (for per-record consumers: CEL, plugins)."""
         return self.decoded(target).python_values()
+
+
+def _offsets(arr: pa.BinaryArray | pa.StringArray) -> np.ndarray:
+    """The ``len(arr) + 1`` value offsets of a binary/string array (int64, its slice's)."""
+    odt = np.int64 if pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type) \
+        else np.int32
+    buf = arr.buffers()[1]
+    if buf is None or len(arr) == 0:
+        return np.zeros(len(arr) + 1, dtype=np.int64)
+    return np.frombuffer(buf, dtype=odt)[arr.offset:arr.offset + len(arr) + 1].astype(np.int64)
 
 
 def _sizes(arr: pa.ChunkedArray | pa.BinaryArray | pa.StringArray) -> np.ndarray:
