@@ -411,3 +411,13 @@ def test_report_opening_verdict_and_checks_section(planted):
     assert any("gone (drift): not_evaluable" in w for w in verdict.warnings)
     html = report(v, policy, thresholds=Thresholds(max_reject_rate=1))
     assert "id='kqlab-checks'" in html and "10 of 120" in html
+
+
+def test_volume_over_a_span_too_long_for_its_window_is_not_evaluable(tmp_path):
+    # one record from 1970 beside today's: 56 years of 1 ms windows
+    recs = [(b"k", {"a": 1}, 0), *[(b"k", {"a": 1}, T0 + i) for i in range(10)]]
+    v = replay(write_log(tmp_path / "log", {0: recs}, per_batch=1), loads_policy(
+        HEAD + "checks: [{id: vol, kind: volume, window: 1ms, min: 1}]\n"), now=T0 + 10)
+    row = result(v, "vol")
+    assert (row["status"], row["reason"]) == ("not_evaluable", "too_many_windows")
+    assert int(row["params"]["windows"]) == T0 + 10

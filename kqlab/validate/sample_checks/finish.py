@@ -33,6 +33,14 @@ PSI_FLOOR = 1e-4
 #: at most this many new categories are listed (their number is in params)
 MAX_NEW_VALUES = 100
 _QUANTILES = {"p50": 0.5, "p95": 0.95, "p99": 0.99}
+#: a volume check judges every window of every group between the sample's first and last
+#: timestamp; beyond this many it is not evaluable (a larger window, or timestamps far apart)
+MAX_VOLUME_WINDOWS = 2_000_000
+
+
+class _TooManyWindows(Exception):
+    def __init__(self, cells: int) -> None:
+        self.cells = cells
 _PER_WINDOW = pa.schema([("group", pa.string()), ("window", pa.int64()),
                          ("records", pa.int64()), ("distinct", pa.int64())])
 
@@ -92,6 +100,9 @@ def _per_window(check: Check, p: Partial, extent: Extent, now: int) -> _Windows 
             if check.by else [None]
         if not groups:
             groups = [None]
+        cells = ((last // w) - (first // w) + 1) * len(groups)
+        if cells > MAX_VOLUME_WINDOWS:
+            raise _TooManyWindows(cells)
         starts = np.arange((first // w) * w, (last // w) * w + 1, w, dtype=np.int64)
         g_idx = {g: i for i, g in enumerate(groups)}
         grid = np.zeros((len(groups), len(starts)), dtype=np.int64)
@@ -245,7 +256,12 @@ def finish_check(check: Check, partial: Partial, extent: Extent, now: int,
     if check.kind in ("drift", "schema_drift"):
         return _finish_shapes(check, partial, extent, plan, row), empty
     reason = _reason(check, partial, extent)
-    ws = None if reason else _per_window(check, partial, extent, now)
+    try:
+        ws = None if reason else _per_window(check, partial, extent, now)
+    except _TooManyWindows as exc:
+        row["reason"] = "too_many_windows"
+        row["params"]["windows"] = str(exc.cells)
+        return row, empty
     if ws is None or not len(ws.start):
         row["reason"] = reason or ("no_values" if check.kind in (
             "null_rate", "duplicate_rate", "distinct", "stat") else "no_records")

@@ -33,6 +33,8 @@ NOT_EVALUABLE_REASONS = {
     "not_scalar": "the field holds objects or lists, not single values",
     "too_few_values": "too few values for the statistic",
     "no_timestamps": "no record has a timestamp",
+    "too_many_windows": "the sample spans more windows (x groups) than a volume check "
+                        "judges — use a larger window (see params.windows)",
     "baseline_missing": "the baseline sample is not there",
     "baseline_unreadable": "the baseline sample cannot be read",
     "baseline_empty": "the baseline has no values to compare with",
