@@ -23,6 +23,29 @@ async function palette(page, command) {
   await page.locator('.lm-CommandPalette-item', { hasText: command }).first().click();
 }
 
+// first: a Notebook 7 page after JupyterLab's pages on one server throws (tests/browser/conftest.py)
+test('Notebook 7: the saved notebook renders its verdicts', async ({ page }, testInfo) => {
+  const errors = [];
+  // Notebook 7's own core throws once on a server with no kernelspec (notebook_core.js, reading
+  // 'schema'); what must not throw is this extension (its code is served from kqlab-lab/)
+  page.on('pageerror', (e) => {
+    if (String(e.stack).includes('kqlab-lab')) errors.push(`${e}\n${e.stack}`);
+  });
+  await page.goto(`/notebooks/${EXPECT.notebook}`);
+  const dialog = page.locator('.jp-Dialog');
+  await expect(dialog).toBeVisible({ timeout: 60_000 });   // no kernel to start: none chosen
+  await dialog.locator('.jp-Dialog-footer button').first().click();
+  const out = page.locator('.jp-Notebook .kqlab-verdicts-output.kqlab-result');
+  await expect(out).toBeVisible({ timeout: 30_000 });
+  for (const [outcome, n] of Object.entries(EXPECT.notebook_outcomes)) {
+    await expect(out.locator(`.kqlab-outcome[data-outcome="${outcome}"]`))
+      .toHaveText(`${outcome} ${n.toLocaleString('en-US')}`);
+  }
+  await expect(out.locator('svg.kqlab-reasons-chart g.kqlab-reason')).toHaveCount(EXPECT.notebook_reasons);
+  await page.screenshot({ path: testInfo.outputPath('00-notebook7.png') });
+  expect(errors).toEqual([]);
+});
+
 test('policy file: kqlab marker and message, fixed live, Validate policy, Replay on the sample',
   async ({ page }, testInfo) => {
     const errors = [];

@@ -69,6 +69,7 @@ def test_lab_extension(lab_ext: tuple[str, dict]) -> None:
     proc = run_playwright("labextension", url, out,
                           extra_env={"KQLAB_E2E_EXPECT": json.dumps(expect)})
     assert proc.returncode == 0, f"playwright failed (artifacts in {out}):\n{report(proc)}"
-    assert "2 passed" in proc.stdout, report(proc)
+    assert "3 passed" in proc.stdout, report(proc)
     shots = sorted(p.name for p in Path(out).rglob("*.png"))
-    assert shots == ["01-policy-marker.png", "02-replay.png", "03-saved-notebook.png"], shots
+    assert shots == ["00-notebook7.png", "01-policy-marker.png", "02-replay.png",
+                     "03-saved-notebook.png"], shots
