@@ -25,7 +25,8 @@ from kqlab.validate.sample_checks.baseline import BaselinePlan
 from kqlab.validate.sample_checks.partials import Extent, Partial, group_aggregate
 from kqlab.validate.sample_checks.results import CHECK_WINDOWS_SCHEMA
 
-__all__ = ["PSI_FLOOR", "finish_check", "psi"]
+__all__ = ["PSI_FLOOR", "WINDOW_VALUES_SCHEMA", "distinct_observed", "finish_check", "psi",
+           "stat_values"]
 
 #: shares below this are raised to it before the population stability index takes their log
 #: (an empty bin would otherwise make it infinite)
@@ -41,6 +42,12 @@ MAX_VOLUME_WINDOWS = 2_000_000
 class _TooManyWindows(Exception):
     def __init__(self, cells: int) -> None:
         self.cells = cells
+#: per (group, window) the value judged, as an engine that aggregates a kind itself hands it
+#: to :func:`finish_check` (``values=``) instead of a partial too large to collect
+#: (``distinct``, ``duplicate_rate``: keyed by value; ``stat``: exact values); ``window`` is
+#: the window's start (0 without ``window``), ``observed`` NaN where not evaluable
+WINDOW_VALUES_SCHEMA = pa.schema([("group", pa.string()), ("window", pa.int64()),
+                                  ("records", pa.int64()), ("observed", pa.float64())])
 _PER_WINDOW = pa.schema([("group", pa.string()), ("window", pa.int64()),
                          ("records", pa.int64()), ("distinct", pa.int64())])
 
@@ -139,14 +146,19 @@ def _per_window(check: Check, p: Partial, extent: Extent, now: int) -> _Windows 
             {"records": ("sum", t.column("count").to_numpy()), "distinct": ("count", None)},
             t.num_rows, _PER_WINDOW)
         records = per.column("records").to_numpy()
-        distinct = per.column("distinct").to_numpy()
-        observed = distinct.astype(np.float64) if kind == "distinct" else \
-            (records - distinct) / np.maximum(records, 1)
+        observed = distinct_observed(kind, records, per.column("distinct").to_numpy())
         return _framed(check, per.column("group").to_pylist(), per.column("window").to_numpy(),
                        records, observed, extent)
     if kind == "stat":
         return _stats(check, t, extent)
     raise KeyError(kind)
+
+
+def distinct_observed(kind: str, records: np.ndarray, distinct: np.ndarray) -> np.ndarray:
+    """A window's value from its non-null values and distinct values: ``distinct`` counts
+    them, ``duplicate_rate`` is (values − distinct) / values."""
+    return distinct.astype(np.float64) if kind == "distinct" else \
+        (records - distinct) / np.maximum(records, 1)
 
 
 def _group_ranks(group: list[str | None]) -> np.ndarray:
@@ -180,8 +192,26 @@ def _framed(check: Check, group: list[str | None], window: np.ndarray, records: 
 
 
 def _stats(check: Check, t: pa.Table, extent: Extent) -> _Windows:
-    """A statistic per (group, window) from the exact values, sorted first (so any split of
-    the sample sums them in the same order)."""
+    """A statistic per (group, window) from the exact values, in (start, group) order."""
+    group, window, counts, observed = _stat_columns(check, t)
+    return _framed(check, group, window, counts, observed, extent, ordered=True)
+
+
+def stat_values(check: Check, table: pa.Table) -> pa.Table:
+    """The ``stat`` check's value per (group, window) of a ``stat`` partial table
+    (:data:`WINDOW_VALUES_SCHEMA`): what an engine computes per cell, by this very code,
+    when the exact values cannot all come to one place."""
+    group, window, counts, observed = _stat_columns(check, table)
+    return pa.table({"group": pa.array(group, pa.string()), "window": pa.array(window),
+                     "records": pa.array(counts), "observed": pa.array(observed)},
+                    schema=WINDOW_VALUES_SCHEMA)
+
+
+def _stat_columns(check: Check, t: pa.Table
+                  ) -> tuple[list[str | None], np.ndarray, np.ndarray, np.ndarray]:
+    """Group, window, values and statistic per (group, window), in (window, group) order;
+    each cell's values sorted first (so any split of the sample sums them in the same
+    order)."""
     stat = str(check.param("stat"))
     enc = pc.dictionary_encode(t.column("group")).combine_chunks()
     labels = enc.dictionary.to_pylist()
@@ -228,15 +258,19 @@ def _stats(check: Check, t: pa.Table, extent: Extent) -> _Windows:
         a, b = v[starts + lo], v[starts + hi]
         observed = a + (b - a) * frac
     group = [sorted_labels[int(x)] for x in g[starts].tolist()]
-    return _framed(check, group, win[starts], counts.astype(np.int64),
-                   observed.astype(np.float64), extent, ordered=True)
+    return group, win[starts], counts.astype(np.int64), observed.astype(np.float64)
 
 
 def finish_check(check: Check, partial: Partial, extent: Extent, now: int,
-                 plan: BaselinePlan | None = None) -> tuple[dict[str, Any], pa.Table]:
+                 plan: BaselinePlan | None = None, *, values: pa.Table | None = None
+                 ) -> tuple[dict[str, Any], pa.Table]:
     """The check's result row (a dict of
     :data:`~kqlab.validate.sample_checks.results.CHECK_RESULTS_SCHEMA`) and its windows
-    (:data:`~kqlab.validate.sample_checks.results.CHECK_WINDOWS_SCHEMA`)."""
+    (:data:`~kqlab.validate.sample_checks.results.CHECK_WINDOWS_SCHEMA`).
+
+    ``values``: the per-window values (:data:`WINDOW_VALUES_SCHEMA`) an engine aggregated
+    itself (``distinct``, ``duplicate_rate``, ``stat``); ``partial`` then brings the counters
+    only."""
     low, high = _bounds(check)
     if check.kind == "freshness" and check.param("now") is not None:
         now = int(check.param("now"))
@@ -255,9 +289,12 @@ def finish_check(check: Check, partial: Partial, extent: Extent, now: int,
     empty = CHECK_WINDOWS_SCHEMA.empty_table()
     if check.kind in ("drift", "schema_drift"):
         return _finish_shapes(check, partial, extent, plan, row), empty
-    reason = _reason(check, partial, extent)
+    reason = _reason(check, partial, extent, None if values is None else values.num_rows)
     try:
-        ws = None if reason else _per_window(check, partial, extent, now)
+        ws = None if reason else _per_window(check, partial, extent, now) if values is None \
+            else _framed(check, values.column("group").to_pylist(),
+                         values.column("window").to_numpy(), values.column("records").to_numpy(),
+                         values.column("observed").to_numpy(), extent)
     except _TooManyWindows as exc:
         row["reason"] = "too_many_windows"
         row["params"]["windows"] = str(exc.cells)
@@ -305,15 +342,17 @@ def finish_check(check: Check, partial: Partial, extent: Extent, now: int,
     return row, windows
 
 
-def _reason(check: Check, partial: Partial, extent: Extent) -> str | None:
-    """Why a check cannot be judged at all, before looking at windows."""
+def _reason(check: Check, partial: Partial, extent: Extent, rows: int | None = None
+            ) -> str | None:
+    """Why a check cannot be judged at all, before looking at windows (``rows``: of the
+    per-window values, when given instead of the partial's)."""
     if partial.counts.get("not_scalar"):
         return "not_scalar"
     if not partial.counts.get("records"):
         return "no_records"
     if check.window_ms is not None and extent.first is None:
         return "no_timestamps"
-    if check.kind == "stat" and not partial.table.num_rows and \
+    if check.kind == "stat" and not (partial.table.num_rows if rows is None else rows) and \
             partial.counts.get("non_numeric"):
         return "not_numeric"
     return None
