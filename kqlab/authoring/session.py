@@ -57,12 +57,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kqlab.authoring.check_edits import changed_check, make_check
 from kqlab.authoring.policy_edits import EditError, changed_rule, check_policy, make_rule
 from kqlab.errors import KqlabError
-from kqlab.policy.model import ENFORCEMENT_PROFILES, Policy, Rule
+from kqlab.policy.model import ENFORCEMENT_PROFILES, Check, Policy, Rule
 from kqlab.viz._style import RuleColors
 
 if TYPE_CHECKING:  # pragma: no cover
+    import pyarrow as pa
+
     from kqlab.policy.expression_checks import ExpressionProblem
     from kqlab.policy.value_shapes import Shape
     from kqlab.validate.golden import ExamplesReport
@@ -129,24 +132,28 @@ class AuthoringSession:
     now
         The replay clock (epoch ms).  Default: the sample's own — its newest batch — never
         the wall clock, which would judge a week-old sample's timestamps against today.
-    framing, resolver
-        As for :class:`~kqlab.validate.Replayer`.
+    framing, resolver, base_dir
+        As for :class:`~kqlab.validate.Replayer` (``base_dir``: the policy file's folder,
+        which sample checks' baselines are relative to).
 
     Every action is a method: edits (:meth:`add_rule`, :meth:`update_rule`,
     :meth:`replace_rule`, :meth:`remove_rule`, :meth:`move_rule`, :meth:`set_mode`,
     :meth:`set_severity`, :meth:`set_enforcement`, :meth:`set_policy`, :meth:`apply_yaml`,
-    :meth:`undo`, :meth:`redo`) return the new verdicts or raise :class:`EditError` and keep
-    the policy; :meth:`replay` (local or Spark), :meth:`suggest`,
+    sample checks :meth:`add_check`, :meth:`update_check`, :meth:`set_threshold`,
+    :meth:`remove_check`; :meth:`undo`, :meth:`redo`) return the new verdicts or raise
+    :class:`EditError` and keep the policy; :meth:`replay` (local or Spark), :meth:`suggest`,
     :meth:`accept_suggestion`, :meth:`check_examples`; as-you-type checks
     :meth:`check_expression` and :meth:`rule_problem`.
     """
 
     def __init__(self, policy: Policy, source: Any = None, *, now: int | None = None,
-                 framing: str = "exact", resolver: Any = None):
+                 framing: str = "exact", resolver: Any = None,
+                 base_dir: str | Path | None = None):
         self.policy: Policy = check_policy(policy)
         self.now = now
         self.framing = framing
         self.resolver = resolver
+        self.base_dir = base_dir
         #: policies before each accepted edit (undo pops), and those undone (redo pops)
         self.history: list[Policy] = []
         self.future: list[Policy] = []
@@ -221,6 +228,41 @@ class AuthoringSession:
             r["rule"]: {"failed": r["failed_records"], "rejected": r["rejected_records"],
                         "rejected_batches": r["rejected_batches"]}
             for r in v.rules.to_pylist()})
+
+    @property
+    def checks(self) -> list[dict[str, Any]]:
+        """The sample checks' results in the current verdicts, one dict per check
+        (:data:`~kqlab.validate.sample_checks.CHECK_RESULTS_SCHEMA` columns, ``params`` as a
+        mapping, ``text`` rendered from them); empty without a sample or checks."""
+        v = self.verdicts
+        if v is None:
+            return []
+        return self._derive("checks", lambda: _check_rows(v.checks()))
+
+    def check_windows(self, check_id: str) -> pa.Table:
+        """Every judged window (group) of check ``check_id`` in the current verdicts
+        (:data:`~kqlab.validate.sample_checks.CHECK_WINDOWS_SCHEMA`), in (group, start)
+        order: what a sparkline draws."""
+        from kqlab.validate.sample_checks import CHECK_WINDOWS_SCHEMA
+
+        v = self.verdicts
+        if v is None:
+            return CHECK_WINDOWS_SCHEMA.empty_table()
+        return self._derive(f"check_windows:{check_id}", lambda: v.check_windows(
+            check_id).sort_by([("group", "ascending"), ("start", "ascending")]))
+
+    def window_records(self, check_id: str, group: str | None, start: int | None,
+                       end: int | None) -> pa.Table:
+        """The sample's records check ``check_id`` read in one window: its ``group`` (None:
+        the check has no ``by``) and ``[start, end)`` (None: the whole sample) — a failing
+        window's drill-down.  Needs the local sample (:attr:`view_sample`)."""
+        from kqlab.authoring.check_windows import window_records
+
+        if self.view_sample is None:
+            raise self.refuse("a window's records are read from the local sample: replay "
+                              "it locally first")
+        return window_records(self.view_sample, self.policy, self.check(check_id), group,
+                              start, end)
 
     @property
     def clock(self) -> int | None:
@@ -353,7 +395,8 @@ class AuthoringSession:
 
         step(0, 3, "reading the sample…")
         replayer = source if isinstance(source, Replayer) else Replayer(
-            source, now=self.now, framing=self.framing, resolver=self.resolver)
+            source, now=self.now, framing=self.framing, resolver=self.resolver,
+            base_dir=self.base_dir)
         step(1, 3, f"evaluating {len(self.policy.rules)} rules…")
         replayer.evaluate(with_implicit_rules(self.policy))  # cached: run() reuses it
         step(2, 3, "broker checks and verdicts…")
@@ -471,6 +514,62 @@ class AuthoringSession:
         target = self.future.pop()
         self.history.append(self.policy)
         return self._advance(target, verdicts, "redo")
+
+    def add_check(self, check: Check | str, *, index: int | None = None, **fields: Any
+                  ) -> Any:
+        """Add sample check ``check`` (or one of kind ``check`` built from ``fields``:
+        ``id``, ``window``, ``by``, ``when``, ``description`` and its parameters inline or
+        as ``params``)."""
+        if isinstance(check, str):
+            try:
+                check = make_check(check, fields)
+            except (EditError, TypeError) as exc:
+                raise self.refuse(str(exc)) from None
+        if any(c.id == check.id for c in self.policy.checks):
+            raise self.refuse(f"there is already a check {check.id!r}")
+        checks = list(self.policy.checks)
+        checks.insert(len(checks) if index is None else index, check)
+        return self._commit(self.policy.with_checks(checks))
+
+    def update_check(self, check_id: str, **changes: Any) -> Any:
+        """Change one sample check: parameters inline or as ``params={...}`` (None drops
+        one), ``window``, ``by``, ``when``, ``description``, ``id`` as named.  Only a
+        threshold changed: the replayer re-judges the cached partial aggregates, nothing is
+        recomputed."""
+        old = self.check(check_id)
+        try:
+            new = changed_check(old, changes)
+        except (EditError, TypeError) as exc:
+            raise self.refuse(str(exc)) from None
+        if new.id != check_id and any(c.id == new.id for c in self.policy.checks):
+            raise self.refuse(f"there is already a check {new.id!r}")
+        return self._commit(self.policy.with_checks(
+            [new if c.id == check_id else c for c in self.policy.checks]))
+
+    def set_threshold(self, check_id: str, **thresholds: float | int | None) -> Any:
+        """Set thresholds of check ``check_id`` (``min=``, ``max=``, ``max_age_ms=``,
+        ``max_psi=``; None opens that side): :meth:`update_check` limited to the kind's
+        threshold parameters."""
+        spec = self.check(check_id).spec
+        unknown = sorted(set(thresholds) - set(spec.thresholds))
+        if unknown:
+            raise self.refuse(f"check {check_id}: {', '.join(unknown)} is not a threshold of "
+                              f"a {spec.name} check (thresholds: {', '.join(spec.thresholds)})")
+        return self.update_check(check_id, **thresholds)
+
+    def remove_check(self, check_id: str) -> Any:
+        """Remove sample check ``check_id``."""
+        self.check(check_id)
+        return self._commit(self.policy.with_checks(
+            [c for c in self.policy.checks if c.id != check_id]))
+
+    def check(self, check_id: str) -> Check:
+        """The current policy's sample check ``check_id`` (a refused edit when there is
+        none)."""
+        try:
+            return self.policy.check(check_id)
+        except KeyError as exc:
+            raise self.refuse(str(exc.args[0])) from None
 
     def rule(self, rule_id: str) -> Rule:
         """The current policy's rule ``rule_id`` (a refused edit when there is none)."""
@@ -611,6 +710,17 @@ class AuthoringSession:
         self._refresh_examples()
         self._publish(action, {"policy", "verdicts", "examples", "error"})
         return verdicts
+
+
+def _check_rows(table: pa.Table) -> list[dict[str, Any]]:
+    """Result rows as dicts with ``params`` as a mapping and their text."""
+    from kqlab.validate.sample_checks import describe_check
+
+    rows = table.to_pylist()
+    for row in rows:
+        row["params"] = dict(row["params"] or [])
+        row["text"] = describe_check(row)
+    return rows
 
 
 def _same_source(a: Any, b: Any) -> bool:

@@ -117,6 +117,11 @@ class Replayer:
             np.zeros(0, dtype=bool)
         self._assembler: Assembler | None = None
 
+    @property
+    def control(self) -> np.ndarray:
+        """Per record of the sample: whether it is a transaction marker (no policy reads it)."""
+        return self._control
+
     def _context(self, policy: Policy) -> EvalContext:
         formats = (policy.key, policy.value)
         if self._ctx is None or self._ctx_formats != formats:

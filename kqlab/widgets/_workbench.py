@@ -1,5 +1,5 @@
 """``Workbench``: the quickstart UI — a replay panel, the policy editor and the rejection
-explorer, plus the figures of the current verdicts, all views of one
+explorer, plus the figures and the sample checks of the current verdicts, all views of one
 :class:`~kqlab.authoring.AuthoringSession`.
 
 The session is the single source of truth: *Replay* replays its policy as edited, an edit
@@ -10,7 +10,11 @@ disagree.  The explorer and the figures take the verdicts of any engine (a
 details need the local sample), and the next edit re-judges the local sample when it is the
 same source.
 
-The Rejections and Figures tabs are drawn when they are shown: an edit made in the Policy
+The Checks tab (:class:`~kqlab.widgets._checks.ChecksPanel`) edits thresholds through the
+session, and a failing window's drill-down filters the Rejections tab to its partition and
+``[start, end)`` and shows it.
+
+The Rejections, Figures and Checks tabs are drawn when they are shown: an edit made in the Policy
 tab redraws only what that tab shows (the rule counts, the outcomes, the impact figure), and
 the other tabs follow the current verdicts when they are selected, or when
 :attr:`Workbench.explorer` or :attr:`Workbench.figures` is read from Python.  Three figures
@@ -27,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as w
 
 from kqlab.authoring import AuthoringSession
+from kqlab.widgets._checks import ChecksPanel, Drill
 from kqlab.widgets._common import FigureView, build_figures, css
 from kqlab.widgets._editor import PolicyEditor
 from kqlab.widgets._explorer import RejectionExplorer
@@ -79,8 +84,11 @@ class Workbench:
         self._explorer_for: object = None  # the verdicts the explorer browses
         self.figures_out = css(w.Output(), "figures")
         self._figure_view = FigureView(self.figures_out)
-        tabs = w.Tab(children=[self.editor.widget, self._explorer.widget, self.figures_out])
-        for i, title in enumerate(("Policy", "Rejections", "Figures")):
+        self._checks = ChecksPanel(session, live=False)
+        self._checks.on_drill.append(self._on_drill)
+        tabs = w.Tab(children=[self.editor.widget, self._explorer.widget, self.figures_out,
+                               self._checks.widget])
+        for i, title in enumerate(("Policy", "Rejections", "Figures", "Checks")):
             tabs.set_title(i, title)
         self.tabs = tabs
         tabs.observe(self._on_tab, names="selected_index")
@@ -109,6 +117,13 @@ class Workbench:
         Figures tab has not shown them yet."""
         self._refresh_figures()
         return self._figures
+
+    @property
+    def checks(self) -> ChecksPanel:
+        """The sample checks panel, showing the current verdicts (brought up to date now if
+        the Checks tab has not shown them yet)."""
+        self._checks.refresh()
+        return self._checks
 
     @property
     def verdicts(self) -> VerdictsView | None:
@@ -149,12 +164,30 @@ class Workbench:
             self._refresh_explorer()
         elif self.tabs.selected_index == _FIGURES_TAB:
             self._refresh_figures()
+        elif self.tabs.selected_index == _CHECKS_TAB:
+            self._checks.refresh()
+
+    def _on_drill(self, drill: Drill) -> None:
+        """A failing window's drill-down: the explorer lists the refused records of the
+        same partition (when the check groups by partition; other groups it cannot filter
+        by: the time range only) and ``[start, end)``.  A partition without refused records
+        is not in the explorer at all: it stays as it was (the panel lists the window's
+        records)."""
+        explorer = self.explorer
+        partition = drill.group if drill.by == "partition" else None
+        if partition is not None and partition not in explorer.partition.options:
+            return
+        end = None if drill.end is None else drill.end - 1  # the explorer's are inclusive
+        explorer.set_filter(partition=partition, time=(drill.start, end))
+        self.tabs.selected_index = _EXPLORER_TAB
 
     def _on_tab(self, change: dict[str, Any]) -> None:
         if change["new"] == _EXPLORER_TAB:
             self._refresh_explorer()
         elif change["new"] == _FIGURES_TAB:
             self._refresh_figures()
+        elif change["new"] == _CHECKS_TAB:
+            self._checks.refresh()
 
     def _refresh_explorer(self) -> None:
         """Browse the current verdicts, unless the explorer already does."""
@@ -174,5 +207,5 @@ class Workbench:
         self._figure_view.show(self._figures)
 
 
-#: the Rejections and Figures tabs' indexes in :attr:`Workbench.tabs`
-_EXPLORER_TAB, _FIGURES_TAB = 1, 2
+#: the Rejections, Figures and Checks tabs' indexes in :attr:`Workbench.tabs`
+_EXPLORER_TAB, _FIGURES_TAB, _CHECKS_TAB = 1, 2, 3
