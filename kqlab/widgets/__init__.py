@@ -1,5 +1,6 @@
 """Jupyter widgets of kqlab, thin over the Python API: :class:`PolicyEditor`,
-:class:`ReplayPanel`, :class:`RejectionExplorer` and the :class:`Workbench` composing them;
+:class:`ReplayPanel`, :class:`RejectionExplorer`, :class:`ChecksPanel` (sample checks) and
+the :class:`Workbench` composing them;
 :class:`RolloutView` shows the what-if per enforcement point and the rollout plan.
 
 The editor, the panel and the workbench are views of one
@@ -19,6 +20,7 @@ except ImportError as exc:  # pragma: no cover - the lab extra is missing
     raise ImportError("kqlab.widgets needs ipywidgets and plotly: pip install 'kqlab[lab]'"
                       ) from exc
 
+from kqlab.widgets._checks import CHECKS_CSS, ChecksPanel
 from kqlab.widgets._common import CSS, FIGURES, slug
 from kqlab.widgets._editor import EditError, PolicyEditor, RuleForm, check_cel
 from kqlab.widgets._explorer import RejectionExplorer
@@ -28,6 +30,22 @@ from kqlab.widgets._replay import ReplayCancelled, ReplayPanel
 from kqlab.widgets._rollout import ROLLOUT_CSS, RolloutView
 from kqlab.widgets._workbench import Workbench
 
-__all__ = ["CSS", "FIGURES", "ROLLOUT_CSS", "EditError", "PlotlyFigure", "PolicyEditor",
-           "RecordTable", "RejectionExplorer", "ReplayCancelled", "ReplayPanel", "RolloutView",
-           "RuleForm", "Workbench", "check_cel", "slug"]
+__all__ = [
+    "CHECKS_CSS",
+    "CSS",
+    "FIGURES",
+    "ROLLOUT_CSS",
+    "ChecksPanel",
+    "EditError",
+    "PlotlyFigure",
+    "PolicyEditor",
+    "RecordTable",
+    "RejectionExplorer",
+    "ReplayCancelled",
+    "ReplayPanel",
+    "RolloutView",
+    "RuleForm",
+    "Workbench",
+    "check_cel",
+    "slug",
+]
