@@ -504,8 +504,9 @@ class Assembler:
                 f_msg.append(flat.field("message").filter(sel))
                 f_params.append(flat.field("params").filter(sel))
         # ... batch-level broker errors on every record of their batch ...
-        rec_code = codes[rows] if n else np.zeros(0, dtype=np.int64)
-        level_rec = np.flatnonzero(batch_level[rows]) if n else np.zeros(0, dtype=np.int64)
+        rejected_batch = codes != 0
+        level_rec = np.flatnonzero(batch_level[rows]) if n and batch_level.any() else \
+            np.zeros(0, dtype=np.int64)
         if len(level_rec):
             details = verdicts.column("detail").to_pylist()
             names = verdicts.column("error_name").to_pylist()
@@ -527,7 +528,8 @@ class Assembler:
             res = results[rule.id]
             idx, arrow = rules[rule.id]
             is_reject = rule.mode == "reject"
-            rejected_here = rec_code[idx] != 0 if len(idx) else np.zeros(0, dtype=bool)
+            batch_of = rows[idx]  # non-decreasing: records come batch by batch
+            rejected_here = rejected_batch[batch_of]
             if len(idx):
                 f_rec.append(idx)
                 f_rule.append(np.full(len(idx), label(rule.id, rule.kind), dtype=np.int64))
@@ -541,16 +543,24 @@ class Assembler:
                 "rule": rule.id, "kind": rule.kind, "mode": rule.mode, "severity": rule.severity,
                 "exportable": rule.exportable, "failed_records": len(idx),
                 "rejected_records": int(rejected_here.sum()) if is_reject else 0,
-                "rejected_batches": len(np.unique(rows[idx][rejected_here]))
+                "rejected_batches": _distinct_sorted(batch_of[rejected_here])
                 if is_reject and len(idx) else 0,
                 "evaluation_errors": res.errors,
             })
         # KIP-686 rejects the batch (check "P") without record errors: its culprits are the
         # records that failed the policy, the others are collateral
-        own = culprit | batch_level[rows] | (has & policy_batch[rows]) if n else culprit
+        own = culprit
+        if n and batch_level.any():
+            own = own | batch_level[rows]
+        if n and policy_batch.any():
+            own = own | (has & policy_batch[rows])
         # outcome codes; the strings (Arrow, from a dictionary) only with the table
-        outcome_idx = np.where(rec_code == 0, 0, np.where(own, 1, 2)).astype(np.int8)
-        outcome_idx[rec_code == UNDECIDED] = 3
+        # per batch 0 (accepted), 2 (rejected: collateral unless the record is its own
+        # culprit, 1) or 3 (undetermined), spread to its records
+        per_batch = np.where(rejected_batch, 2, 0).astype(np.int8)
+        per_batch[codes == UNDECIDED] = 3
+        outcome_idx = per_batch[rows] if n else np.zeros(0, dtype=np.int8)
+        outcome_idx[own & (outcome_idx == 2)] = 1
         cat = np.concatenate
         sorted_failures = SortedFailures.of(
             n, cat(f_rec).astype(np.int64) if f_rec else np.zeros(0, np.int64),
@@ -595,6 +605,11 @@ class Assembler:
             parents=sorted_failures.parents if some else None,
             failure_codes=sorted_failures.codes if some else None)
         return out
+
+
+def _distinct_sorted(values: np.ndarray) -> int:
+    """How many distinct values a non-decreasing array holds."""
+    return int(np.count_nonzero(values[1:] != values[:-1])) + 1 if len(values) else 0
 
 
 #: the check id of a record error that is the policy's own (KIP-940/729)

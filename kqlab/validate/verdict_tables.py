@@ -96,10 +96,10 @@ class SortedFailures:
     :func:`failures_from_codes`, computed at once, and the column with its texts
     (:meth:`column`), which a replay builds only when its record table is read."""
 
-    def __init__(self, n: int, labels: Sequence[str], order: np.ndarray, offsets: np.ndarray,
+    def __init__(self, n: int, labels: Sequence[str], order: np.ndarray,
                  sorted_codes: np.ndarray, parents: np.ndarray, codes: np.ndarray,
                  reason_labels: list[str], rule_codes: np.ndarray):
-        self.n, self.labels, self.order, self.offsets = n, labels, order, offsets
+        self.n, self.labels, self.order = n, labels, order
         #: per sorted row: its label (index into ``labels``), record, error code (int64)
         self.sorted_codes, self.parents, self.codes = sorted_codes, parents, codes
         #: the labels present in order of first appearance, and each row's index into them
@@ -109,10 +109,6 @@ class SortedFailures:
     def of(cls, n: int, record_idx: np.ndarray, rule_codes: np.ndarray,
            labels: Sequence[str], codes: np.ndarray) -> SortedFailures:
         order = np.argsort(record_idx, kind="stable")
-        counts = np.bincount(record_idx, minlength=n) if len(record_idx) else \
-            np.zeros(n, np.int64)
-        offsets = np.zeros(n + 1, dtype=np.int32)
-        offsets[1:] = np.cumsum(counts)
         sorted_codes = rule_codes[order]
         # the codes as int16 and back, as the column stores them
         codes_sorted = codes[order].astype(np.int16).astype(np.int64)
@@ -130,7 +126,7 @@ class SortedFailures:
             lut[appearance] = np.arange(len(appearance))
             reason_labels = [labels[i] for i in appearance.tolist()]
             lut_codes = lut[sorted_codes]
-        return cls(n, labels, order, offsets, sorted_codes,
+        return cls(n, labels, order, sorted_codes,
                    record_idx[order].astype(np.int64), codes_sorted, reason_labels, lut_codes)
 
     def column(self, messages: pa.Array, kinds: Sequence[str | None] | None = None,
@@ -152,7 +148,11 @@ class SortedFailures:
             pa.nulls(len(order), PARAMS_TYPE)
         struct = pa.StructArray.from_arrays([rule_arr, code_arr, msg_arr, kind_arr, step_arr,
                                              param_arr], fields=list(FAILURE_TYPE.value_type))
-        column = pa.ListArray.from_arrays(pa.array(self.offsets), struct, type=FAILURE_TYPE)
+        counts = np.bincount(self.parents, minlength=self.n) if len(self.parents) else \
+            np.zeros(self.n, np.int64)
+        offsets = np.zeros(self.n + 1, dtype=np.int32)
+        offsets[1:] = np.cumsum(counts)
+        column = pa.ListArray.from_arrays(pa.array(offsets), struct, type=FAILURE_TYPE)
         return column, rule_arr, msg_arr
 
 
