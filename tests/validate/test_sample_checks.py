@@ -421,3 +421,29 @@ def test_volume_over_a_span_too_long_for_its_window_is_not_evaluable(tmp_path):
     row = result(v, "vol")
     assert (row["status"], row["reason"]) == ("not_evaluable", "too_many_windows")
     assert int(row["params"]["windows"]) == T0 + 10
+
+
+def test_a_field_of_mixed_types_counts_alike_whole_and_chunked(tmp_path):
+    # partition 0: whole numbers; 1: numbers with decimals (5.0 is 5); 2: text and numbers —
+    # each chunk's JSON reader infers its own type, the whole sample's falls back to objects
+    values = {0: [1, 2, 5, 7], 1: [5.0, 2.5, 1.0, 7.25], 2: ["x", 3, "5", None]}
+    parts = {p: [(f"k{p}-{i}".encode(), {"v": v}, T0 + 1000 * i) for i, v in enumerate(vs)]
+             for p, vs in values.items()}
+    folder = write_log(tmp_path / "log", parts, per_batch=1)
+    write_log(tmp_path / "baseline", {0: [(b"k", {"v": v}, T0) for v in (1, 2, "x")]})
+    policy = loads_policy(HEAD + "checks:\n"
+                          "  - {id: dist, kind: distinct, field: v, max: 100}\n"
+                          "  - {id: dup, kind: duplicate_rate, of: v, max: 1}\n"
+                          "  - {id: mean, kind: stat, stat: mean, field: v, max: 100}\n"
+                          "  - {id: drift, kind: drift, field: v, baseline: baseline,"
+                          " max_psi: 100}\n")
+    whole = replay(folder, policy, base_dir=tmp_path)
+    numbers = [1, 2, 5, 7, 5.0, 2.5, 1.0, 7.25, 3]
+    texts = {"1", "2", "5", "7", "2.5", "7.25", "x", "3"}
+    assert result(whole, "dist")["observed"] == len(texts)
+    assert result(whole, "dup")["observed"] == pytest.approx((11 - len(texts)) / 11)
+    assert result(whole, "mean")["observed"] == pytest.approx(np.mean(numbers))
+    assert sorted(result(whole, "drift")["new_values"]) == sorted(texts - {"1", "2", "x"})
+    for chunk in (1, 2):
+        streamed = replay_stream(folder, policy, chunk_batches=chunk, base_dir=tmp_path)
+        assert streamed.checks().to_pylist() == whole.checks().to_pylist()

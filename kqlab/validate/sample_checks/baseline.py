@@ -76,7 +76,7 @@ def baseline_plan(check: Check, policy: Policy, base_dir: Path | None, now: int,
         if check.kind == "drift":
             fv = field_values(ctx, str(check.param("field")))
             if fv.values is not None:
-                valid, numbers, non_numeric = numeric_values(fv.values)
+                valid, numbers, non_numeric = numeric_values(fv)
                 keep = valid & ~control
                 if keep.any() and non_numeric == 0:
                     bins = int(check.param("bins") or 10)

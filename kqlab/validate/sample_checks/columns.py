@@ -34,6 +34,22 @@ class FieldValues:
 
     values: pa.Array | None
     nulls: np.ndarray
+    #: the numbers (NaN elsewhere) when read through Python objects (the fallback), where a
+    #: column of mixed types is text but its numbers still count as numbers
+    numbers: np.ndarray | None = None
+
+
+def _py_text(v: object) -> str | None:
+    """A Python scalar in the canonical text Arrow's casts give (``5.0`` → ``5``)."""
+    if v is None or isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float) and v.is_integer() and abs(v) < 2**53:
+        return str(int(v))
+    if isinstance(v, int | float):
+        return repr(v)
+    return json.dumps(v, ensure_ascii=False, default=str)
 
 
 def _python_leaf(values: list[object], path: tuple[str, ...]) -> list[object]:
@@ -64,12 +80,10 @@ def _field_values(ctx: EvalContext, path: str) -> FieldValues:
         nulls = np.array([v is None for v in items], dtype=bool)
         if any(isinstance(v, dict | list) for v in items):
             return FieldValues(None, nulls)
-        try:
-            leaf = pa.array(items)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-            leaf = pa.array([None if v is None else v if isinstance(v, str) else json.dumps(v)
-                             for v in items], pa.string())
-        return FieldValues(leaf, nulls)
+        numbers = np.array([float(v) if isinstance(v, int | float) and
+                            not isinstance(v, bool) else np.nan for v in items], np.float64)
+        leaf = pa.array([_py_text(v) for v in items], pa.large_string())
+        return FieldValues(leaf, nulls, numbers)
     nulls = leaf.is_null().to_numpy(zero_copy_only=False)
     return FieldValues(None if _is_nested(leaf.type) else leaf, np.asarray(nulls, dtype=bool))
 
@@ -97,19 +111,23 @@ def to_text(values: pa.Array) -> pa.Array:
     return pc.cast(pc.cast(values, pa.string()), pa.large_binary())
 
 
-def numeric_values(values: pa.Array) -> tuple[np.ndarray, np.ndarray, int]:
+def numeric_values(fv: FieldValues) -> tuple[np.ndarray, np.ndarray, int]:
     """``(valid, numbers, non_numeric)``: where a record holds a finite number, the numbers
     (float64, aligned with the records; NaN elsewhere) and how many non-null values were
     not numbers."""
+    values = fv.values
+    assert values is not None
+    if fv.numbers is not None:
+        valid = np.isfinite(fv.numbers)
+        return valid, fv.numbers, int((~fv.nulls & ~valid).sum())
     t = values.type
     n = len(values)
     if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
-        f = pc.cast(values, pa.float64()).to_numpy(zero_copy_only=False)
-        f = np.asarray(f, dtype=np.float64)
+        f = np.asarray(pc.cast(values, pa.float64()).to_numpy(zero_copy_only=False),
+                       dtype=np.float64)
         valid = np.isfinite(f)
         return valid, f, 0
-    non_null = n - values.null_count
-    return np.zeros(n, dtype=bool), np.full(n, np.nan), int(non_null)
+    return np.zeros(n, dtype=bool), np.full(n, np.nan), int(n - values.null_count)
 
 
 def key_values(ctx: EvalContext) -> pa.Array:

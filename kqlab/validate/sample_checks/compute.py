@@ -156,7 +156,7 @@ def partial_of(check: Check, chunk: Chunk, plan: BaselinePlan | None = None) -> 
         if fv.values is None:
             counts["not_scalar"] = 1
             return Partial(kind, PARTIAL_SCHEMAS[kind].empty_table(), counts)
-        valid, numbers, non_numeric = numeric_values(fv.values)
+        valid, numbers, non_numeric = numeric_values(fv)
         counts["non_numeric"] = int(non_numeric if keep.all() else
                                     (timed & ~fv.nulls & ~valid).sum())
         use = timed & valid
@@ -204,7 +204,7 @@ def _shape_partial(check: Check, chunk: Chunk, keep: np.ndarray, plan: BaselineP
         counts["not_scalar"] = 1
         return schema.empty_table()
     if plan is not None and plan.edges is not None:
-        valid, numbers, _ = numeric_values(fv.values)
+        valid, numbers, _ = numeric_values(fv)
         use = keep & valid
         counts["non_numeric"] = int((keep & ~fv.nulls & ~valid).sum())
         bins = np.searchsorted(plan.edges, numbers[use], side="right").astype(np.int64)
