@@ -3,7 +3,9 @@
 Exit status: 0 when every golden example behaves (``test``) or suggestions were made
 (``suggest``), 1 when an example misbehaves, 2 for a wrong request (as every kqlab command).
 ``suggest`` prints the counts of the replay of the policy with its suggestions appended —
-what ``kqlab replay`` prints for the policy ``--write`` writes.
+what ``kqlab replay`` prints for the policy ``--write`` writes — and, for the policy's
+sample checks, thresholds proposed from the sample with the windows each would have failed
+(:mod:`kqlab.validate.check_suggestion`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from kqlab.cli._common import (
 )
 
 if TYPE_CHECKING:
+    from kqlab.validate.check_suggestion import ThresholdSuggestions
     from kqlab.validate.suggestions import Suggestions
 
 __all__ = ["add_parser", "cmd_suggest", "cmd_test"]
@@ -37,6 +40,8 @@ _SUGGEST_EXAMPLES = """\
   kqlab suggest data/ --policy orders.yaml --write orders.suggested.yaml  # a log directory
   kqlab suggest orders-snap/ --policy orders.yaml --max-rejection 0.5% --min-share 5%
   kqlab suggest orders-0 --policy orders.yaml --json | jq '.suggestions[].id'
+  kqlab suggest baseline/ --policy orders.yaml --margin 10% --quantile 0.99 \
+      --json | jq '.thresholds.proposals[] | {check, threshold, proposed, failing_proposed}'
   kqlab replay data/ --policy orders.suggested.yaml   # prints the counts suggest printed"""
 
 
@@ -60,7 +65,10 @@ def add_parser(sub: SubParsers) -> None:
         "snapshot) decoded with the policy's formats and propose rules. The policy with the "
         "suggestions appended is replayed: each suggestion shows the records it fails and "
         "rejects and examples of them, as kqlab replay counts them. Rules the policy already "
-        "has are not proposed again; rare values are left out of value sets, and listed.",
+        "has are not proposed again; rare values are left out of value sets, and listed. "
+        "For the policy's sample checks (checks:), each threshold they set is proposed from "
+        "the sample: the windows' value at --quantile (1: the worst window) widened by "
+        "--margin, with the windows of the sample it would have failed.",
         examples=_SUGGEST_EXAMPLES)
     sug.add_argument("sample", help="a segment file (*.log), a partition folder, a log "
                      "directory or a snapshot")
@@ -83,8 +91,14 @@ def add_parser(sub: SubParsers) -> None:
                      help="failing records named per suggestion (5)")
     sug.add_argument("--no-schema", action="store_true",
                      help="do not derive rules from the registered schema")
+    sug.add_argument("--margin", type=share, default=0.2, metavar="SHARE",
+                     help="checks: widen the observed value by this share of it (0.2 or 20%%)")
+    sug.add_argument("--quantile", type=float, default=1.0, metavar="Q",
+                     help="checks: propose from the windows' value at Q for a max, 1-Q for a "
+                     "min (0.5 to 1; 1: the worst window, so the sample passes)")
     sug.add_argument("--write", default=None, metavar="FILE",
-                     help="write the policy with every suggestion appended to FILE")
+                     help="write the policy with every suggestion appended (and every "
+                     "proposed check threshold set) to FILE")
     add_json_flag(sug)
     sug.set_defaults(run=cmd_suggest)
 
@@ -105,26 +119,64 @@ def cmd_test(args: argparse.Namespace) -> int:
 
 def cmd_suggest(args: argparse.Namespace) -> int:
     """``kqlab suggest SAMPLE --policy P``: the suggestions, as tables or one JSON document."""
+    from pathlib import Path
+
     from kqlab.cli._ui import progress
     from kqlab.policy import save_policy
-    from kqlab.validate.rule_suggestion import suggest
+    from kqlab.validate.check_suggestion import suggest_thresholds
+    from kqlab.validate.replayer import Replayer
+    from kqlab.validate.rule_suggestion import _framing_of, suggest
 
+    if not 0.5 <= args.quantile <= 1:
+        raise ValueError(f"--quantile is between 0.5 and 1 (1: the worst window), not "
+                         f"{args.quantile}")
     policy = load_policy_file(args.policy)
     prepare_registries(policy)
     with progress() as p:
-        found = suggest(args.sample, policy, now=args.now, framing=args.framing,
-                        max_rejection=args.max_rejection, max_examples=args.max_examples,
-                        min_support=args.min_support, min_share=args.min_share,
-                        schema=not args.no_schema, progress=p.step)
+        # one sample for both: rule suggestions and check thresholds share decoded columns
+        replayer = Replayer(args.sample, now=args.now,
+                            framing=_framing_of(args.sample, args.framing),
+                            base_dir=Path(args.policy).parent)
+        found = suggest(replayer, policy, max_rejection=args.max_rejection,
+                        max_examples=args.max_examples, min_support=args.min_support,
+                        min_share=args.min_share, schema=not args.no_schema,
+                        progress=p.step)
+        if policy.checks:
+            p.step("proposing check thresholds")
+        thresholds = suggest_thresholds(replayer, policy, margin=args.margin,
+                                        quantile=args.quantile)
     doc = found.to_dict()
+    doc["thresholds"] = thresholds.to_dict()
     if args.write:
-        save_policy(found.accept(policy), args.write)
+        save_policy(thresholds.accept(found.accept(policy)), args.write)
         doc["written"] = str(args.write)
     if args.json:
         write_json(doc)
         return EXIT_OK
     _print_suggestions(found, args)
+    _print_thresholds(thresholds)
     return EXIT_OK
+
+
+def _print_thresholds(found: ThresholdSuggestions) -> None:
+    """The proposed check thresholds: one row per threshold, then the notes."""
+    from kqlab.cli._ui import console, show, styled, table
+
+    c = console()
+    if not found.proposals and not found.notes:
+        return
+    c.print(styled(f"{len(found)} check threshold(s) proposed (observed value at quantile "
+                   f"{found.quantile:g}, margin {100 * found.margin:g} %)", "bold"))
+    if len(found):
+        rows = [(p.check, p.kind, p.threshold, "—" if p.current is None else f"{p.current:g}",
+                 f"{p.proposed:g}", f"{p.basis:.6g}", p.windows, p.failing_now,
+                 p.failing_proposed) for p in found]
+        show(table(("check", "kind", "threshold", "current", "proposed", "observed",
+                    "windows", "failing now", "would fail"), rows,
+                   right=("current", "proposed", "observed", "windows", "failing now",
+                          "would fail")), out=c)
+    for note in found.notes:
+        c.print(styled(f"note: {note}", "note"))
 
 
 def _print_suggestions(found: Suggestions, args: argparse.Namespace) -> None:
