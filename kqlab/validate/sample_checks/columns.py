@@ -165,11 +165,12 @@ def group_labels(ctx: EvalContext, by: str | None) -> pa.Array:
         # the first header of that name per record (reverse assignment keeps the first)
         first[parents[::-1]] = rows[::-1]
         taken = pc.take(h.values, pa.array(first, mask=first < 0))
-        return _as_label(taken)
+        return pc.dictionary_encode(_as_label(taken))
     values = field_values(ctx, name).values
     if values is None:
         return pa.nulls(n, pa.string())
-    return _as_label(to_text(values))
+    # encoded once here (memoised with the context), grouped by its indices by every check
+    return pc.dictionary_encode(_as_label(to_text(values)))
 
 
 def _as_label(values: pa.Array) -> pa.Array:

@@ -150,10 +150,10 @@ def group_aggregate(keys: Mapping[str, pa.Array | pa.ChunkedArray | np.ndarray],
             code = np.unique(code, return_inverse=True)[1].reshape(-1).astype(np.int64)
         code = code * width + c
     top = int(code.max()) + 1
-    if top <= 4 * n + 1024:  # a dense range (groups x windows): counting, no sort
+    if top <= 8 * n + 1024:  # a dense range (groups x windows [x values]): counting, no sort
         seen = np.zeros(top, bool)
         seen[code] = True
-        rank = np.cumsum(seen) - 1
+        rank = np.cumsum(seen, dtype=np.int32 if top < 2**31 else np.int64) - 1
         inverse = rank[code]
         groups = int(rank[-1]) + 1
         first = np.empty(groups, np.int64)

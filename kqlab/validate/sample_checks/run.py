@@ -27,7 +27,10 @@ from kqlab.validate.sample_checks.results import (
     empty_check_results,
 )
 
-__all__ = ["CheckRun", "partial_key", "run_checks"]
+__all__ = ["COMPACT_EVERY", "CheckRun", "partial_key", "run_checks"]
+
+#: a streamed replay merges a check's partials once this many chunks have added theirs
+COMPACT_EVERY = 32
 
 
 def partial_key(check: Check, policy: Policy, profile: str) -> bytes:
@@ -83,8 +86,11 @@ class CheckRun:
         """Take in another run's partials and extent (the next chunk of a streamed
         replay)."""
         self.extent = self.extent.merge(other.extent)
-        for check_id, parts in other.partials.items():
-            self.partials[check_id].extend(parts)
+        for check in self.policy.checks:
+            parts = self.partials[check.id]
+            parts.extend(other.partials[check.id])
+            if len(parts) >= COMPACT_EVERY:  # a long stream: keep one table, not thousands
+                self.partials[check.id] = [merge_partials(check.kind, parts)]
 
     def add(self, chunk: Chunk, partials: dict[str, Partial] | None = None) -> None:
         """One chunk's (or the whole sample's) contribution; ``partials`` given by id are
