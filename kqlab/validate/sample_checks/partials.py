@@ -154,13 +154,13 @@ def group_aggregate(keys: Mapping[str, pa.Array | pa.ChunkedArray | np.ndarray],
         seen = np.zeros(top, bool)
         seen[code] = True
         rank = np.cumsum(seen, dtype=np.int32 if top < 2**31 else np.int64) - 1
-        inverse = rank[code]
+        inverse: np.ndarray = np.asarray(rank[code], dtype=np.int64)
         groups = int(rank[-1]) + 1
         first = np.empty(groups, np.int64)
         first[inverse[::-1]] = np.arange(n - 1, -1, -1)  # the last write is the first row
     else:
-        _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
-        inverse = inverse.reshape(-1)
+        _, first, found = np.unique(code, return_index=True, return_inverse=True)
+        inverse = np.asarray(found.reshape(-1), dtype=np.int64)
         groups = len(first)
     take = pa.array(first)
     out: dict[str, pa.Array] = {}
