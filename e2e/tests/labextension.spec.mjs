@@ -63,11 +63,32 @@ test('policy file: kqlab marker and message, fixed live, Validate policy, Replay
     await expect(line.locator('.kqlab-problem-mark')).toHaveText(EXPECT.marked);
     await page.screenshot({ path: testInfo.outputPath('01-policy-marker.png') });
 
-    // fix the typo in the editor: the marker goes without a save
+    // fix the typo with the schema's completion (Tab: the rule kinds that fit come first in
+    // JupyterLab's completer, Enter takes one): the marker goes without a save
     await line.locator('.kqlab-problem-mark').click();
     await page.keyboard.press('End');
-    await page.keyboard.type(EXPECT.fix);
+    await page.keyboard.press('Tab');
+    const first = page.locator('.jp-Completer .jp-Completer-item').first();
+    await expect(first).toContainText(EXPECT.fixed_text.split(': ')[1], { timeout: 30_000 });
+    await page.screenshot({ path: testInfo.outputPath('01a-completion.png') });
+    await page.keyboard.press('Enter');
+    await expect(page.locator('.kqlab-policy-document .cm-line', { hasText: EXPECT.fixed_text }))
+      .toHaveCount(1, { timeout: 30_000 });
     await expect(message).toHaveCount(0, { timeout: 30_000 });
+
+    // hover docs from the schema: the rule kind under the pointer
+    const at = await page.evaluate((word) => {
+      const view = window.jupyterapp.shell.currentWidget.content.editor.editor;
+      const pos = view.state.doc.toString().indexOf(word) + 3;
+      const c = view.coordsAtPos(pos);
+      return { x: c.left + 2, y: (c.top + c.bottom) / 2 };
+    }, EXPECT.hover_word);
+    await page.mouse.move(at.x, at.y);
+    const hover = page.locator('.kqlab-hover');
+    await expect(hover.locator('.kqlab-hover-title')).toHaveText(EXPECT.hover_title,
+      { timeout: 30_000 });
+    await expect(hover.locator('.kqlab-hover-doc')).toHaveText(EXPECT.hover_doc);
+    await page.screenshot({ path: testInfo.outputPath('01b-hover.png') });
 
     await palette(page, 'Validate policy');
     await expect(page.locator('.Toastify__toast', { hasText: EXPECT.valid }))

@@ -1,5 +1,6 @@
 """The kqlab-lab JupyterLab extension in a real browser (issue 20): policy files as documents
-(kqlab's own load message as a marker, "Validate policy", "Replay on the sample…") and the
+(kqlab's own load message as a marker, completion and hover docs from the policy's JSON
+Schema, "Validate policy", "Replay on the sample…") and the
 verdicts MIME renderer in a saved, executed notebook opened with no kernel.
 
 The server is ``conftest.py``'s; its root holds a copy of the demo policy with one planted
@@ -20,6 +21,7 @@ import pytest
 
 import kqlab
 from kqlab.policy import PolicyError
+from kqlab.policy.schema import SCHEMA_FILE
 from kqlab.sources.demo import demo_policy_path
 from tests.browser.conftest import ARTIFACTS, jupyter_server, report, run_playwright
 from tests.lab.verdicts_notebook import NOW, executed_verdicts_notebook
@@ -49,7 +51,10 @@ def lab_ext(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dic
         replay = kqlab.replay(str(root / "orders-0"), fixed)  # the endpoint's clock: now
         expect = {
             "policy": POLICY, "message": str(err.value), "line_text": line_text.strip(),
-            "marked": TYPO[1].split(": ")[1], "fix": "e",
+            "marked": TYPO[1].split(": ")[1], "fixed_text": TYPO[0],
+            "hover_word": "field_range", "hover_title": "rule kind field_range",
+            "hover_doc": json.loads(SCHEMA_FILE.read_text())["$defs"]["rule.field_range"][
+                "description"],
             "valid": f"{POLICY}: policy {fixed.name} is valid ({len(fixed.rules)} rules)",
             "sample": "orders-0", "replay_rules": replay.rules.num_rows,
             "replay_outcomes": replay.by_outcome(),
@@ -71,5 +76,6 @@ def test_lab_extension(lab_ext: tuple[str, dict]) -> None:
     assert proc.returncode == 0, f"playwright failed (artifacts in {out}):\n{report(proc)}"
     assert "3 passed" in proc.stdout, report(proc)
     shots = sorted(p.name for p in Path(out).rglob("*.png"))
-    assert shots == ["00-notebook7.png", "01-policy-marker.png", "02-replay.png",
+    assert shots == ["00-notebook7.png", "01-policy-marker.png", "01a-completion.png",
+                     "01b-hover.png", "02-replay.png",
                      "03-saved-notebook.png"], shots

@@ -1,17 +1,23 @@
 // kqlab policy files as documents: a YAML file that starts a kqlab policy (``kqlab: 1``)
 // opened in the file editor gets problem markers from kqlab's own loader (the server
 // endpoint /kqlab/policy/validate: the same messages ``kqlab`` prints at load), re-checked
-// as you type and on save, and the commands "Validate policy" and "Replay on the sample…".
+// as you type, hover docs and completion (Tab) of keys and rule kinds from the policy's JSON
+// Schema, and the commands "Validate policy" and "Replay on the sample…".
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import {
   ICommandPalette, InputDialog, MainAreaWidget, Notification
 } from '@jupyterlab/apputils';
+import {
+  CompletionHandler, ICompletionContext, ICompletionProvider, ICompletionProviderManager
+} from '@jupyterlab/completer';
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 import { Widget } from '@lumino/widgets';
+import { hoverTooltip } from '@codemirror/view';
 
 import { IProblem, problemField, setProblem } from './problems';
 import { renderPayload } from './render';
+import { completions, hoverDoc } from './schema';
 
 const POLICY_START = /^kqlab:\s*\d+\s*$/m;
 const VALIDATE = 'kqlab:validate-policy';
@@ -49,6 +55,72 @@ async function post(path: string, body: any): Promise<any> {
   return data;
 }
 
+let schemaPromise: Promise<any> | null = null;
+
+/** The policy JSON Schema kqlab ships (fetched once from the server extension). */
+function policySchema(): Promise<any> {
+  if (!schemaPromise) {
+    const settings = ServerConnection.makeSettings();
+    const url = URLExt.join(settings.baseUrl, 'kqlab', 'policy', 'schema');
+    schemaPromise = ServerConnection.makeRequest(url, {}, settings).then(r => r.json());
+    schemaPromise.catch(() => (schemaPromise = null));
+  }
+  return schemaPromise;
+}
+
+/** Hover docs from the schema for the key (or rule kind) under the pointer. */
+const schemaHover = hoverTooltip(async (view, pos) => {
+  const schema = await policySchema();
+  const line = view.state.doc.lineAt(pos);
+  const lines = view.state.doc.toString().split('\n');
+  const doc = hoverDoc(schema, lines, line.number, pos - line.from);
+  if (!doc) {
+    return null;
+  }
+  return {
+    pos: line.from + doc.from, end: line.from + doc.to, above: true,
+    create: () => {
+      const dom = document.createElement('div');
+      dom.className = 'kqlab-hover';
+      const title = dom.appendChild(document.createElement('div'));
+      title.className = 'kqlab-hover-title';
+      title.textContent = doc.title;
+      const body = dom.appendChild(document.createElement('div'));
+      body.className = 'kqlab-hover-doc';
+      body.textContent = doc.doc;
+      return { dom };
+    }
+  };
+});
+
+/** Completion of policy keys and rule kinds from the schema (JupyterLab's completer: Tab). */
+class PolicyCompletions implements ICompletionProvider {
+  readonly identifier = 'kqlab-lab:policy-schema';
+  readonly name = 'kqlab policy';
+  readonly rank = 900;
+
+  async isApplicable(context: ICompletionContext): Promise<boolean> {
+    return policyEditor(context.widget) !== null;
+  }
+
+  async fetch(request: CompletionHandler.IRequest, context: ICompletionContext
+  ): Promise<CompletionHandler.ICompletionItemsReply> {
+    const schema = await policySchema();
+    const before = request.text.slice(0, request.offset);
+    const lineNo = before.split('\n').length;
+    const column = before.length - before.lastIndexOf('\n') - 1;
+    const found = completions(schema, request.text.split('\n'), lineNo, column);
+    const lineStart = request.offset - column;
+    if (!found) {
+      return { start: request.offset, end: request.offset, items: [] };
+    }
+    return {
+      start: lineStart + found.from, end: request.offset,
+      items: found.items.map(i => ({ label: i.label, documentation: i.doc, type: 'kqlab' }))
+    };
+  }
+}
+
 /** Validate with kqlab's loader and mark the editor; the reply ({ok, error | policy, rules}). */
 async function validate(ed: IPolicyEditor): Promise<any> {
   const reply = await post('validate', { path: ed.path, text: ed.text() });
@@ -66,7 +138,7 @@ function watch(widget: any): void {
     return;
   }
   watched.add(widget);
-  widget.content.editor.injectExtension(problemField);
+  widget.content.editor.injectExtension([problemField, schemaHover]);
   widget.addClass('kqlab-policy-document');
   let timer = 0;
   const again = () => {
@@ -85,8 +157,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
   id: 'kqlab-lab:policy-documents',
   description: 'kqlab policy files as documents: problem markers, Validate, Replay',
   autoStart: true,
-  optional: [ICommandPalette],
-  activate: (app: JupyterFrontEnd, palette: ICommandPalette | null) => {
+  optional: [ICommandPalette, ICompletionProviderManager],
+  activate: (app: JupyterFrontEnd, palette: ICommandPalette | null,
+    completer: ICompletionProviderManager | null) => {
+    if (completer) {
+      completer.registerProvider(new PolicyCompletions());
+    }
     app.docRegistry.addWidgetExtension('Editor', {
       createNew: (widget: any, context: any) => {
         void context.ready.then(() => watch(widget));
