@@ -232,20 +232,22 @@ class LocalAggregates:
         accepted records; collateral records get their batch's culprit reason."""
         parents, codes = self.failure_rows
         out = np.full(self.n, -1, dtype=np.int64)
-        enforced = codes != 0
-        if enforced.any():
-            p = parents[enforced]
-            first_rec, first_at = _first_of_runs(p)
-            out[first_rec] = self.rule_codes[enforced][first_at]
-        out[self.outcome == 0] = -1
-        own = (self.outcome == 1) & (out >= 0)
-        if own.any() and (self.outcome == 2).any():
+        enforced = np.flatnonzero(codes != 0)
+        if len(enforced):
+            first_rec, first_at = _first_of_runs(parents[enforced])
+            out[first_rec] = self.rule_codes[enforced[first_at]]
+        outcome = self.outcome
+        out[outcome == 0] = -1
+        own = np.flatnonzero((outcome == 1) & (out >= 0))
+        coll = outcome == 2
+        if len(own) and coll.any():
+            # whole-array gathers and a select: cheaper than masked indexing when most
+            # records are collateral (a batch rejected for one record)
             bid = self.batch_id
             batches, first = _first_of_runs(bid[own])
             batch_reason = np.full(int(bid[-1]) + 1, -1, dtype=np.int64)
-            batch_reason[batches] = out[own][first]
-            coll = self.outcome == 2
-            out[coll] = batch_reason[bid[coll]]
+            batch_reason[batches] = out[own[first]]
+            out = np.where(coll, batch_reason[bid], out)
         return out
 
     # -- tables ---------------------------------------------------------------------------------

@@ -94,7 +94,8 @@ class Verdicts(LocalView):
         codes = self.codes
         if codes is not None and codes.table is self.records_ref():
             # the replay's own outcome codes (0-3: OUTCOMES, then undetermined)
-            per = np.bincount(codes.outcome, minlength=4)
+            # four counts over int8 codes (a bincount would widen a million of them first)
+            per = [int(np.count_nonzero(codes.outcome == k)) for k in range(4)]
             counts = {o: int(c) for o, c in zip(OUTCOMES, per[:3], strict=True)}
             if per[3]:
                 counts["undetermined"] = int(per[3])

@@ -25,8 +25,31 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["impact_table", "policy_impact"]
 
 
-def _row_map(before: pa.Table, after: pa.Table) -> np.ndarray:
-    """For every row of ``after``, the row of the same record in ``before``."""
+def _same_memory(a: pa.Table, b: pa.Table) -> bool:
+    """Whether two tables hold their columns in the very same buffers (two edits' views of
+    one sample's coordinates): then they are row for row the same, without comparing."""
+    if a.num_rows != b.num_rows or a.column_names != b.column_names:
+        return False
+    for x, y in zip(a.columns, b.columns, strict=True):
+        if x.num_chunks != y.num_chunks:
+            return False
+        for cx, cy in zip(x.chunks, y.chunks, strict=True):
+            if cx.offset != cy.offset or len(cx) != len(cy) or cx.type != cy.type:
+                return False
+            bx, by = cx.buffers(), cy.buffers()
+            if len(bx) != len(by) or any(
+                    (p is None) != (q is None) or (p is not None and q is not None and (
+                        p.address != q.address or p.size != q.size))
+                    for p, q in zip(bx, by, strict=True)):
+                return False
+    return True
+
+
+def _row_map(before: pa.Table, after: pa.Table) -> np.ndarray | None:
+    """For every row of ``after``, the row of the same record in ``before`` (None: the same
+    row)."""
+    if _same_memory(before, after):
+        return None
     if before.num_rows == after.num_rows and pc.all(pc.and_(
             pc.equal(before.column("offset"), after.column("offset")),
             pc.equal(before.column("partition"), after.column("partition")))).as_py() in (
@@ -50,7 +73,9 @@ def impact_table(before: VerdictsView, after: VerdictsView) -> pa.Table:
     compares records one by one."""
     a, b = before.record_reasons(), after.record_reasons()
     rows = _row_map(a.keys, b.keys)
-    ok_before = a.outcome[rows] == 0
+    a_outcome = a.outcome if rows is None else a.outcome[rows]
+    a_reason = a.reason if rows is None else a.reason[rows]
+    ok_before = a_outcome == 0
     ok_after = b.outcome == 0
     labels = sorted(set(a.labels) | set(b.labels) |
                     set(before.rules.column("rule").to_pylist()) |
@@ -65,7 +90,7 @@ def impact_table(before: VerdictsView, after: VerdictsView) -> pa.Table:
     new_rej = ok_before & ~ok_after
     new_acc = ~ok_before & ok_after
     rejected = np.bincount(remap(b, b.reason[new_rej]), minlength=k)
-    accepted = np.bincount(remap(a, a.reason[rows][new_acc]), minlength=k)
+    accepted = np.bincount(remap(a, a_reason[new_acc]), minlength=k)
     failed = {}
     for name, v in (("before", before), ("after", after)):
         t = v.rules.to_pydict()
