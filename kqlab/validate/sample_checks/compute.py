@@ -69,12 +69,13 @@ def extent_of(chunk: Chunk) -> Extent:
 
 
 def _windows(check: Check, ts: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each record's window start (0 without ``window``), and ``keep`` narrowed to records
-    a windowed check can place (a timestamp)."""
+    """Each record's window index (``ts // window``; 0 without ``window``: its start is
+    ``index * window``), and ``keep`` narrowed to records a windowed check can place (a
+    timestamp)."""
     w = check.window_ms
     if w is None:
         return np.zeros(len(ts), dtype=np.int64), keep
-    return (ts // w) * w, keep & (ts >= 0)
+    return ts // w, keep & (ts >= 0)
 
 
 def _rows(keep: np.ndarray) -> pa.Array | None:
@@ -103,6 +104,7 @@ def partial_of(check: Check, chunk: Chunk, plan: BaselinePlan | None = None) -> 
     if kind in ("drift", "schema_drift"):
         return Partial(kind, _shape_partial(check, chunk, keep, plan, counts), counts)
     window, timed = _windows(check, ts, keep)
+    scales = {"window": check.window_ms or 1}
     counts["untimed"] = int((keep & ~timed).sum())
     groups = ctx.memo(f"check-by:{check.by}", lambda: group_labels(ctx, check.by))
     if kind == "freshness":
@@ -115,10 +117,12 @@ def partial_of(check: Check, chunk: Chunk, plan: BaselinePlan | None = None) -> 
         return Partial(kind, table, counts)
     if kind == "volume":
         ones = np.ones(chunk.n, np.int64)
-        return Partial(kind, _rate_table(kind, groups, window, ones, timed, None), counts)
+        return Partial(kind, _rate_table(kind, groups, window, ones, timed, None, scales),
+                       counts)
     if kind == "null_rate":
         nulls = field_values(ctx, str(check.param("field"))).nulls.astype(np.int64)
-        return Partial(kind, _rate_table(kind, groups, window, nulls, timed, "nulls"), counts)
+        return Partial(kind, _rate_table(kind, groups, window, nulls, timed, "nulls", scales),
+                       counts)
     if kind == "reject_rate":
         rule = check.param("rule")
         if rule is not None:
@@ -129,8 +133,8 @@ def partial_of(check: Check, chunk: Chunk, plan: BaselinePlan | None = None) -> 
             outcome = chunk.outcome if chunk.outcome is not None else \
                 np.zeros(chunk.n, np.int8)
             rejected = ((outcome == 1) | (outcome == 2)).astype(np.int64)
-        return Partial(kind, _rate_table(kind, groups, window, rejected, timed, "rejected"),
-                       counts)
+        return Partial(kind, _rate_table(kind, groups, window, rejected, timed, "rejected",
+                                         scales), counts)
     if kind in ("duplicate_rate", "distinct"):
         of = check.param("of") if kind == "duplicate_rate" else check.param("field")
         if of == "key" and kind == "duplicate_rate":
@@ -149,7 +153,7 @@ def partial_of(check: Check, chunk: Chunk, plan: BaselinePlan | None = None) -> 
                                  "window": _at(window, rows, present),
                                  "value": _at(values, rows, present)},
                                 {"count": ("count", None)}, int(present.sum()),
-                                PARTIAL_SCHEMAS[kind])
+                                PARTIAL_SCHEMAS[kind], scales)
         return Partial(kind, table, counts)
     if kind == "stat":
         fv = field_values(ctx, str(check.param("field")))
@@ -164,7 +168,8 @@ def partial_of(check: Check, chunk: Chunk, plan: BaselinePlan | None = None) -> 
         group = _at(groups, rows, use)
         if isinstance(group, pa.DictionaryArray):
             group = group.dictionary_decode()
-        table = pa.table({"group": group, "window": pa.array(_at(window, rows, use)),
+        table = pa.table({"group": group,
+                          "window": pa.array(_at(window, rows, use) * scales["window"]),
                           "value": pa.array(_at(numbers, rows, use))},
                          schema=PARTIAL_SCHEMAS[kind])
         return Partial(kind, table, counts)
@@ -172,7 +177,7 @@ def partial_of(check: Check, chunk: Chunk, plan: BaselinePlan | None = None) -> 
 
 
 def _rate_table(kind: str, groups: pa.Array, window: np.ndarray, hits: np.ndarray,
-                keep: np.ndarray, name: str | None) -> pa.Table:
+                keep: np.ndarray, name: str | None, scales: dict[str, int]) -> pa.Table:
     """``records`` and ``name`` (the hits; None: records only) per group and window."""
     rows = _rows(keep)
     values: dict[str, tuple[str, np.ndarray | None]] = {"records": ("count", None)}
@@ -180,7 +185,7 @@ def _rate_table(kind: str, groups: pa.Array, window: np.ndarray, hits: np.ndarra
         values[name] = ("sum", _at(hits, rows, keep))
     return group_aggregate({"group": _at(groups, rows, keep),
                             "window": _at(window, rows, keep)}, values,
-                           int(keep.sum()), PARTIAL_SCHEMAS[kind])
+                           int(keep.sum()), PARTIAL_SCHEMAS[kind], scales)
 
 
 def _shape_partial(check: Check, chunk: Chunk, keep: np.ndarray, plan: BaselinePlan | None,

@@ -133,13 +133,15 @@ def _codes(column: pa.Array | pa.ChunkedArray | np.ndarray) -> np.ndarray:
 
 def group_aggregate(keys: Mapping[str, pa.Array | pa.ChunkedArray | np.ndarray],
                     values: Mapping[str, tuple[str, np.ndarray | None]], n: int,
-                    schema: pa.Schema) -> pa.Table:
+                    schema: pa.Schema, scales: Mapping[str, int] | None = None) -> pa.Table:
     """Rows grouped by the ``keys`` columns, each of ``values`` aggregated by its operation
     (``count``: rows; ``sum``, ``max``: of the given int64 array), as a table of ``schema``.
 
     Arrow's own group-by hashes string keys row by row; here each key column is dictionary
     encoded (Arrow's hash kernel), the codes combined into one int64 and grouped by numpy —
-    several times faster on the partial tables' keys (partitions, windows, values)."""
+    several times faster on the partial tables' keys (partitions, windows, values).
+    ``scales``: integer key columns given as indices, multiplied back in the output (a
+    window given as ``ts // w`` groups over a dense range; its start is ``index * w``)."""
     if n == 0:
         return schema.empty_table()
     code = np.zeros(n, np.int64)
@@ -165,7 +167,8 @@ def group_aggregate(keys: Mapping[str, pa.Array | pa.ChunkedArray | np.ndarray],
     take = pa.array(first)
     out: dict[str, pa.Array] = {}
     for name, column in keys.items():
-        out[name] = pa.array(column[first]) if isinstance(column, np.ndarray) else \
+        scale = (scales or {}).get(name, 1)
+        out[name] = pa.array(column[first] * scale) if isinstance(column, np.ndarray) else \
             column.take(take)
         if isinstance(out[name], pa.DictionaryArray):
             out[name] = out[name].dictionary_decode()
