@@ -112,7 +112,7 @@ class Extent:
                       self.records + other.records)
 
 
-def _codes(column: pa.Array | pa.ChunkedArray | np.ndarray) -> np.ndarray:
+def _key_codes(column: pa.Array | pa.ChunkedArray | np.ndarray) -> np.ndarray:
     """Dense-ish int64 codes of a key column (equal values, equal codes; null its own code):
     a dictionary array's indices as they are, a small integer range shifted to 0, else the
     codes of Arrow's hash kernel (dictionary encoding)."""
@@ -146,7 +146,7 @@ def group_aggregate(keys: Mapping[str, pa.Array | pa.ChunkedArray | np.ndarray],
         return schema.empty_table()
     code = np.zeros(n, np.int64)
     for column in keys.values():
-        c = _codes(column)
+        c = _key_codes(column)
         width = int(c.max()) + 1 if len(c) else 1
         if int(code.max()) * width + width >= 2**62:  # keep the combined code in range
             code = np.unique(code, return_inverse=True)[1].reshape(-1).astype(np.int64)
