@@ -46,8 +46,10 @@ def _one_line_examples(rule: PlainData) -> PlainData:
     return {**rule, "examples": flows}
 
 
-def dump_policy(policy: Policy) -> str:
-    """The canonical YAML text of ``policy`` (validated first, so it always loads back).
+def dump_policy(policy: Policy, *, check: bool = True) -> str:
+    """The canonical YAML text of ``policy`` (validated first, so it always loads back;
+    ``check=False`` skips that for a policy already checked as loaded, as an authoring
+    session's always is).
 
     Examples
     --------
@@ -61,7 +63,8 @@ def dump_policy(policy: Policy) -> str:
     <BLANKLINE>
     """
     data = policy_to_dict(policy)
-    policy_from_dict(data, source=f"<policy {policy.name!r}>")
+    if check:
+        policy_from_dict(data, source=f"<policy {policy.name!r}>")
     rules = data.get("rules")
     if isinstance(rules, list):
         data["rules"] = [_one_line_examples(rule) for rule in rules]

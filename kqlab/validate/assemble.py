@@ -424,7 +424,11 @@ class Assembler:
         batches, rows = sample.batches, self.rows
         n, nb = self.n, self.nb
         rules = {rule.id: self._rule(results[rule.id]) for rule in policy.rules}
-        self._rules = {id(results[r.id]): self._rules[id(results[r.id])] for r in policy.rules}
+        # the Arrow messages of this policy's results and of those the kept passes hold (an
+        # undo brings them back), no others
+        keep = {id(results[r.id]) for r in policy.rules} | {
+            id(src) for run in self._runs for src in run.policy.sources}
+        self._rules = {k: v for k, v in self._rules.items() if k in keep}
         # the policy as the broker sees it: each record's first failing reject rule's message
         first = np.full(n, -1, dtype=np.int64)
         arrows, bases, sources, names, base = [], [], [], [], 0

@@ -313,6 +313,8 @@ class PolicyEditor:
         self.figures_out = css(w.Output(), "figures")
         self._figure_view = FigureView(self.figures_out)
         self._rules_shown: tuple[Any, ...] | None = None  # what the rule rows were built for
+        #: the YAML view's texts by policy (the policy kept with its text: ids stay unique)
+        self._yaml_cache: dict[int, tuple[Policy, str]] = {}
         #: rule rows built so far, by (id, kind), least recently used first; a row's mode and
         #: severity controls follow its rule in place (a mode switch re-renders no row)
         self._row_cache: dict[tuple[str, str], tuple[w.HBox, dict[str, w.Widget]]] = {}
@@ -527,7 +529,7 @@ class PolicyEditor:
         self.warning.value = error_html(" ".join(s.warnings))
         self.golden.value = html.escape(s.examples_text())
         self.error.value = error_html(s.error)
-        self.yaml.value = _yaml(s.policy)
+        self.yaml.value = self._yaml(s.policy)
         self.undo_button.disabled = not s.history
         self.redo_button.disabled = not s.future
         if self.enforcement.value != s.policy.enforcement:
@@ -542,6 +544,19 @@ class PolicyEditor:
         self.figures = {} if v is None else build_figures(self.figure_names, v,
                                                           s.figure_context())
         self._figure_view.show(self.figures)
+
+    def _yaml(self, policy: Policy) -> str:
+        """The YAML view's text of ``policy``, kept for the policies of the last edits (an
+        undo, a rule switched back, shows a text already made); the session's policies are
+        checked as loaded, so the text is not checked again."""
+        cache = self._yaml_cache
+        hit = cache.pop(id(policy), None)
+        if hit is None or hit[0] is not policy:
+            hit = (policy, _yaml(policy))
+        cache[id(policy)] = hit
+        while len(cache) > _YAML_CACHE_MAX:
+            del cache[next(iter(cache))]
+        return hit[1]
 
     def _on_enforcement(self, change: dict[str, Any]) -> None:
         if not self._syncing:
@@ -653,10 +668,14 @@ class PolicyEditor:
 _ROW_CACHE_MAX = 64
 
 
+#: YAML texts the editor keeps (policies of the last edits)
+_YAML_CACHE_MAX = 16
+
+
 def _yaml(policy: Policy) -> str:
     from kqlab.policy import dump_policy
 
-    return dump_policy(policy)
+    return dump_policy(policy, check=False)
 
 
 def _small() -> w.Layout:
