@@ -353,7 +353,8 @@ def _replay_spark(args: argparse.Namespace, policy: Policy) -> int:
     verdicts = replay_spark(args.source, policy, master=args.master, out=args.out,
                             overwrite=args.overwrite, now=args.now, framing=args.framing,
                             profile=args.profile, linger_ms=args.linger_ms,
-                            batch_size=args.batch_size, progress=progress_enabled())
+                            batch_size=args.batch_size, progress=progress_enabled(),
+                            base_dir=Path(args.policy).parent)
     summary = verdicts.summary()
     summary["clock"] = verdicts.clock  # the sample's own unless --now, as locally
     _warn_clock(verdicts)

@@ -93,7 +93,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
             replayer = None
             verdicts = replay_spark(args.source, policy, master=args.master, now=args.now,
-                                    framing=args.framing, progress=progress_enabled())
+                                    framing=args.framing, progress=progress_enabled(),
+                                    base_dir=Path(args.policy).parent)
         else:
             p.step(f"reading {args.source}")
             replayer = Replayer(args.source, now=args.now, framing=args.framing,

@@ -82,7 +82,7 @@ def replay_spark(source: Any, policy: Any, *, spark: Any = None, master: str | N
                  out: str | Path | None = None, overwrite: bool = False,
                  now: int | None = None, framing: str = "exact", profile: str | None = None,
                  linger_ms: int = 5, batch_size: int = 16384, resolver: Any = None,
-                 progress: Any = None) -> SparkVerdicts:
+                 progress: Any = None, base_dir: str | Path | None = None) -> SparkVerdicts:
     """Replay ``source`` (snapshot folder, log directory, partition folder or segment file)
     under ``policy`` on Spark; the verdicts equal :func:`kqlab.validate.replay`'s.
 
@@ -91,7 +91,10 @@ def replay_spark(source: Any, policy: Any, *, spark: Any = None, master: str | N
     is the folder for the verdict Parquet files (default: a temporary folder; required on a
     cluster).  ``progress``: True for a terminal line, a
     :class:`~kqlab.spark.progress.SparkNotebookProgress`, or any callable
-    ``(done, total, failed, seconds)``.  Other arguments are the local engine's.
+    ``(done, total, failed, seconds)``.  Other arguments are the local engine's
+    (``base_dir``: the policy file's folder, which sample checks' baselines are relative
+    to).  The policy's sample checks are computed in the same tasks and aggregated by Spark
+    (:mod:`kqlab.spark.checks`); ``checks()`` equals the local engine's.
     """
     from kqlab.serde.schemas import SchemaResolver, portable_resolver
     from kqlab.spark.session import spark_session
@@ -118,7 +121,13 @@ def replay_spark(source: Any, policy: Any, *, spark: Any = None, master: str | N
         resolver = SchemaResolver.from_source(policy.value.schemas)
     if resolver is not None:
         resolver = portable_resolver(resolver)
-    job = Job(effective, now, framing, profile, linger_ms, batch_size, resolver)
+    plans = None
+    if any(c.kind in ("drift", "schema_drift") for c in effective.checks):
+        from kqlab.spark.checks import baseline_plans
+
+        plans = baseline_plans(effective, now, base_dir, resolver)
+    job = Job(effective, now, framing, profile, linger_ms, batch_size, resolver,
+              None if base_dir is None else str(base_dir), plans)
     sc = session.sparkContext
     path, _ = _output_path(out, sc.master, overwrite)
     callback = _callback(progress, session)
@@ -126,6 +135,13 @@ def replay_spark(source: Any, policy: Any, *, spark: Any = None, master: str | N
     label = "exact" if framing == "exact" else f"reconstructed:{framing}"
     verdicts = _collect(session, plan, effective, rows, path, profile, label, now,
                         time.perf_counter() - t0)
+    if effective.checks:
+        from kqlab.spark.checks import check_results
+
+        payloads = [orjson.loads(r["text"]) for r in rows if r["kind"] == "checks"]
+        verdicts.check_results = check_results(session, effective, payloads, path, now,
+                                               plans or {}, job.base_dir)
+        verdicts.seconds = time.perf_counter() - t0
     verdicts.clock = clock
     return verdicts
 
@@ -223,11 +239,13 @@ def _collect(session: Any, plan: Plan, policy: Any, rows: list[Any], path: str, 
                          f"{e['message']}" for e in errors[:5]))
     # files of task attempts that did not report (retried or speculative) are not verdicts
     fs, base = filesystem(path)
-    kept = {f[k] for _, f in files for k in ("records", "batches")}
-    for name in ("records", "batches"):
-        from pyarrow import fs as pafs
+    from pyarrow import fs as pafs
 
-        for info in fs.get_file_info(pafs.FileSelector(f"{base}/{name}", allow_not_found=True)):
+    kept = {f[k] for _, f in files for k in ("records", "batches")}
+    kept |= {c["file"] for _, kind, _, p in got if kind == "checks" for c in p["checks"]}
+    for name in ("records", "batches", "checks"):
+        for info in fs.get_file_info(pafs.FileSelector(f"{base}/{name}", allow_not_found=True,
+                                                       recursive=True)):
             if info.is_file and info.path not in kept:
                 fs.delete_file(info.path)
     files.sort(key=lambda x: x[0])

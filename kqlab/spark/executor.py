@@ -33,7 +33,7 @@ from kqlab.validate.verdicts import RECORD_VERDICTS_SCHEMA, REPLAY_BATCHES_SCHEM
 #: what a task returns to the driver: small rows only (the verdicts go to Parquet files)
 OUTPUT_SCHEMA = pa.schema([
     ("unit", pa.int32()),
-    ("kind", pa.string()),  # files | rules | stats | issue | error
+    ("kind", pa.string()),  # files | rules | stats | checks | issue | error
     ("seq", pa.int32()),
     ("text", pa.string()),  # JSON
 ])
@@ -55,6 +55,10 @@ class Job:
     linger_ms: int
     batch_size: int
     resolver: Any  # a portable SchemaResolver, or None
+    #: the policy file's folder (sample checks' baselines are relative to it) and the
+    #: baselines the driver read (:func:`kqlab.spark.checks.baseline_plans`)
+    base_dir: str | None = None
+    check_plans: dict[bytes, Any] | None = None
 
 
 _RESOLVERS: dict[Any, Any] = {}
@@ -100,7 +104,15 @@ def read_unit_tables(unit: Unit) -> tuple[pa.Table, pa.Table | None]:
 
 
 def replay_unit(unit: Unit, job: Job, stored_framing: str = "exact") -> Any:
-    """The local engine's verdicts for one unit."""
+    """The local engine's verdicts for one unit (sample checks left to the driver)."""
+    return replay_unit_checks(unit, job, stored_framing)[0]
+
+
+def replay_unit_checks(unit: Unit, job: Job, stored_framing: str = "exact"
+                       ) -> tuple[Any, Any]:
+    """The local engine's verdicts for one unit, and its sample checks' partials (a
+    :class:`~kqlab.validate.sample_checks.CheckRun` from the same pass; None without
+    checks)."""
     from kqlab.validate.loading import load_sample, sample_from_tables
     from kqlab.validate.replayer import Replayer
 
@@ -112,8 +124,17 @@ def replay_unit(unit: Unit, job: Job, stored_framing: str = "exact") -> Any:
     else:
         sample = load_sample(unit.path, framing=job.framing, linger_ms=job.linger_ms,
                              batch_size=job.batch_size)
-    replayer = Replayer(sample, now=job.now, resolver=_cached_resolver(job.resolver))
-    return replayer.run(job.policy, profile=job.profile)
+    replayer = Replayer(sample, now=job.now, resolver=_cached_resolver(job.resolver),
+                        base_dir=job.base_dir)
+    verdicts = replayer.run(job.policy, profile=job.profile, checks=False)
+    if not job.policy.checks:
+        return verdicts, None
+    if job.check_plans is not None:  # the driver's baselines: executors need not read them
+        replayer._check_plans = dict(job.check_plans)
+    from kqlab.validate.replayer import with_implicit_rules
+
+    effective = with_implicit_rules(job.policy)
+    return verdicts, replayer.run_checks(effective, replayer.evaluate(effective), verdicts)
 
 
 def unit_clock(unit: Unit, framing: str, linger_ms: int, batch_size: int,
@@ -187,13 +208,17 @@ def unit_rows(unit: Unit, job: Job, stored_framing: str, out: str
     """Replay one unit, write its verdict files, return the small rows; an exception is an
     ``error`` row (the unit's verdicts are missing and the driver says so)."""
     try:
-        v = replay_unit(unit, job, stored_framing)
+        v, check_run = replay_unit_checks(unit, job, stored_framing)
         attempt = _attempt()
         files = {"records": _write(v.records, RECORD_FILE_SCHEMA, unit, out, "records",
                                    attempt),
                  "batches": _write(v.batches, BATCH_FILE_SCHEMA, unit, out, "batches",
                                    attempt),
                  "n_records": v.records.num_rows, "n_batches": v.batches.num_rows}
+        if check_run is not None:
+            from kqlab.spark.checks import unit_check_payload
+
+            checks = unit_check_payload(check_run, out, unit.index, attempt)
     except Exception as exc:  # a failed unit is a verdict of its own, not a failed job
         last = traceback.extract_tb(exc.__traceback__)[-1:]
         where = f"{last[0].filename.rsplit('/', 1)[-1]}:{last[0].lineno}" if last else ""
@@ -202,6 +227,8 @@ def unit_rows(unit: Unit, job: Job, stored_framing: str, out: str
                                    "partition": unit.partition, "path": unit.path})
         return
     yield _row(unit, "files", files)
+    if check_run is not None:
+        yield _row(unit, "checks", checks)
     yield _row(unit, "rules", v.rules.to_pylist())
     checks = v.batches.column("check")
     yield _row(unit, "stats", {
