@@ -341,10 +341,12 @@ class SparkVerdicts:
                                     "pass max_records=None")
         from kqlab.spark.executor import BATCH_FILE_SCHEMA, RECORD_FILE_SCHEMA
 
-        return Verdicts(_read_local(self.record_files, self.path, RECORD_FILE_SCHEMA),
-                        _read_local(self.batch_files, self.path, BATCH_FILE_SCHEMA),
-                        self.rules, self.profile, self.framing, self.now, self.policy_name,
-                        self.policy_hash, list(self.issues), list(self.notes))
+        local = Verdicts(_read_local(self.record_files, self.path, RECORD_FILE_SCHEMA),
+                         _read_local(self.batch_files, self.path, BATCH_FILE_SCHEMA),
+                         self.rules, self.profile, self.framing, self.now, self.policy_name,
+                         self.policy_hash, list(self.issues), list(self.notes))
+        local.check_results = self.check_results  # judged once, by the engine
+        return local
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
         """In a notebook: the kqlab MIME payload beside its HTML fallback (the local

@@ -83,6 +83,7 @@ def test_every_kind_equals_the_local_engine(spark, planted, tmp_path):
     assert sv.checks().to_pylist() == local.checks().to_pylist()
     assert sv.check_windows().equals(local.check_windows())
     assert sv.check_windows("vol").equals(local.check_windows("vol"))
+    assert sv.to_local().checks().equals(local.checks())
     statuses = {r["check"]: (r["status"], r["reason"]) for r in sv.checks().to_pylist()}
     # what was planted is found (the equality above is not an equality of two blanks)
     assert statuses["vol"] == ("fail", None) and statuses["fresh"] == ("fail", None)
