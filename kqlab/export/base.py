@@ -34,15 +34,19 @@ from kqlab.errors import KqlabError
 
 __all__ = [
     "APPROXIMATE",
+    "CHECK_STATUSES",
     "DECODE_KEY",
     "DECODE_VALUE",
     "EXACT",
+    "NOT_ENFORCED",
     "NOT_EXPRESSIBLE",
     "SCHEMA_ID",
+    "STATED",
     "STATUSES",
     "UNVERIFIED",
     "VERDICTS",
     "WITHDRAWN",
+    "CheckFidelity",
     "Export",
     "ExportError",
     "RuleFidelity",
@@ -64,6 +68,11 @@ STATUSES = (EXACT, APPROXIMATE, NOT_EXPRESSIBLE)
 #: here, and one the target's own engine contradicted on the vetting sample
 UNVERIFIED, WITHDRAWN = "unverified", "withdrawn"
 VERDICTS = (EXACT, APPROXIMATE, NOT_EXPRESSIBLE, UNVERIFIED, WITHDRAWN)
+#: how a target carries a sample check (``checks:``): ``stated`` in a contract other tools
+#: read (not run by the target itself), or ``not enforced`` — targets judging one record at a
+#: time have no place for a windowed aggregate over the topic
+STATED, NOT_ENFORCED = "stated", "not enforced"
+CHECK_STATUSES = (STATED, NOT_ENFORCED)
 #: the label every export of a proposed (unimplemented) Kafka API carries
 PROPOSED = "proposed API, not in Apache Kafka"
 
@@ -106,6 +115,28 @@ class RuleFidelity:
         return out
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckFidelity:
+    """How one sample check fares on one target: ``status`` in :data:`CHECK_STATUSES` and
+    ``how`` (or why not).  Checks never refuse a record, so no round trip proves them and
+    a check not enforced is never a reason to fail an export."""
+
+    check: str
+    kind: str
+    status: str
+    how: str
+
+    def __post_init__(self) -> None:
+        if self.status not in CHECK_STATUSES:
+            raise ValueError(f"status must be one of {', '.join(CHECK_STATUSES)}, not "
+                             f"{self.status!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape (one row of the fidelity report's checks)."""
+        return {"check": self.check, "kind": self.kind, "status": self.status,
+                "how": self.how}
+
+
 @dataclass(frozen=True, kw_only=True)
 class Export:
     """One target's export of one policy: its files, per-rule fidelity and behaviour notes.
@@ -128,6 +159,9 @@ class Export:
     #: rules that cannot mean what they say here (e.g. a range over a timestamp field fails
     #: every record, in the replay and in the target alike): said, never silently exported
     warnings: tuple[str, ...] = ()
+    #: the policy's sample checks as this target carries them (empty: the fidelity report
+    #: lists each as not enforced)
+    checks: tuple[CheckFidelity, ...] = ()
 
     def counts(self) -> dict[str, int]:
         """The policy's rules per fidelity status (every status listed; implicit rows, which
@@ -162,7 +196,7 @@ class Export:
                 "proposed": self.proposed, "files": sorted(self.files),
                 "counts": self.counts(), "fidelity": [f.to_dict() for f in self.fidelity],
                 "behaviour": list(self.behaviour), "notes": list(self.notes),
-                "warnings": list(self.warnings)}
+                "warnings": list(self.warnings), "checks": [c.to_dict() for c in self.checks]}
 
 
 # ------------------------------------------------------------------------------ provenance

@@ -32,6 +32,11 @@ admin policies cannot run offline: their exact claims stay unverified.
 trip whose whole export disagreed where every claim was exact — always; a rule a requested
 target enforces only approximately or not at all, in ``reject`` mode — unless approximations
 are accepted.
+
+Sample checks (``checks:``) get their own table (:meth:`FidelityReport.check_table`): per
+target ``stated`` where the export carries them (ODCS quality rules) and ``not enforced``
+everywhere else — record-at-a-time enforcement points have no place for an aggregate over
+windows of a topic.  Checks refuse no record, so they are never among the problems.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from typing import Any
 from kqlab.export.base import (
     APPROXIMATE,
     EXACT,
+    NOT_ENFORCED,
     NOT_EXPRESSIBLE,
     PROPOSED,
     UNVERIFIED,
@@ -124,6 +130,21 @@ class FidelityReport:
     run: dict[str, Any] = field(default_factory=dict)
     #: rule id -> (severity, description) of the policy's rules
     rules: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: check id -> kind of the policy's sample checks, in policy order
+    checks: dict[str, str] = field(default_factory=dict)
+
+    def check_table(self) -> list[dict[str, Any]]:
+        """One row per sample check: per target ``stated`` with how (the export carries it)
+        or ``not enforced`` with why."""
+        rows = []
+        for cid, kind in self.checks.items():
+            targets = {}
+            for name, ex in self.exports.items():
+                row = next((c for c in ex.checks if c.check == cid), None)
+                targets[name] = {"status": row.status, "how": row.how} if row is not None \
+                    else {"status": NOT_ENFORCED, "how": _NOT_ENFORCED_WHY}
+            rows.append({"check": cid, "kind": kind, "targets": targets})
+        return rows
 
     def roundtrip(self, target: str) -> RoundTrip | None:
         """The round trip of ``target``, if one was attempted."""
@@ -199,7 +220,8 @@ class FidelityReport:
         and kqlab version)."""
         return {"policy": self.policy, "provenance": self.provenance,
                 "targets": {n: e.to_dict() for n, e in self.exports.items()},
-                "table": self.table(), "counts": self.counts(), "skipped": self.skipped,
+                "table": self.table(), "counts": self.counts(),
+                "checks": self.check_table(), "skipped": self.skipped,
                 "warnings": self.warnings,
                 "roundtrips": [r.to_dict() for r in self.roundtrips], "run": self.run}
 
@@ -266,7 +288,25 @@ class FidelityReport:
                            f"{e(cell['verdict'])}</b>{claim}<br><small>{e(cell['why'])}"
                            "</small></td>")
             out.append("</tr>")
-        out.append("</table><h2>Round trips</h2>")
+        out.append("</table>")
+        if self.checks:
+            out.append("<h2>Sample checks</h2><p>Checks judge the sample (volume, freshness, "
+                       "null rates, drift...), not a record: <b>stated</b> where the export "
+                       "carries them, <b>not enforced</b> where the target has no place for "
+                       "them.</p><table><tr><th>check</th>")
+            out.extend(f"<th>{e(n)}</th>" for n in names)
+            out.append("</tr>")
+            for row in self.check_table():
+                out.append(f"<tr><td><code>{e(row['check'])}</code><br><small>"
+                           f"{e(row['kind'])}</small></td>")
+                for n in names:
+                    cell = row["targets"][n]
+                    bg = "#c9ecc9" if cell["status"] != NOT_ENFORCED else "#e4e4e4"
+                    out.append(f"<td style='background:{bg}'><b>{e(cell['status'])}</b><br>"
+                               f"<small>{e(cell['how'])}</small></td>")
+                out.append("</tr>")
+            out.append("</table>")
+        out.append("<h2>Round trips</h2>")
         for rt in self.roundtrips:
             if not rt.ran:
                 out.append(f"<h3>{e(rt.target)}: not run</h3><p>{e(rt.reason)}</p>")
@@ -307,6 +347,12 @@ class FidelityReport:
         j.write_text(json.dumps(self.to_dict(), indent=2, default=str) + "\n", encoding="utf-8")
         h.write_text(self.to_html(), encoding="utf-8")
         return [j, h]
+
+
+#: why a target without check rows does not enforce a sample check
+_NOT_ENFORCED_WHY = ("this target judges records one at a time: a sample check is an "
+                     "aggregate over windows of the topic, with no place here (kqlab replay "
+                     "and the CLI's exit status enforce it)")
 
 
 def _whole_sentence(rt: RoundTrip) -> str:
@@ -356,7 +402,8 @@ def fidelity_report(policy: Any, *, sample: Any = None, now: int | None = None,
                 skipped[name] = str(exc)
     report = FidelityReport(policy.name, provenance(policy), exports, skipped=skipped,
                             rules={r.id: (r.severity, r.description or r.message or "")
-                                   for r in policy.rules})
+                                   for r in policy.rules},
+                            checks={c.id: c.kind for c in policy.checks})
     report.run = {"exported_at": today or datetime.date.today().isoformat(), "seconds": {}}
     view = None
     if sample is not None:

@@ -27,6 +27,17 @@ The mapping, every rule being one ODCS quality rule named by its id:
   enforcement profile, key/value formats, masking, provenance) in ``kqlab*`` custom
   properties of the contract.
 
+Sample checks (``checks:``) are quality rules too, each named by its id with the whole
+check in a ``kqlabCheck`` custom property (so the import restores it exactly): a check over
+the whole sample (no ``window``, ``by`` or ``when``) that ODCS's library metrics express is
+one — ``volume`` → ``rowCount`` (unit rows), ``null_rate`` → ``nullValues`` and
+``duplicate_rate`` of a field with ``max: 0`` → ``duplicateValues`` ``mustBe: 0`` on the
+field's property (unit percent for null rates, rows otherwise), with
+``mustBeGreaterOrEqualTo`` / ``mustBeLessOrEqualTo`` / ``mustBeBetween`` — and every
+other (windowed, grouped, and the kinds ODCS has no metric for: freshness, distinct, stat,
+reject rate, drift, schema drift) is a ``custom`` rule with ``engine: kqlab``.  Their rows
+are :class:`~kqlab.export.base.CheckFidelity` ``stated``: ODCS states them, enforces none.
+
 Importing a contract kqlab did not write works too: library metrics, ``engine: kqlab`` (or
 ``cel``) custom rules and the schema constraints become rules with ids derived from the field
 and check; whatever has no kqlab meaning (row counts, duplicates, SQL, text) is listed in
@@ -53,6 +64,8 @@ from kqlab.errors import KqlabError
 from kqlab.export.base import (
     APPROXIMATE,
     EXACT,
+    STATED,
+    CheckFidelity,
     Export,
     RuleFidelity,
     comment_block,
@@ -64,8 +77,8 @@ from kqlab.export.base import (
 if TYPE_CHECKING:  # pragma: no cover
     from open_data_contract_standard.model import OpenDataContractStandard
 
-__all__ = ["API_VERSION", "OdcsError", "OdcsImport", "build", "dump_contract", "import_odcs",
-           "to_odcs"]
+__all__ = ["API_VERSION", "OdcsError", "OdcsImport", "build", "check_rows", "dump_contract",
+           "import_odcs", "to_odcs"]
 
 TITLE = "Open Data Contract Standard v3 (schema + quality rules)"
 #: the ODCS version written: v3.2.0 is the first with a custom property's `vendor`
@@ -94,6 +107,9 @@ BEHAVIOUR = (
     "show them but do not run them",
     "the record's key, headers, timestamps and batch framing have no place in the ODCS "
     "schema: rules on them are custom rules at the schema object's level",
+    "sample checks over the whole sample are library metrics (rowCount, nullValues, "
+    "duplicateValues) ODCS tools compute over a data set; windowed, grouped and other kinds "
+    "are custom rules (engine kqlab) other tools show but do not run",
 )
 
 
@@ -297,6 +313,67 @@ def _quality(rule: Any, position: int, canonical: dict[str, Any]) -> tuple[Any, 
                             mode=rule.mode)
 
 
+#: whole-sample check kinds ODCS library metrics express: kind -> (metric, unit, scale);
+#: duplicate_rate only as "no duplicates" (ODCS tools test duplicateValues in rows)
+_CHECK_METRICS = {"volume": ("rowCount", "rows", 1), "null_rate": ("nullValues", "percent", 100),
+                  "duplicate_rate": ("duplicateValues", "rows", 1)}
+
+
+def _check_quality(check: Any, position: int) -> tuple[Any, tuple[str, ...] | None,
+                                                        CheckFidelity]:
+    """One sample check as an ODCS ``DataQuality``, the property path it sits on (None: the
+    schema object) and its fidelity row."""
+    from open_data_contract_standard.model import CustomProperty, DataQuality
+
+    plain = check.to_dict()
+    metric = _CHECK_METRICS.get(check.kind)
+    field_name = (check.params.get("field") if check.kind == "null_rate" else
+                  check.params.get("of") if check.kind == "duplicate_rate" else None)
+    whole = check.window is None and check.by is None and check.when is None
+    lo, hi = check.params.get("min"), check.params.get("max")
+    if check.kind == "duplicate_rate":  # ODCS tools test duplicateValues in rows only: 0
+        metric = ("duplicateValues", "rows", 1) if hi == 0 else None
+    if metric is not None and whole and (check.kind == "volume" or
+                                         (field_name and field_name != "key")):
+        name, unit, scale = metric
+        bounds: dict[str, Any] = {}
+        if check.kind == "duplicate_rate":
+            bounds["mustBe"] = 0
+        elif lo is not None and hi is not None:
+            bounds["mustBeBetween"] = [_scaled(lo, scale), _scaled(hi, scale)]
+        elif lo is not None:
+            bounds["mustBeGreaterOrEqualTo"] = _scaled(lo, scale)
+        elif hi is not None:
+            bounds["mustBeLessOrEqualTo"] = _scaled(hi, scale)
+        body: dict[str, Any] = {"type": "library", "metric": name, "unit": unit, **bounds}
+        how = (f"ODCS library metric {name} ({unit}) over the data set: standard vocabulary, "
+               "ODCS tools compute it")
+        path = None if check.kind == "volume" else tuple(str(field_name).split("."))
+    else:
+        body = {"type": "custom", "engine": ENGINE,
+                "implementation": {k: v for k, v in plain.items() if k != "id"}}
+        how = ("custom quality rule (engine kqlab) with the check's parameters: other ODCS "
+               "tools show it but do not run it")
+        path = None
+    dq = DataQuality(
+        id=check.id if _STABLE_ID.match(check.id) else None, name=check.id,
+        description=check.description,
+        dimension={"volume": "completeness", "freshness": "timeliness",
+                   "null_rate": "completeness", "duplicate_rate": "uniqueness",
+                   "distinct": "uniqueness"}.get(check.kind, "accuracy"),
+        customProperties=[CustomProperty(property="kqlabCheck", vendor=VENDOR,
+                                         value={"position": position, **plain})],
+        **body)
+    return dq, path, CheckFidelity(check=check.id, kind=check.kind, status=STATED, how=how)
+
+
+def _scaled(value: Any, scale: int) -> Any:
+    """A threshold in the metric's unit (shares as percent), as short as it is exact."""
+    if scale == 1:
+        return value
+    return round(float(value) * scale, 10)
+
+
 def _properties(root: _Prop) -> list[Any]:
     from open_data_contract_standard.model import SchemaProperty
 
@@ -314,7 +391,8 @@ def _properties(root: _Prop) -> list[Any]:
 
 def to_odcs(policy: Any, *, version: str = "1.0.0") -> tuple[OpenDataContractStandard,
                                                             tuple[RuleFidelity, ...]]:
-    """``policy`` as an ODCS contract (the standard's pydantic model) and per-rule fidelity."""
+    """``policy`` as an ODCS contract (the standard's pydantic model) and per-rule fidelity
+    (the checks' rows: :func:`check_rows`)."""
     from open_data_contract_standard.model import (
         CustomProperty,
         Description,
@@ -347,6 +425,12 @@ def to_odcs(policy: Any, *, version: str = "1.0.0") -> tuple[OpenDataContractSta
             node(tuple(str(r.params["field"]).split("."))).quality.append(dq)
         else:
             top.append(dq)
+    for i, check in enumerate(policy.checks):
+        dq, on, _ = _check_quality(check, i)
+        if on is None:
+            top.append(dq)
+        else:
+            node(on).quality.append(dq)
     names = policy.topics.names
     one = names[0] if len(names) == 1 else None
     obj = SchemaObject(name=one or policy.name, physicalType="topic", physicalName=one,
@@ -393,10 +477,29 @@ def build(policy: Any, *, version: str = "1.0.0", today: str | None = None) -> E
     if stripped:
         notes.append(f"credentials left out of {', '.join(stripped)}: an import of this file "
                      "has none")
-    return Export(target="odcs", title=TITLE, policy=policy.name,
+    checks = check_rows(policy)
+    back = _read_back_checks(contract)
+    if back is not None and back != policy.checks:
+        checks = tuple(CheckFidelity(check=c.check, kind=c.kind, status=c.status,
+                                     how=f"{c.how}; NOT restored identically by kqlab import")
+                       for c in checks)
+    return Export(target="odcs", title=TITLE, policy=policy.name, checks=checks,
                   files={f"odcs/{policy.name}.odcs.yaml": text}, fidelity=fid,
                   behaviour=BEHAVIOUR, notes=tuple(notes),
                   data={"contract": contract.model_dump(by_alias=True, exclude_none=True)})
+
+
+def check_rows(policy: Any) -> tuple[CheckFidelity, ...]:
+    """How the contract states each of ``policy``'s sample checks."""
+    return tuple(_check_quality(c, i)[2] for i, c in enumerate(policy.checks))
+
+
+def _read_back_checks(contract: Any) -> tuple[Any, ...] | None:
+    """The checks the contract imports back as (None: it does not read back)."""
+    try:
+        return import_odcs(dump_contract(contract)).policy.checks
+    except OdcsError:
+        return None
 
 
 def _proven(policy: Any, contract: Any, fid: tuple[RuleFidelity, ...]
@@ -489,13 +592,33 @@ class _Reader:
     taken: set[str] = field(default_factory=set)
     #: rule id → (the CEL text a field rule carries, where): checked once the rule is built
     cel_texts: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: sample checks (``kqlabCheck``) with their positions
+    checks: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
 
     def quality(self, q: Any, path: tuple[str, ...] | None, where: str) -> None:
+        found_check, check = _custom(q.customProperties, "kqlabCheck")
+        if found_check:
+            self.check(q, check, where)
+            return
         found, rule = _custom(q.customProperties, "kqlabRule")
         if found:
             self.kqlab(q, rule, path, where)
         else:
             self.other(q, path, where)
+
+    def check(self, q: Any, check: Any, where: str) -> None:
+        """A sample check kqlab wrote: the whole check rides in ``kqlabCheck`` (the standard
+        fields say the same for other tools)."""
+        if not isinstance(check, Mapping) or "kind" not in check or \
+                not isinstance(check.get("position"), int):
+            raise OdcsError(f"{where}: quality rule {q.name!r}: kqlabCheck must be a mapping "
+                            "with kind and position (the check's place in the policy)")
+        plain = dict(check)
+        position = plain.pop("position")
+        plain["id"] = q.name
+        if q.description is not None:
+            plain["description"] = q.description
+        self.checks.append((position, plain))
 
     def kqlab(self, q: Any, extra: Any, path: tuple[str, ...] | None, where: str) -> None:
         if not isinstance(extra, Mapping) or "kind" not in extra:
@@ -740,6 +863,8 @@ def import_odcs(source: str | Path | OpenDataContractStandard, *,
         if section in sections and section != "provenance":
             data[section] = sections[section]
     data["rules"] = placed + foreign
+    if reader.checks:
+        data["checks"] = [c for _, c in sorted(reader.checks, key=lambda x: x[0])]
     if "provenance" in sections:
         data["provenance"] = sections["provenance"]
     if not data["rules"]:
