@@ -1,0 +1,116 @@
+"""The cost of the sample checks: a replay with one check of each of the 9 kinds against the
+same replay without them, on the same log directory, in one run.
+
+Data: ``_spark_data``'s log directory (8 partitions of JSON order records, ~150-byte values,
+string keys, two headers, the seven-rule policy), 1 M records; a 100k-record directory of the
+same records is the drift and schema-drift baseline (its path relative to the policy's
+folder, as a policy file would name it).  The checks:
+
+* ``volume`` per partition per second (min 1), ``freshness`` per partition,
+* ``null_rate`` of ``customer`` per 10 s, ``duplicate_rate`` of the key per 10 s (every key
+  distinct within a partition: the largest partial a check keeps),
+* ``distinct`` currencies, ``stat`` p95 of ``amount`` per 10 s per partition,
+* ``reject_rate`` of the ``amount`` rule, ``drift`` of ``amount`` (10 bins),
+  ``schema_drift``.
+
+Both sides run ``kqlab.validate.stream.replay_stream`` (what ``kqlab replay`` does for a log
+directory: chunks read and decoded ahead while the previous one is judged), interleaved and
+repeated (best of each); ``ratio`` is the time with the checks over the time without (goal
+<= 1.25).  The checks' results are verified before timing (every check judged, none not
+evaluable).  ``--quick`` (under 60 s): the same 1 M records, two repetitions.  The last line
+is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+import orjson
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import _spark_data as data
+
+GOAL_RATIO = 1.25
+CHECKS = """
+checks:
+- {id: volume, kind: volume, window: 1s, by: partition, min: 1}
+- {id: fresh, kind: freshness, by: partition, max_age_ms: 7200000}
+- {id: customer-null, kind: null_rate, field: customer, window: 10s, max: 0.01}
+- {id: dup-keys, kind: duplicate_rate, of: key, window: 10s, by: partition, max: 0}
+- {id: currencies, kind: distinct, field: currency, min: 3}
+- {id: amount-p95, kind: stat, stat: p95, field: amount, window: 10s, by: partition, max: 10000}
+- {id: amount-rejects, kind: reject_rate, rule: amount, max: 0.01}
+- {id: amount-drift, kind: drift, field: amount, baseline: BASELINE, max_psi: 0.2}
+- {id: shapes, kind: schema_drift, baseline: BASELINE}
+"""
+
+
+def policies(baseline: Path) -> tuple[object, object]:
+    """The seven-rule policy, without and with the nine checks."""
+    from kqlab.policy import loads_policy
+
+    plain = loads_policy(data.POLICY)
+    checked = loads_policy(data.POLICY + CHECKS.replace("BASELINE", baseline.name))
+    assert len({c.kind for c in checked.checks}) == 9
+    return plain, checked
+
+
+def timed(root: Path, policy: object, base_dir: Path) -> tuple[float, float, object]:
+    """One streamed replay: wall seconds, CPU seconds (every thread), the verdicts."""
+    from kqlab.validate.stream import replay_stream
+
+    wall, cpu = time.perf_counter(), time.process_time()
+    v = replay_stream(root, policy, now=data.NOW, base_dir=base_dir)  # type: ignore[arg-type]
+    v.summary()  # the verdicts are usable, checks included
+    return time.perf_counter() - wall, time.process_time() - cpu, v
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="two repetitions (under 60 s)")
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--reps", type=int, default=None)
+    args = ap.parse_args()
+    reps = args.reps or (2 if args.quick else 5)
+    root = data.log_dir(args.records)
+    baseline = data.log_dir(100_000, topic="baseline")
+    plain, checked = policies(baseline)
+    base_dir = baseline.parent
+
+    _, _, v = timed(root, checked, base_dir)  # warm-up, and the checks are all judged
+    rows = v.checks().to_pylist()
+    assert [r["status"] for r in rows if r["status"] == "not_evaluable"] == [], rows
+    n = v.count()[0]
+    print(f"{n:,} records, {len(rows)} checks: " + ", ".join(
+        f"{r['check']} {r['status']}" for r in rows), file=sys.stderr)
+    best = {"without": (float("inf"), 0.0), "with": (float("inf"), 0.0)}
+    for _ in range(reps):
+        for name, pol in (("without", plain), ("with", checked)):
+            wall, cpu, _ = timed(root, pol, base_dir)
+            if wall < best[name][0]:
+                best[name] = (wall, cpu)
+            print(f"  {name:8s} checks: {wall:6.2f} s wall, {cpu:6.2f} s CPU", file=sys.stderr)
+    ratio = best["with"][0] / best["without"][0]
+    cpu_ratio = best["with"][1] / best["without"][1]
+    print(f"replay of {n:,} records: {n / best['without'][0]:,.0f} records/s without checks, "
+          f"{n / best['with'][0]:,.0f} with the 9 checks; ratio {ratio:.3f} "
+          f"(CPU {cpu_ratio:.3f}; goal <= {GOAL_RATIO})", file=sys.stderr)
+    print(orjson.dumps({
+        "benchmark": "sample_checks", "records": n, "checks": len(rows),
+        "records_per_s_without": round(n / best["without"][0]),
+        "records_per_s_with": round(n / best["with"][0]),
+        "ratio": round(ratio, 3), "cpu_ratio": round(cpu_ratio, 3), "goal": GOAL_RATIO,
+        "met": ratio <= GOAL_RATIO, "reps": reps, "load": round(os.getloadavg()[0], 2),
+        "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }).decode())
+
+
+if __name__ == "__main__":
+    main()
