@@ -80,10 +80,15 @@ class _PolicyHandler(APIHandler):
         try:
             data = json.loads(self.request.body or b"{}")
         except ValueError as exc:
-            raise tornado.web.HTTPError(400, "the request body is not JSON: %s", exc) from None
+            raise RequestError(f"the request body is not JSON: {exc}") from None
         if not isinstance(data, dict) or not isinstance(data.get("text"), str):
-            raise tornado.web.HTTPError(400, "expected a JSON object with 'text' (the policy)")
+            raise RequestError("expected a JSON object with 'text' (the policy)")
         return data
+
+    def refuse(self, exc: Exception) -> None:
+        """A 400 whose ``message`` is the error's text as is (no %-formatting on the way)."""
+        self.set_status(400)
+        self.finish(json.dumps({"message": str(exc), "reason": type(exc).__name__}))
 
 
 class ValidateHandler(_PolicyHandler):
@@ -91,7 +96,11 @@ class ValidateHandler(_PolicyHandler):
 
     @tornado.web.authenticated
     async def post(self) -> None:
-        data = self.body()
+        try:
+            data = self.body()
+        except RequestError as exc:
+            self.refuse(exc)
+            return
         source = str(data.get("path") or "<editor>")
         self.finish(json.dumps(validate_text(data["text"], source)))
 
@@ -101,16 +110,17 @@ class ReplayHandler(_PolicyHandler):
 
     @tornado.web.authenticated
     async def post(self) -> None:
-        data = self.body()
-        source = str(data.get("path") or "<editor>")
-        now = data.get("now")
         try:
+            data = self.body()
+            source = str(data.get("path") or "<editor>")
+            now = data.get("now")
             sample = inside(self.root, str(data.get("sample") or ""), "sample")
             if now is not None and not isinstance(now, int):
                 raise RequestError(f"now must be epoch milliseconds, got {now!r}")
             out = await asyncio.to_thread(replay_text, data["text"], source, sample, now)
         except KqlabError as exc:
-            raise tornado.web.HTTPError(400, "%s", str(exc)) from None
+            self.refuse(exc)
+            return
         self.finish(json.dumps(out))
 
 

@@ -13,6 +13,8 @@ show is computed here by kqlab (the loader's message, the replay's counts) and h
 from __future__ import annotations
 
 import json
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -79,3 +81,30 @@ def test_lab_extension(lab_ext: tuple[str, dict]) -> None:
     assert shots == ["00-notebook7.png", "01-policy-marker.png", "01a-completion.png",
                      "01b-hover.png", "02-replay.png",
                      "03-saved-notebook.png"], shots
+
+
+def _post(url: str, body: dict) -> tuple[int, dict]:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_endpoints_answer_what_kqlab_says(lab_ext: tuple[str, dict]) -> None:
+    """The server extension over HTTP: the loader's message for a bad policy, a sample path
+    outside the root refused with a 400 saying so, a replay's payload equal to kqlab's."""
+    url, expect = lab_ext
+    bad = demo_policy_path().read_text().replace(*TYPO, 1)
+    status, reply = _post(f"{url}/kqlab/policy/validate", {"path": POLICY, "text": bad})
+    assert status == 200 and reply["ok"] is False
+    assert reply["error"]["message"] == expect["message"]
+    status, reply = _post(f"{url}/kqlab/policy/replay", {"path": POLICY, "sample": "../..",
+                                                         "text": demo_policy_path().read_text()})
+    assert status == 400 and "'../..' is outside the server's root folder" in reply["message"]
+    status, reply = _post(f"{url}/kqlab/policy/replay", {
+        "path": POLICY, "sample": "orders-0", "now": NOW, "text": demo_policy_path().read_text()})
+    assert status == 200 and reply["ok"] is True
+    assert reply["payload"]["summary"]["outcomes"] == expect["notebook_outcomes"]
