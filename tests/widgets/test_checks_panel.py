@@ -22,6 +22,7 @@ checks:
   - {id: nulls, kind: null_rate, field: customer, window: 10m, by: partition, max: 0.01}
   - {id: vol, kind: volume, window: 1m, by: partition, min: 1}
   - {id: gate, kind: reject_rate, rule: customer-set, max: 0.05}
+  - {id: refused, kind: reject_rate, max: 0.5}
 """
 
 
@@ -71,7 +72,8 @@ def test_typed_threshold_is_an_undoable_edit_judged_from_the_cache(jump):
     box = {b.description: b for b in panel.thresholds.children}["max"]
     box.value = "0.1"                                        # typed, then Enter / blur
     assert session.policy.check("nulls").params["max"] == 0.1
-    assert session.replayer.check_evaluations == computed    # re-judged, not recomputed
+    # re-judged, not recomputed (the policy-wide reject rate too: a threshold rejects nothing)
+    assert session.replayer.check_evaluations == computed
     fresh = replay(jump, session.policy).checks().to_pylist()
     assert _row(panel.rows, "nulls")["status"] == _row(fresh, "nulls")["status"] == "pass"
     assert panel.windows.options == ()                       # nothing fails any more

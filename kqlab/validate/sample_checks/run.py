@@ -46,8 +46,9 @@ def partial_key(check: Check, policy: Policy, profile: str) -> bytes:
     extra: object = None
     if check.kind == "reject_rate":
         rule = check.param("rule")
+        # the whole policy less its checks: a threshold edited elsewhere rejects nothing
         extra = policy.rule(str(rule)).to_dict() if rule is not None else \
-            [policy.content_hash(), profile]
+            [policy.with_checks(()).content_hash(), profile]
     return orjson.dumps([body, extra], option=orjson.OPT_SORT_KEYS)
 
 
