@@ -320,9 +320,10 @@ class Assembler:
     def broker(self, config: TopicConfig, now: int, profile: str,
                policy: _PolicyInput) -> pa.Table:
         """The batch verdicts under ``policy``, re-running only changed batches when that is
-        exact (see :meth:`independent`): a batch whose policy input equals the one of an
-        earlier pass kept (:data:`BROKER_RUNS_KEPT`) takes that pass's verdict — an edit
-        undone, or a rule switched back, re-checks nothing."""
+        exact (see :meth:`independent`): an input equal to one of the passes kept
+        (:data:`BROKER_RUNS_KEPT`) takes that pass's verdicts — an edit undone, or a rule
+        switched back, re-checks nothing — and otherwise a batch whose input equals the last
+        pass's or the one before takes that verdict."""
         runs = [r for r in self._runs if (r.config, r.now, r.profile) == (config, now, profile)]
         verdicts = None
         if self.validators is None and runs and self.independent(config, now):
@@ -355,7 +356,9 @@ class Assembler:
         picks: list[tuple[pa.Table, np.ndarray, np.ndarray]] = []
         if len(runs) > 1:
             differs = np.zeros(self.nb, dtype=bool)
-            for run in reversed(runs[:-1]):
+            # the pass before the last only: an edit that takes back part of the last one
+            # (more passes would cost a key comparison each on every edit that misses)
+            for run in runs[-2:-1]:
                 differs[:] = False
                 differs[self.rows[np.flatnonzero(run.policy.keys(self._uid) != keys)]] = True
                 same = ~differs[changed]
