@@ -130,6 +130,8 @@ async function validate(ed: IPolicyEditor): Promise<any> {
 }
 
 const watched = new WeakSet<object>();
+/** The sample last replayed (the dialog's default next time). */
+let lastSample = '';
 
 /** Check a policy document on open, on edits (debounced) and on save. */
 function watch(widget: any): void {
@@ -204,7 +206,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
         const asked = await InputDialog.getText({
           title: 'Replay on the sample',
           label: 'Sample (segment file or log folder, relative to the server root)',
-          placeholder: 'orders-0'
+          placeholder: 'orders-0',
+          text: lastSample
         });
         if (!asked.button.accept || !asked.value) {
           return;
@@ -222,6 +225,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
           Notification.error(reply.error.message, { autoClose: false });
           return;
         }
+        lastSample = asked.value;
         const content = new Widget();
         renderPayload(reply.payload, content.node);
         const main = new MainAreaWidget({ content });
