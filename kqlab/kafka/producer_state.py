@@ -262,7 +262,9 @@ class ProducerStateManager:
         """
         if isinstance(marker, MalformedMarker):
             raise ValueError(f"a malformed marker is refused, not appended: {marker.message}")
-        entry = self.entries.setdefault(pid, ProducerEntry())
+        entry = self.entries.get(pid)
+        if entry is None:  # (setdefault would build an entry and its deque on every append)
+            entry = self.entries[pid] = ProducerEntry()
         if control:
             if marker is None:
                 return
