@@ -231,17 +231,36 @@ def _stat_columns(check: Check, t: pa.Table
     if len(wcode) and wcode.max() >= 4 * len(wcode) + 1024:  # windows far apart: compact
         wcode = np.unique(wcode, return_inverse=True)[1].reshape(-1)
     cell = wcode.astype(np.int64) * (len(labels) + 1) + gcode
-    # equal values are interchangeable, so an unstable (faster) sort gives the same sums
-    by_value = np.argsort(values)
-    small = cell[by_value]
-    small = small.astype(np.uint16) if len(small) and small.max() < 2**16 else small
-    order = by_value[np.argsort(small, kind="stable")]
-    v, g, win = values[order], gcode[order], window[order]
-    new = np.ones(len(v), bool)
-    new[1:] = (g[1:] != g[:-1]) | (win[1:] != win[:-1])
-    starts = np.flatnonzero(new)
-    ends = np.r_[starts[1:], len(v)]
-    counts = ends - starts
+    dense = len(cell) and int(cell.max()) < 4 * len(cell) + 1024  # codes countable
+    per_cell = np.bincount(cell) if dense else np.zeros(0, np.int64)
+    used = np.flatnonzero(per_cell)
+    if dense and len(used) <= max(64, len(cell) // 256):
+        # few cells: values put in cell order (a counting sort of small codes, nearly
+        # sequential reads), then each cell's values sorted in place (numpy's vectorised
+        # sort, several times cheaper than an argsort and its gathers)
+        small = cell.astype(np.uint16) if cell.max() < 2**16 else cell
+        by_cell = np.argsort(small, kind="stable")
+        v = values[by_cell]
+        counts = per_cell[used]
+        ends = np.cumsum(counts)
+        starts = ends - counts
+        for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+            v[a:b].sort()
+        first = by_cell[starts]
+        cell_group, cell_window = gcode[first], window[first]
+    else:
+        # equal values are interchangeable, so an unstable (faster) sort gives the same sums
+        by_value = np.argsort(values)
+        small = cell[by_value]
+        small = small.astype(np.uint16) if len(small) and small.max() < 2**16 else small
+        order = by_value[np.argsort(small, kind="stable")]
+        v, g, win = values[order], gcode[order], window[order]
+        new = np.ones(len(v), bool)
+        new[1:] = (g[1:] != g[:-1]) | (win[1:] != win[:-1])
+        starts = np.flatnonzero(new)
+        ends = np.r_[starts[1:], len(v)]
+        counts = ends - starts
+        cell_group, cell_window = g[starts], win[starts]
     if stat == "mean":
         observed = np.add.reduceat(v, starts) / counts
     elif stat == "min":
@@ -261,8 +280,8 @@ def _stat_columns(check: Check, t: pa.Table
         frac = pos - lo
         a, b = v[starts + lo], v[starts + hi]
         observed = a + (b - a) * frac
-    group = [sorted_labels[int(x)] for x in g[starts].tolist()]
-    return group, win[starts], counts.astype(np.int64), observed.astype(np.float64)
+    group = [sorted_labels[int(x)] for x in cell_group.tolist()]
+    return group, cell_window, counts.astype(np.int64), observed.astype(np.float64)
 
 
 def finish_check(check: Check, partial: Partial, extent: Extent, now: int,

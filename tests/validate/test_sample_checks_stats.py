@@ -1,0 +1,62 @@
+"""``stat`` values per cell: the whole partial judged at once equals each (group, window)
+cell judged alone, to the bit (the Spark engine judges cell by cell), with few cells (values
+sorted per cell) and with many (one sort of every value), and equals numpy's statistics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from kqlab.policy import loads_policy
+from kqlab.validate.sample_checks import PARTIAL_SCHEMAS
+from kqlab.validate.sample_checks.finish import stat_values
+
+STATS = ("mean", "min", "max", "stddev", "p50", "p95", "p99")
+
+
+def _partial(n: int, groups: int, windows: int, seed: int) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    group = rng.integers(0, groups + 1, n)  # the last one: no group (null)
+    labels = [f"g{i:03d}" for i in range(groups)]
+    return pa.table({
+        "group": pa.array([None if g == groups else labels[g] for g in group.tolist()],
+                          pa.string()),
+        "window": pa.array(rng.integers(0, windows, n) * 60_000 + 1_763_701_200_000),
+        # ties and a wide range: sums depend on their order unless values are sorted
+        "value": pa.array(np.round(rng.lognormal(3, 2, n), 1))},
+        schema=PARTIAL_SCHEMAS["stat"])
+
+
+@pytest.mark.parametrize(("n", "groups", "windows"), [(20_000, 3, 5), (3_000, 10, 20)])
+@pytest.mark.parametrize("stat", STATS)
+def test_whole_equals_cell_by_cell_and_numpy(n, groups, windows, stat):
+    check = loads_policy("kqlab: 1\nname: p\nvalue: {format: json}\nchecks: [{id: s, "
+                         f"kind: stat, stat: {stat}, field: a, window: 1m, by: g, max: 1}}]\n"
+                         ).checks[0]
+    t = _partial(n, groups, windows, seed=len(stat))
+    whole = stat_values(check, t)
+    assert whole.column("records").to_numpy().sum() == n
+    cells = []
+    keys = sorted({(w, g) for g, w in zip(t.column("group").to_pylist(),
+                                          t.column("window").to_pylist(), strict=True)},
+                  key=lambda k: (k[0], k[1] is None, k[1] or ""))
+    group = np.array(t.column("group").to_pylist(), object)
+    window = t.column("window").to_numpy()
+    values = t.column("value").to_numpy()
+    for w, g in keys:
+        at = (window == w) & (group == g) if g is not None else \
+            (window == w) & np.array([x is None for x in group])
+        cells.append(stat_values(check, t.filter(pa.array(at))))
+        ref = values[at]
+        want = {"mean": np.mean, "min": np.min, "max": np.max,
+                "stddev": lambda x: np.std(x, ddof=1) if len(x) > 1 else np.nan,
+                "p50": lambda x: np.percentile(x, 50), "p95": lambda x: np.percentile(x, 95),
+                "p99": lambda x: np.percentile(x, 99)}[stat](ref)
+        got = cells[-1].column("observed")[0].as_py()
+        assert got == pytest.approx(want, rel=1e-12, nan_ok=True)
+    alone = pa.concat_tables(cells)  # same order, same bits (NaN: one value's stddev)
+    assert alone.select(["group", "window", "records"]).equals(
+        whole.select(["group", "window", "records"]))
+    np.testing.assert_array_equal(alone.column("observed").to_numpy(),
+                                  whole.column("observed").to_numpy())
