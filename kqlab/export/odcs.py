@@ -40,7 +40,9 @@ are :class:`~kqlab.export.base.CheckFidelity` ``stated``: ODCS states them, enfo
 
 Importing a contract kqlab did not write works too: library metrics, ``engine: kqlab`` (or
 ``cel``) custom rules and the schema constraints become rules with ids derived from the field
-and check; whatever has no kqlab meaning (row counts, duplicates, SQL, text) is listed in
+and check; data-set metrics with a tolerance become sample checks (``rowCount`` → ``volume``,
+``nullValues`` / ``missingValues`` in percent → ``null_rate``, ``duplicateValues`` →
+``duplicate_rate``, what they read approximately said in the import's notes); whatever has no kqlab meaning (row counts, duplicates, SQL, text) is listed in
 :attr:`OdcsImport.skipped` with the reason, never silently dropped.
 
 Fidelity: ODCS states rules and enforces none, so a row says how the contract states the
@@ -594,6 +596,10 @@ class _Reader:
     cel_texts: dict[str, tuple[str, str]] = field(default_factory=dict)
     #: sample checks (``kqlabCheck``) with their positions
     checks: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    #: sample checks read from library metrics of a contract kqlab did not write
+    foreign_checks: list[dict[str, Any]] = field(default_factory=list)
+    #: what those checks read approximately (strict bounds, shares of other totals)
+    approximations: list[str] = field(default_factory=list)
 
     def quality(self, q: Any, path: tuple[str, ...] | None, where: str) -> None:
         found_check, check = _custom(q.customProperties, "kqlabCheck")
@@ -662,6 +668,11 @@ class _Reader:
             "mustNotBe", "mustBeGreaterThan", "mustBeGreaterOrEqualTo", "mustBeLessThan",
             "mustBeLessOrEqualTo", "mustBeBetween", "mustNotBeBetween"))
         args = q.arguments or {}
+        check = _foreign_check(q, qtype, metric, path, zero, self.approximations, label)
+        if check is not None:
+            base = q.name or (f"{'.'.join(path)}-{check['kind']}" if path else check["kind"])
+            self.foreign_checks.append({"id": base, **check})
+            return
         if qtype == "custom" and (q.engine or "").lower() in (ENGINE, "cel") and \
                 isinstance(q.implementation, str):
             rule = {"kind": "cel", "expr": q.implementation}
@@ -706,6 +717,71 @@ class _Reader:
             self.quality(q, path, here)
         for child in p.properties or ():
             self.prop(child, path, here)
+
+
+def _bounds(q: Any) -> tuple[Any, Any, bool, bool] | None:
+    """A library metric's ``(low, high, low strict, high strict)``; None when it has none or
+    one kqlab cannot state (``mustNotBe``, ``mustNotBeBetween``)."""
+    if q.mustNotBe is not None or q.mustNotBeBetween is not None:
+        return None
+    if q.mustBe is not None:
+        return q.mustBe, q.mustBe, False, False
+    if q.mustBeBetween is not None:
+        return q.mustBeBetween[0], q.mustBeBetween[1], False, False
+    lo, lo_strict = (q.mustBeGreaterThan, True) if q.mustBeGreaterThan is not None else \
+        (q.mustBeGreaterOrEqualTo, False)
+    hi, hi_strict = (q.mustBeLessThan, True) if q.mustBeLessThan is not None else \
+        (q.mustBeLessOrEqualTo, False)
+    if lo is None and hi is None:
+        return None
+    return lo, hi, lo_strict, hi_strict
+
+
+def _foreign_check(q: Any, qtype: str | None, metric: str | None,
+                   path: tuple[str, ...] | None, zero: bool, approximations: list[str],
+                   label: str) -> dict[str, Any] | None:
+    """The sample check a library metric of a foreign contract means, or None: ``rowCount``
+    → ``volume`` over the whole sample (strict bounds moved by one record);
+    ``nullValues``/``missingValues`` in percent → ``null_rate``; ``duplicateValues`` 0 (rows)
+    or in percent → ``duplicate_rate`` of the field.  ``nullValues: 0`` stays the per-record
+    rule ``field_not_null``."""
+    if qtype != "library" or metric not in ("rowCount", "nullValues", "missingValues",
+                                            "duplicateValues"):
+        return None
+    bounds = _bounds(q)
+    if bounds is None:
+        return None
+    lo, hi, lo_strict, hi_strict = bounds
+    unit = (q.unit or "rows").lower()
+    if metric == "rowCount" and path is None and unit == "rows":
+        out: dict[str, Any] = {"kind": "volume"}
+        if lo is not None:
+            out["min"] = int(lo) + 1 if lo_strict else int(lo)
+        if hi is not None:
+            out["max"] = int(hi) - 1 if hi_strict else int(hi)
+        return out
+    if path is None:
+        return None
+    dotted = ".".join(path)
+    if metric == "duplicateValues" and zero and unit == "rows":
+        return {"kind": "duplicate_rate", "of": dotted, "max": 0}
+    if unit != "percent" or (metric != "duplicateValues" and zero):
+        return None
+    kind = "duplicate_rate" if metric == "duplicateValues" else "null_rate"
+    out = {"kind": kind, ("of" if kind == "duplicate_rate" else "field"): dotted}
+    if lo is not None:
+        out["min"] = round(float(lo) / 100, 12)
+    if hi is not None:
+        out["max"] = round(float(hi) / 100, 12)
+    if kind == "duplicate_rate" and "min" in out:
+        return None  # duplicate_rate has only a max
+    if lo_strict or hi_strict:
+        approximations.append(f"{label}: {metric} with a strict bound read as kqlab's "
+                              "inclusive min/max")
+    if kind == "duplicate_rate":
+        approximations.append(f"{label}: duplicateValues in percent of the rows read as "
+                              "kqlab's share of the field's non-null values")
+    return out
 
 
 def _constraint_rules(path: tuple[str, ...], p: Any, implied: Mapping[str, Any],
@@ -853,7 +929,11 @@ def import_odcs(source: str | Path | OpenDataContractStandard, *,
         foreign += _constraint_rules(path, p, implied.get(path, {}), reader.skipped)
     for rule in foreign:
         rule["id"] = _rule_id(str(rule["id"]), reader.taken)
-    if foreign and "value" not in sections:
+    fields_read = foreign or any(c["kind"] != "volume" for c in reader.foreign_checks)
+    for check in reader.foreign_checks:
+        check["id"] = _rule_id(str(check["id"]), reader.taken)
+    notes.extend(reader.approximations)
+    if fields_read and "value" not in sections:
         sections["value"] = {"format": "json"}
         notes.append("value format: json assumed (the contract's field rules read a decoded "
                      "value; set value.format in the policy if the topic carries Avro)")
@@ -863,8 +943,9 @@ def import_odcs(source: str | Path | OpenDataContractStandard, *,
         if section in sections and section != "provenance":
             data[section] = sections[section]
     data["rules"] = placed + foreign
-    if reader.checks:
-        data["checks"] = [c for _, c in sorted(reader.checks, key=lambda x: x[0])]
+    if reader.checks or reader.foreign_checks:
+        data["checks"] = [c for _, c in sorted(reader.checks, key=lambda x: x[0])] + \
+            reader.foreign_checks
     if "provenance" in sections:
         data["provenance"] = sections["provenance"]
     if not data["rules"]:
