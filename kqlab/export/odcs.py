@@ -42,7 +42,8 @@ Importing a contract kqlab did not write works too: library metrics, ``engine: k
 ``cel``) custom rules and the schema constraints become rules with ids derived from the field
 and check; data-set metrics with a tolerance become sample checks (``rowCount`` → ``volume``,
 ``nullValues`` / ``missingValues`` in percent → ``null_rate``, ``duplicateValues`` →
-``duplicate_rate``, what they read approximately said in the import's notes); whatever has no kqlab meaning (row counts, duplicates, SQL, text) is listed in
+``duplicate_rate``, what they read approximately said in the import's notes); whatever has
+no kqlab meaning (SQL, text, a count that must not be some value) is listed in
 :attr:`OdcsImport.skipped` with the reason, never silently dropped.
 
 Fidelity: ODCS states rules and enforces none, so a row says how the contract states the
