@@ -187,3 +187,16 @@ def test_the_views_draw_the_same_figures(view, engines):
         assert data(draw(v, replayer)) == data(draw(local, replayer)), draw.__name__
     # the impact diff lines records up across engines: the same verdicts change nothing
     assert viz.impact_table(local, v).num_rows == 0 == viz.impact_table(v, local).num_rows
+
+
+def test_notebook_output_is_one_for_both_engines(engines):
+    """The MIME payload a notebook stores (issue 20) says the same for Spark as locally."""
+    from kqlab.validate import mime
+
+    verdicts, _, _ = engines
+    local = verdicts["local"]._repr_mimebundle_()
+    spark = verdicts["spark"]._repr_mimebundle_()
+    assert local[mime.MIME_TYPE]["engine"] == "local"
+    assert spark[mime.MIME_TYPE]["engine"] == "spark"
+    assert {**spark[mime.MIME_TYPE], "engine": "local"} == local[mime.MIME_TYPE]
+    assert spark["text/html"] == local["text/html"]
