@@ -18,7 +18,8 @@ directory: chunks read and decoded ahead while the previous one is judged), inte
 repeated (best of each); ``ratio`` is the time with the checks over the time without (goal
 <= 1.25).  The checks' results are verified before timing (every check judged, none not
 evaluable).  ``--quick`` (under 60 s): the same 1 M records, two repetitions.  The last line
-is one JSON object.
+is one JSON object; it also carries ``check_cpu_s``, each check's CPU seconds on the judging
+thread (its partials, their merge, its finish and baseline) from one more replay.
 """
 
 from __future__ import annotations
@@ -72,11 +73,45 @@ def timed(root: Path, policy: object, base_dir: Path) -> tuple[float, float, obj
     return time.perf_counter() - wall, time.process_time() - cpu, v
 
 
+def profile(root: Path, policy: object, base_dir: Path) -> dict[str, float]:
+    """One more replay with each check's CPU seconds on the judging thread: its partials
+    (per chunk), the merge of its chunks' partials, its finish, its baseline (drift)."""
+    from kqlab.validate.sample_checks import run
+
+    spent: dict[str, float] = {}
+    kinds = {c.kind: c.id for c in policy.checks}  # type: ignore[attr-defined]
+
+    def timed_fn(fn: object, key: object) -> object:
+        def wrapper(*args: object, **kwargs: object) -> object:
+            t = time.thread_time()
+            try:
+                return fn(*args, **kwargs)  # type: ignore[operator]
+            finally:
+                name = key(args)  # type: ignore[operator]
+                spent[name] = spent.get(name, 0.0) + time.thread_time() - t
+        return wrapper
+
+    saved = {name: getattr(run, name) for name in
+             ("partial_of", "merge_partials", "finish_check", "baseline_plan")}
+    run.partial_of = timed_fn(saved["partial_of"], lambda a: a[0].id)  # type: ignore
+    run.merge_partials = timed_fn(saved["merge_partials"], lambda a: kinds[a[0]])  # type: ignore
+    run.finish_check = timed_fn(saved["finish_check"], lambda a: a[0].id)  # type: ignore
+    run.baseline_plan = timed_fn(saved["baseline_plan"], lambda a: a[0].id)  # type: ignore
+    try:
+        timed(root, policy, base_dir)
+    finally:
+        for name, fn in saved.items():
+            setattr(run, name, fn)
+    return {k: round(v, 3) for k, v in sorted(spent.items(), key=lambda kv: -kv[1])}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="two repetitions (under 60 s)")
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--reps", type=int, default=None)
+    ap.add_argument("--no-profile", action="store_true",
+                    help="skip the replay that measures each check's CPU")
     args = ap.parse_args()
     reps = args.reps or (2 if args.quick else 5)
     root = data.log_dir(args.records)
@@ -97,6 +132,10 @@ def main() -> None:
             if wall < best[name][0]:
                 best[name] = (wall, cpu)
             print(f"  {name:8s} checks: {wall:6.2f} s wall, {cpu:6.2f} s CPU", file=sys.stderr)
+    per_check = {} if args.no_profile else profile(root, checked, base_dir)
+    if per_check:
+        print("  CPU seconds per check (judging thread): " + ", ".join(
+            f"{k} {v:.3f}" for k, v in per_check.items()), file=sys.stderr)
     ratio = best["with"][0] / best["without"][0]
     cpu_ratio = best["with"][1] / best["without"][1]
     print(f"replay of {n:,} records: {n / best['without'][0]:,.0f} records/s without checks, "
@@ -108,6 +147,7 @@ def main() -> None:
         "records_per_s_with": round(n / best["with"][0]),
         "ratio": round(ratio, 3), "cpu_ratio": round(cpu_ratio, 3), "goal": GOAL_RATIO,
         "met": ratio <= GOAL_RATIO, "reps": reps, "load": round(os.getloadavg()[0], 2),
+        "check_cpu_s": per_check,
         "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }).decode())
 
