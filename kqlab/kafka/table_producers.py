@@ -73,9 +73,44 @@ class ProducerStage(VerdictState):
         code, check, detail = cas.code, cas.check, cas.detail
         find_duplicate, check_state, append = pm.find_duplicate, pm.check, pm.append
         meta_type, resync = BatchMetadata, v.resync
-        for k, i in enumerate(events):
+        # runs of plain in-sequence batches of one producer (the common case) are appended at
+        # once: see _runs
+        run_end = _runs(ev_f[ev] & ~self.control[ev] & ~self.transactional[ev]
+                        & ~self.ctrl_origin[ev], self.pid[ev], self.epoch[ev], self.seq[ev],
+                        self.last_delta[ev])
+        last_appended: int | None = None  # the pid the previous event row appended, if any
+        k = -1
+        while k + 1 < len(events):
+            k += 1
+            i = events[k]
             kind = kind_l[k]
             pid = pid_l[k]
+            if last_appended == pid and run_end[k] > k and pid not in tainted:
+                entry = pm.entries[pid]
+                if entry.current_txn_first_offset is None and not entry.resync \
+                        and entry.epoch == epoch_l[k] \
+                        and all(b.last_seq < seq_l[k] for b in entry.batches):
+                    # every batch of the run passes §3.F unchanged: F1 cannot match (sequences
+                    # only grow past the cached ones), the epoch is the entry's, each sequence
+                    # follows the last; the state keeps the run's last five batches
+                    m = int(run_end[k])
+                    assert ev_first is not None  # row k-1 was appended
+                    if first_offset is not None:
+                        run_start = first_offset
+                    elif plain_first < ev_first:
+                        run_start = int(self.batch_offset[plain_first])
+                    else:
+                        run_start = ev_first_start
+                    accs = acc + np.concatenate(([0], np.cumsum(cnt_l[k:m])))
+                    for j in range(max(k, m - 5), m):
+                        run_base = to_int64(run_start + before_l[j] + int(accs[j - k]))
+                        entry.batches.append(meta_type(
+                            seq_l[j], increment_sequence(seq_l[j], ld_l[j]), run_base,
+                            to_int64(run_base + cnt_l[j] - 1), maxts_l[j]))
+                    acc = int(accs[-1])
+                    k = m - 1
+                    continue
+            last_appended = None
             if kind == 1:  # rejected before stage F: the client re-sequences (resync)
                 pm.resync(pid)
                 continue
@@ -135,6 +170,8 @@ class ProducerStage(VerdictState):
             if ev_first is None:
                 ev_first, ev_first_start = i, base
             acc += n
+            if not control:
+                last_appended = pid
         self._carry_next_offset(first_offset, plain_first, int(plain_cnt.sum()), ev_first,
                                 ev_first_start, acc)
 
@@ -154,3 +191,27 @@ class ProducerStage(VerdictState):
         else:
             return
         self.v.next_offset = to_int64(start + plain + acc)
+
+
+def _runs(plain: np.ndarray, pid: np.ndarray, epoch: np.ndarray, seq: np.ndarray,
+          last_delta: np.ndarray) -> np.ndarray:
+    """Per event row k, the end (exclusive) of the run of rows k, k+1, ... that each follow
+    the row before them as the next plain batch of the same producer: a client's data batch
+    (not control, not transactional) judged by stage F, same producer id and epoch, its
+    first sequence one past the previous batch's last, no sequence wrapping past 2**31-1.
+    ``k`` itself when row k does not follow row k-1 so (no run starts there)."""
+    n = len(plain)
+    ends = np.arange(n, dtype=np.int64)
+    if n < 2:
+        return ends
+    seq64 = seq.astype(np.int64)
+    last = seq64 + last_delta.astype(np.int64)
+    ok = (seq64 >= 0) & (last_delta >= 0) & (last <= 2**31 - 1)
+    follows = np.zeros(n, dtype=bool)
+    follows[1:] = plain[1:] & ok[1:] & ok[:-1] & (pid[1:] == pid[:-1]) \
+        & (epoch[1:] == epoch[:-1]) & (seq64[1:] == last[:-1] + 1)
+    # the first row at or after each k that does not follow its predecessor
+    breaks = np.flatnonzero(~follows)
+    nxt = np.searchsorted(breaks, np.arange(n), side="right")
+    stop = np.where(nxt < len(breaks), breaks[np.minimum(nxt, len(breaks) - 1)], n)
+    return np.where(follows, stop, ends)
