@@ -21,8 +21,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["WINDOW_RECORD_COLUMNS", "window_records"]
 
-#: the columns of :func:`window_records`' table (``row``: the record's row in the sample)
-WINDOW_RECORD_COLUMNS = ("row", "topic", "partition", "offset", "timestamp", "key", "value")
+#: the columns of :func:`window_records`' table (``row``: the record's row in the sample;
+#: ``decoded``: the value as the policy's format decodes it, null when it does not decode)
+WINDOW_RECORD_COLUMNS = ("row", "topic", "partition", "offset", "timestamp", "key", "value",
+                         "decoded")
 
 
 def window_records(replayer: Replayer, policy: Policy, check: Check, group: str | None,
@@ -45,6 +47,17 @@ def window_records(replayer: Replayer, policy: Policy, check: Check, group: str 
         same = pc.is_null(labels) if group is None else pc.equal(labels, group)
         keep &= np.asarray(same.fill_null(False).to_numpy(zero_copy_only=False), bool)
     rows = np.flatnonzero(keep)
-    records = replayer.sample.records.take(pa.array(rows))
-    return records.select(list(WINDOW_RECORD_COLUMNS[1:])).add_column(
-        0, "row", pa.array(rows, pa.int64()))
+    taken = pa.array(rows, pa.int64())
+    records = replayer.sample.records.take(taken).select(list(WINDOW_RECORD_COLUMNS[1:-1]))
+    records = records.add_column(0, "row", taken)
+    return records.append_column("decoded", _decoded(replayer, policy, taken))
+
+
+def _decoded(replayer: Replayer, policy: Policy, rows: pa.Array) -> pa.Array:
+    """The window's values decoded (the replay's cached column); nulls when the policy's
+    value format does not decode."""
+    from kqlab.validate.rules import decodes
+
+    if not decodes(policy.value) or len(rows) == 0:
+        return pa.nulls(len(rows))
+    return replayer.context(policy).decoded("value").values.take(rows)

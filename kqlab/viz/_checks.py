@@ -72,6 +72,8 @@ def check_sparklines(results: Sequence[Mapping[str, Any]], windows: Mapping[str,
     fig.update_layout(height=40 + ROW_HEIGHT * len(rows) + 30 * len(rows), showlegend=False,
                       margin={"l": 40, "r": 10, "t": 30, "b": 20})
     fig.update_annotations(font_size=11)
+    # one line of tick labels (plotly's two-line dates run into the next check's title)
+    fig.update_xaxes(tickformat="%m-%d %H:%M", nticks=8)
     return fig
 
 

@@ -9,7 +9,8 @@ instant on a large sample), and every number shown is read from the session's cu
 verdicts (:attr:`~kqlab.authoring.AuthoringSession.checks`,
 :meth:`~kqlab.authoring.AuthoringSession.check_windows`).
 
-The drill-down lists the sample's records the check read in that window
+The drill-down lists the sample's records the check read in that window (keys and values
+masked per the policy's ``sensitive`` section, like every view)
 (:meth:`~kqlab.authoring.AuthoringSession.window_records`: the group's records with a
 timestamp in ``[start, end)``) and tells its ``on_drill`` listeners, which the workbench
 uses to filter the rejection explorer to the same partition and time range.
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 
+from kqlab.viz._masking import MASK, masker
 from kqlab.widgets._common import css, error_html, slug
 from kqlab.widgets._plot import PlotlyFigure
 
@@ -32,6 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
 
     from kqlab.authoring import AuthoringSession, SessionChange
+    from kqlab.viz._masking import Masker
 
 #: rows of a window's records shown under the drill-down
 RECORDS_SHOWN = 20
@@ -144,7 +147,8 @@ class ChecksPanel:
         records = self.session.window_records(check_id, group, start, end)
         drill = Drill(check_id, row["by"], group, start, end, records)
         self.last_drill = drill
-        self.records_out.value = _records_html(drill)
+
+        self.records_out.value = _records_html(drill, masker(self.session.policy))
         for listener in list(self.on_drill):
             listener(drill)
         return drill
@@ -303,7 +307,7 @@ def _badge(status: str) -> str:
     return f"<span style='color:{colour};font-weight:600'>{html.escape(status)}</span>"
 
 
-def _records_html(drill: Drill) -> str:
+def _records_html(drill: Drill, mask: Masker) -> str:
     t = drill.records
     where = drill.group or "(all)"
     span = "the whole sample" if drill.start is None else \
@@ -316,12 +320,29 @@ def _records_html(drill: Drill) -> str:
     cells = "".join(
         f"<tr><td>{r['topic']}-{r['partition']}</td><td>{r['offset']}</td>"
         f"<td>{_when(r['timestamp'])}</td>"
-        f"<td>{html.escape(_text(r['key']))}</td><td>{html.escape(_text(r['value']))}</td></tr>"
+        f"<td>{html.escape(MASK if mask.key and r['key'] is not None else _text(r['key']))}</td>"
+        f"<td>{html.escape(_shown_value(r, mask))}</td></tr>"
         for r in shown)
     more = f"<i>… and {t.num_rows - RECORDS_SHOWN:,} more</i>" \
         if t.num_rows > RECORDS_SHOWN else ""
     return (f"{head}<table><tr><th>partition</th><th>offset</th><th>time (UTC)</th>"
             f"<th>key</th><th>value</th></tr>{cells}</table>{more}")
+
+
+def _shown_value(r: dict[str, Any], mask: Masker, limit: int = 120) -> str:
+    """The decoded value as compact JSON when there is one (its sensitive fields masked),
+    else the raw bytes as text (masked whole when they hold a sensitive field)."""
+    decoded = r.get("decoded")
+    if decoded is None:
+        if mask.value_bytes and r["value"] is not None:
+            return MASK
+        return _text(r["value"], limit)
+    decoded = mask.value(decoded)
+    import json
+
+    text = decoded if isinstance(decoded, str) else json.dumps(
+        decoded, default=str, separators=(",", ":"), ensure_ascii=False)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def _text(b: bytes | None, limit: int = 80) -> str:

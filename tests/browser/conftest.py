@@ -31,7 +31,7 @@ E2E = ROOT / "e2e"
 ARTIFACTS = ROOT / "out" / "browser"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 #: the notebooks JupyterLab opens (at the server's root)
-NOTEBOOKS = ("01_quickstart.ipynb", "02_authoring_a_policy.ipynb")
+NOTEBOOKS = ("01_quickstart.ipynb", "02_authoring_a_policy.ipynb", "08_sample_checks.ipynb")
 #: where Notebook 7's copy of notebook 01 lives (a server of its own: the ``notebook7`` fixture)
 NOTEBOOK7_DIR = "notebook7"
 

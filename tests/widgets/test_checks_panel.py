@@ -132,3 +132,16 @@ def test_workbench_checks_tab_and_drill_down_into_the_explorer(jump):
     # the 8 null customers' batches (10 records each) refused whole: 8 culprits, 72 collateral
     assert ex.matches == 80
     assert {r["partition"] for r in ex.rows} == {0}
+
+
+def test_drill_down_masks_what_the_policy_calls_sensitive(jump):
+    policy = loads_policy(POLICY.replace("rules:", "sensitive: {fields: [customer], key: true}"
+                                         "\nrules:"))
+    panel = ChecksPanel(AuthoringSession(policy, jump))
+    panel.select("nulls")
+    panel.drill("nulls", *panel.windows.options[0][1])
+    shown = panel.records_out.value
+    assert "•••" in shown and "&quot;amount&quot;:500.0" in shown   # the decoded values
+    assert "c5" not in shown and "k0-50" not in shown                 # no customer, no key
+    # the records themselves are the data (for code), the page shows them masked
+    assert panel.last_drill.records.column("key")[0].as_py() == b"k0-500"
