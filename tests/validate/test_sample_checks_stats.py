@@ -4,6 +4,8 @@ sorted per cell) and with many (one sort of every value), and equals numpy's sta
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -60,3 +62,32 @@ def test_whole_equals_cell_by_cell_and_numpy(n, groups, windows, stat):
         whole.select(["group", "window", "records"]))
     np.testing.assert_array_equal(alone.column("observed").to_numpy(),
                                   whole.column("observed").to_numpy())
+
+
+@pytest.mark.parametrize("kind", ["duplicate_rate", "distinct"])
+@pytest.mark.parametrize("splits", [1, 2, 7, 40])
+def test_value_keyed_partials_merge_as_the_whole(kind, splits):
+    """Chunks' partials merged (only cells two chunks share are grouped again) equal the
+    whole sample's partial, whatever the split."""
+    from kqlab.validate.sample_checks import Partial, merge_partials
+    from kqlab.validate.sample_checks.partials import group_aggregate
+
+    rng = np.random.default_rng(splits)
+    n = 5_000
+    group = pa.array([None if g == 3 else f"p{g}" for g in rng.integers(0, 4, n).tolist()],
+                     pa.string())
+    window = np.sort(rng.integers(0, 30, n)) * 60_000  # time order: chunks share few cells
+    value = pa.array([b"v%d" % v for v in rng.integers(0, 800, n).tolist()], pa.large_binary())
+    schema = PARTIAL_SCHEMAS[kind]
+
+    def partial(lo: int, hi: int) -> Partial:
+        return Partial(kind, group_aggregate(
+            {"group": group[lo:hi], "window": window[lo:hi], "value": value[lo:hi]},
+            {"count": ("count", None)}, hi - lo, schema), {"records": hi - lo})
+
+    cuts = [0, *sorted(rng.choice(np.arange(1, n), splits - 1, replace=False).tolist()), n]
+    merged = merge_partials(kind, [partial(a, b) for a, b in itertools.pairwise(cuts)])
+    whole = partial(0, n)
+    order = [("group", "ascending"), ("window", "ascending"), ("value", "ascending")]
+    assert merged.table.sort_by(order).equals(whole.table.sort_by(order))
+    assert merged.counts == {"records": n}

@@ -203,8 +203,41 @@ def merge_partials(kind: str, partials: Iterable[Partial]) -> Partial:
     keys, merged = PARTIAL_LAYOUT[kind]
     if keys and len(tables) > 1:
         table = table.combine_chunks()
+        if "value" in keys and "window" in keys:
+            return Partial(kind, _merge_cells(kind, tables, table), counts)
         table = group_aggregate(
             {k: table.column(k) for k in keys},
             {name: (op, table.column(name).to_numpy()) for name, op in merged.items()},
             table.num_rows, schema)
     return Partial(kind, table, counts)
+
+
+def _merge_cells(kind: str, tables: list[pa.Table], table: pa.Table) -> pa.Table:
+    """Value-keyed partials (``distinct``, ``duplicate_rate``) merged: only the rows of the
+    (group, window) cells that more than one partial holds are grouped again.  Each partial's
+    rows are unique on their keys (a partial is grouped), and the chunks of a streamed replay
+    share few cells (a partition's consecutive chunks, a window on their boundary), so most
+    rows are kept as they are instead of hashing every value once more."""
+    n = table.num_rows
+    g = _key_codes(table.column("group"))
+    w = _key_codes(table.column("window").to_numpy())
+    width = int(w.max()) + 1
+    cell = g * width + w
+    if int(cell.max()) >= 4 * n + 1024:
+        cell = np.unique(cell, return_inverse=True)[1].reshape(-1).astype(np.int64)
+    src = np.repeat(np.arange(len(tables)), [t.num_rows for t in tables])
+    rows = np.arange(n)
+    first = np.empty(int(cell.max()) + 1, np.int64)
+    first[cell[::-1]] = rows[::-1]  # the last write is the first row of the cell
+    last = np.empty_like(first)
+    last[cell] = rows
+    shared = src[first[cell]] != src[last[cell]]  # tables are concatenated in order
+    if not shared.any():
+        return table
+    both = table.filter(pa.array(shared))
+    _, merged = PARTIAL_LAYOUT[kind]
+    regrouped = group_aggregate(
+        {k: both.column(k) for k in ("group", "window", "value")},
+        {name: (op, both.column(name).to_numpy()) for name, op in merged.items()},
+        both.num_rows, PARTIAL_SCHEMAS[kind])
+    return pa.concat_tables([table.filter(pa.array(~shared)), regrouped]).combine_chunks()
