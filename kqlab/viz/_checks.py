@@ -11,15 +11,16 @@ over a threshold), so a failing window never disappears from the line.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import cache
 from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
 import pyarrow as pa
 
-from kqlab.viz._style import COLORS, RULE_PALETTE
+from kqlab.viz._style import COLORS, RULE_PALETTE, register_template
 
-__all__ = ["check_sparklines", "worst_points"]
+__all__ = ["check_sparklines", "sparkline_spec", "worst_points"]
 
 #: groups drawn per check (the ones with most failing windows first)
 MAX_GROUPS = 6
@@ -55,78 +56,115 @@ def check_sparklines(results: Sequence[Mapping[str, Any]], windows: Mapping[str,
     """One small line per check (``results``: result rows as dicts, in policy order;
     ``windows``: each check's judged windows): observed value per window (per group: one
     line each, at most :data:`MAX_GROUPS`), dashed threshold lines, failing windows as
-    red markers.  A check without windows shows one bar per group (or one value)."""
-    from plotly.subplots import make_subplots
+    red markers.  A check without windows shows one bar per group (or one value).  The
+    figure of :func:`sparkline_spec` (what the checks panel sends as it is)."""
+    return go.Figure(sparkline_spec(results, windows, max_points=max_points))
 
+
+def sparkline_spec(results: Sequence[Mapping[str, Any]], windows: Mapping[str, pa.Table],
+                   *, max_points: int = 240) -> dict[str, Any]:
+    """:func:`check_sparklines` as the plotly JSON dict, built without plotly's object tree
+    (which costs ~0.3 s for a few checks: a threshold edit redraws the panel at once)."""
     rows = list(results)
+    layout: dict[str, Any] = {"template": _template(), "showlegend": False,
+                              "margin": {"l": 40, "r": 10, "t": 30, "b": 20}}
     if not rows:
-        fig = go.Figure()
-        fig.update_layout(height=60, annotations=[{"text": "no sample checks", "showarrow": False,
-                                                       "xref": "paper", "yref": "paper"}])
-        return fig
-    fig = make_subplots(rows=len(rows), cols=1, vertical_spacing=min(0.3 / len(rows), 0.08),
-                        subplot_titles=[f"{r['check']} · {r['status']}" for r in rows])
+        layout.update(height=60, annotations=[{"text": "no sample checks", "showarrow": False,
+                                               "xref": "paper", "yref": "paper"}])
+        return {"data": [], "layout": layout}
+    n = len(rows)
+    gap = min(0.3 / n, 0.08)
+    h = (1 - gap * (n - 1)) / n
+    data: list[dict[str, Any]] = []
+    shapes: list[dict[str, Any]] = []
+    titles = []
     for i, row in enumerate(rows, start=1):
+        top = 1 - (i - 1) * (h + gap)
+        suffix = "" if i == 1 else str(i)
+        layout[f"xaxis{suffix}"] = {"anchor": f"y{suffix}", "domain": [0, 1],
+                                    "tickformat": "%m-%d %H:%M", "nticks": 8}
+        layout[f"yaxis{suffix}"] = {"anchor": f"x{suffix}", "domain": [max(0, top - h), top]}
+        titles.append({"text": f"{row['check']} · {row['status']}", "showarrow": False,
+                       "xref": "paper", "yref": "paper", "x": 0.5, "y": top,
+                       "xanchor": "center", "yanchor": "bottom", "font": {"size": 11}})
         table = windows.get(row["check"])
-        _draw(fig, i, row, table if table is not None else pa.table({}), max_points)
-    fig.update_layout(height=40 + ROW_HEIGHT * len(rows) + 30 * len(rows), showlegend=False,
-                      margin={"l": 40, "r": 10, "t": 30, "b": 20})
-    fig.update_annotations(font_size=11)
-    # one line of tick labels (plotly's two-line dates run into the next check's title)
-    fig.update_xaxes(tickformat="%m-%d %H:%M", nticks=8)
-    return fig
+        traces = _traces(row, table if table is not None else pa.table({}), max_points)
+        for t in traces:
+            t.update(xaxis=f"x{suffix}", yaxis=f"y{suffix}")
+        data.extend(traces)
+        shapes.extend({"type": "line", "xref": f"x{suffix} domain", "x0": 0, "x1": 1,
+                       "yref": f"y{suffix}", "y0": b, "y1": b,
+                       "line": {"dash": "dash", "width": 1, "color": COLORS["rejected"]}}
+                      for b in (row.get("min"), row.get("max")) if b is not None)
+    layout.update(height=40 + (ROW_HEIGHT + 30) * n, annotations=titles, shapes=shapes)
+    return {"data": data, "layout": layout}
 
 
-def _draw(fig: go.Figure, i: int, row: Mapping[str, Any], table: pa.Table,
-          max_points: int) -> None:
+def _traces(row: Mapping[str, Any], table: pa.Table, max_points: int) -> list[dict[str, Any]]:
     lo, hi = row.get("min"), row.get("max")
     metric = row.get("metric") or ""
     if table.num_rows == 0:
-        if row.get("observed") is not None:
-            fig.add_trace(go.Bar(x=[row["check"]], y=[row["observed"]], marker_color=_status(
-                row["status"]), hovertemplate=f"{metric}: %{{y}}<extra></extra>"), row=i, col=1)
-        _bounds(fig, i, lo, hi)
-        return
-    d = table.select(["group", "start", "end", "observed", "status", "records"]).to_pydict()
+        if row.get("observed") is None:
+            return []
+        return [{"type": "bar", "x": [row["check"]], "y": [row["observed"]],
+                 "marker": {"color": _status(row["status"])},
+                 "hovertemplate": f"{metric}: %{{y}}<extra></extra>"}]
+    d = table.select(["group", "start", "observed", "status"]).to_pydict()
     groups = np.array(["" if g is None else g for g in d["group"]], dtype=object)
     observed = np.array([np.nan if v is None else v for v in d["observed"]], float)
     status = np.array(d["status"], dtype=object)
     if row.get("window_ms") is None:  # groups only: one bar per group
         order = np.argsort(groups, kind="stable")
-        fig.add_trace(go.Bar(x=groups[order].tolist(), y=observed[order].tolist(),
-                             marker_color=[_status(s) for s in status[order]],
-                             hovertemplate="%{x}: %{y}<extra></extra>"), row=i, col=1)
-        _bounds(fig, i, lo, hi)
-        return
+        return [{"type": "bar", "x": groups[order].tolist(), "y": _plain(observed[order]),
+                 "marker": {"color": [_status(s) for s in status[order]]},
+                 "hovertemplate": "%{x}: %{y}<extra></extra>"}]
     start = np.asarray(d["start"], np.int64)
     names, first = np.unique(groups, return_index=True)
     fails = {g: int(((groups == g) & (status == "fail")).sum()) for g in names}
-    shown = sorted(names, key=lambda g: (-fails[g], first[names.tolist().index(g)]))[:MAX_GROUPS]
+    seen = {g: int(f) for g, f in zip(names.tolist(), first.tolist(), strict=True)}
+    shown = sorted(seen, key=lambda g: (-fails[g], seen[g]))[:MAX_GROUPS]
+    out: list[dict[str, Any]] = []
     for k, g in enumerate(shown):
         at = np.flatnonzero(groups == g)
         at = at[np.argsort(start[at], kind="stable")]
         pick = at[worst_points(observed[at], lo, hi, max_points)]
-        x = start[pick].astype("datetime64[ms]").astype(str).tolist()
         label = g or row["check"]
-        fig.add_trace(go.Scatter(x=x, y=observed[pick].tolist(), mode="lines", name=label,
-                                 line={"width": 1, "color": RULE_PALETTE[k % len(RULE_PALETTE)]},
-                                 hovertemplate=f"{label} %{{x}}: %{{y}}<extra></extra>"),
-                      row=i, col=1)
+        out.append({"type": "scatter", "mode": "lines", "name": label,
+                    "x": _times(start[pick]), "y": _plain(observed[pick]),
+                    "line": {"width": 1, "color": RULE_PALETTE[k % len(RULE_PALETTE)]},
+                    "hovertemplate": f"{label} %{{x}}: %{{y}}<extra></extra>"})
         bad = pick[status[pick] == "fail"]
         if len(bad):
-            fig.add_trace(go.Scatter(
-                x=start[bad].astype("datetime64[ms]").astype(str).tolist(),
-                y=observed[bad].tolist(), mode="markers", name=f"{label} failing",
-                marker={"size": 4, "color": COLORS["rejected"]},
-                hovertemplate=f"{label} %{{x}}: %{{y}} (fails)<extra></extra>"), row=i, col=1)
-    _bounds(fig, i, lo, hi)
+            out.append({"type": "scatter", "mode": "markers", "name": f"{label} failing",
+                        "x": _times(start[bad]), "y": _plain(observed[bad]),
+                        "marker": {"size": 4, "color": COLORS["rejected"]},
+                        "hovertemplate": f"{label} %{{x}}: %{{y}} (fails)<extra></extra>"})
+    return out
 
 
-def _bounds(fig: go.Figure, i: int, lo: float | None, hi: float | None) -> None:
-    for bound in (lo, hi):
-        if bound is not None:
-            fig.add_hline(y=bound, line={"dash": "dash", "width": 1, "color": COLORS["rejected"]},
-                          row=i, col=1)
+def _times(ms: np.ndarray) -> list[str]:
+    return ms.astype("datetime64[ms]").astype(str).tolist()
+
+
+def _plain(values: np.ndarray) -> list[float | None]:
+    """Numbers for JSON (NaN: not evaluable, a gap in the line)."""
+    return [None if np.isnan(v) else float(v) for v in values.tolist()]
+
+
+@cache
+def _template_json() -> str:
+    import json
+
+    import plotly.io as pio
+
+    return json.dumps(pio.templates[register_template()].to_plotly_json())
+
+
+def _template() -> dict[str, Any]:
+    """The shared kqlab template as plain JSON (a fresh copy per figure)."""
+    import json
+
+    return json.loads(_template_json())
 
 
 def _status(status: str) -> str:

@@ -81,8 +81,8 @@ class ChecksPanel:
 
     Python twins: :meth:`select` (the check dropdown), :meth:`set_threshold` (the threshold
     boxes), :meth:`drill` (a failing window's *Show records*).  :attr:`rows` are the result
-    rows shown, :attr:`figure` the sparklines' ``go.Figure``, :attr:`last_drill` the last
-    drill-down.
+    rows shown, :attr:`figure` the sparklines (plotly JSON, :func:`kqlab.viz._checks
+    .sparkline_spec`), :attr:`last_drill` the last drill-down.
     """
 
     def __init__(self, session: AuthoringSession, *, live: bool = True):
@@ -173,9 +173,9 @@ class ChecksPanel:
         finally:
             self._muted = False
         self._on_select(force=True)
-        from kqlab.viz._checks import check_sparklines
+        from kqlab.viz._checks import sparkline_spec
 
-        self.figure = check_sparklines(
+        self.figure = sparkline_spec(
             self.rows, {r["check"]: s.check_windows(r["check"]) for r in self.rows})
         self.sparklines.update(self.figure)
 

@@ -58,10 +58,18 @@ def test_panel_shows_every_check_from_the_current_verdicts(jump):
     assert "kqlab-check-status-nulls" in table and "null_rate 8.00%" in table
     assert "max 1.00%" in table and "1 of 11" in table      # 6 x 2, less orders-1 quiet one
     # the sparklines: one panel per check, the failing windows marked where they fail
-    fig = panel.figure.to_dict()
+    fig = panel.figure
     marked = [t for t in fig["data"] if t.get("mode") == "markers"]
     assert sum(len(t["y"]) for t in marked) == sum(r["failing_windows"] for r in panel.rows)
-    assert panel.sparklines.to_dict()["data"] == panel.figure.to_dict()["data"]
+    assert panel.sparklines.to_dict()["data"] == panel.figure["data"]
+    # plotly reads it as a figure: one x axis per check, a dashed line per threshold
+    from kqlab.viz._checks import check_sparklines
+
+    drawn = check_sparklines(panel.rows, {r["check"]: session.check_windows(r["check"])
+                                          for r in panel.rows})
+    assert len(drawn.layout.shapes) == sum((r["min"] is not None) + (r["max"] is not None)
+                                           for r in panel.rows)
+    assert drawn.layout.xaxis4.anchor == "y4"
 
 
 def test_typed_threshold_is_an_undoable_edit_judged_from_the_cache(jump):
