@@ -91,3 +91,24 @@ def test_value_keyed_partials_merge_as_the_whole(kind, splits):
     order = [("group", "ascending"), ("window", "ascending"), ("value", "ascending")]
     assert merged.table.sort_by(order).equals(whole.table.sort_by(order))
     assert merged.counts == {"records": n}
+
+
+def test_one_baseline_is_read_once_for_drift_and_schema_drift(tmp_path, monkeypatch):
+    import kqlab.validate.loading as loading
+    from kqlab.validate import replay
+    from tests.validate.test_sample_checks import HEAD, hour, write_log
+
+    write_log(tmp_path / "baseline", {0: hour(0)})
+    folder = write_log(tmp_path / "log", {0: hour(0), 1: hour(1)})
+    policy = loads_policy(HEAD + "checks:\n"
+                          "  - {id: d, kind: drift, field: amount, baseline: baseline,"
+                          " max_psi: 1}\n"
+                          "  - {id: s, kind: schema_drift, baseline: baseline}\n")
+    reads = []
+    load = loading.load_sample
+    monkeypatch.setattr(loading, "load_sample", lambda src, *a, **k: (
+        reads.append(str(src)), load(src, *a, **k))[1])
+    rows = replay(folder, policy, base_dir=tmp_path).checks().to_pylist()
+    assert [(r["status"], dict(r["params"])["baseline_records"]) for r in rows] == \
+        [("pass", "600"), ("pass", "600")]
+    assert reads.count(str(tmp_path / "baseline")) == 1

@@ -47,9 +47,12 @@ def baseline_path(check: Check, base_dir: Path | None) -> Path:
 
 
 def baseline_plan(check: Check, policy: Policy, base_dir: Path | None, now: int,
-                  resolver: object = None) -> BaselinePlan:
+                  resolver: object = None, loaded: dict[str, object] | None = None
+                  ) -> BaselinePlan:
     """Read ``check``'s baseline and reduce it (see the module doc); problems become a
-    not-evaluable reason, never an exception: a replay always reports its checks."""
+    not-evaluable reason, never an exception: a replay always reports its checks.
+    ``loaded``: baselines already read and decoded, by path (a drift and a schema-drift
+    check on one baseline read it once)."""
     from kqlab.validate.context import EvalContext
     from kqlab.validate.sample import record_batch_rows
     from kqlab.validate.sample_checks.columns import field_values, numeric_values
@@ -59,19 +62,25 @@ def baseline_plan(check: Check, policy: Policy, base_dir: Path | None, now: int,
     if not path.exists():
         return BaselinePlan(str(path), reason="baseline_missing")
     try:
-        from kqlab.validate.loading import load_sample
+        chunk = loaded.get(str(path)) if loaded is not None else None
+        if chunk is None:
+            from kqlab.validate.loading import load_sample
 
-        sample = load_sample(path)
-        if resolver is None and policy.value.schemas is not None:
-            from kqlab.serde.schemas import SchemaResolver
+            sample = load_sample(path)
+            if resolver is None and policy.value.schemas is not None:
+                from kqlab.serde.schemas import SchemaResolver
 
-            resolver = SchemaResolver.from_source(policy.value.schemas)
-        ctx = EvalContext(sample.records, now, sample.batches, value_format=policy.value,
-                          key_format=policy.key, resolver=resolver)  # type: ignore[arg-type]
-        rows = record_batch_rows(sample.records, sample.batches)
-        control = sample.batches.column("is_control").to_numpy(zero_copy_only=False)
-        control = control.astype(bool)[rows] if len(rows) else np.zeros(0, bool)
-        chunk = Chunk(ctx, control)
+                resolver = SchemaResolver.from_source(policy.value.schemas)
+            ctx = EvalContext(sample.records, now, sample.batches, value_format=policy.value,
+                              key_format=policy.key, resolver=resolver)  # type: ignore[arg-type]
+            rows = record_batch_rows(sample.records, sample.batches)
+            control = sample.batches.column("is_control").to_numpy(zero_copy_only=False)
+            control = control.astype(bool)[rows] if len(rows) else np.zeros(0, bool)
+            chunk = Chunk(ctx, control)
+            if loaded is not None:
+                loaded[str(path)] = chunk
+        assert isinstance(chunk, Chunk)
+        ctx, control = chunk.ctx, chunk.control
         edges = None
         if check.kind == "drift":
             fv = field_values(ctx, str(check.param("field")))

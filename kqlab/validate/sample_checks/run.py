@@ -70,6 +70,8 @@ class CheckRun:
         self.partials: dict[str, list[Partial]] = {c.id: [] for c in policy.checks}
         #: baselines read, by what they depend on (shared across runs: a replayer's edits)
         self.plans: dict[bytes, BaselinePlan] = {} if plans is None else plans
+        #: baselines read and decoded, by path, while the plans are made (the first chunk)
+        self._loaded: dict[str, object] = {}
 
     def plan(self, check: Check) -> BaselinePlan | None:
         """The check's baseline, read once (None: the kind has none)."""
@@ -80,7 +82,7 @@ class CheckRun:
                             repr(self.policy.key), repr(self.policy.value)])
         if key not in self.plans:
             self.plans[key] = baseline_plan(check, self.policy, self.base_dir, self.now,
-                                            self.resolver)
+                                            self.resolver, self._loaded)
         return self.plans[key]
 
     def merge(self, other: CheckRun) -> None:
@@ -101,6 +103,7 @@ class CheckRun:
             given = None if partials is None else partials.get(check.id)
             self.partials[check.id].append(given if given is not None else
                                            self.partial(check, chunk))
+        self._loaded.clear()  # every plan is made: the decoded baselines can go
 
     def partial(self, check: Check, chunk: Chunk) -> Partial:
         """The check's partial over ``chunk`` (a drift check skips the work when its
