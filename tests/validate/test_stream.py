@@ -48,8 +48,11 @@ def demo(tmp_path_factory):
 
 @pytest.mark.parametrize("topic", ["orders", "clicks"])  # Avro (registry) and JSON values
 @pytest.mark.parametrize("chunk", [1, 7, 4096])
-def test_demo_topics(demo, tmp_path, topic, chunk):
+@pytest.mark.parametrize("read_ahead", ["1", "0"])  # chunks read on a thread, or in turn
+def test_demo_topics(demo, tmp_path, topic, chunk, read_ahead, monkeypatch):
     import shutil
+
+    monkeypatch.setenv("KQLAB_READ_AHEAD", read_ahead)
 
     folder = tmp_path / topic
     folder.mkdir()
