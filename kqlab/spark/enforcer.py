@@ -18,13 +18,15 @@ return, and only then does Spark write the micro-batch to its commit log.
 
 Delivery: at least once.  A crash anywhere before the commit log entry runs the micro-batch
 again from the checkpoint (same offsets: Spark's write-ahead offset log), so a record can be
-forwarded twice, never lost; per partition, the first copy of each record keeps the source
-order (one task produces a partition's range in order; micro-batches run one after another).
-The enforcer counts what a restart may duplicate: a micro-batch whose attempt marker
-(``<checkpoint>/kqlab/attempts/<batch id>``) exists already is a re-run, and its records are
-reported as ``redelivered`` (an upper bound of the duplicates: a crash before the first
-produce duplicated none of them).  Counters survive restarts in
-``<checkpoint>/kqlab/metrics.json``.
+forwarded more than once, never lost; per partition, the first copy of each record keeps the
+source order (one task produces a partition's range in order; micro-batches run one after
+another).  The enforcer counts what restarts may duplicate: each attempt at a micro-batch
+is counted in its marker (``<checkpoint>/kqlab/attempts/<batch id>``) before it produces, so
+the attempt that finishes knows how many ran before it — each may have sent every record of
+the same offsets once — and reports its records times that number as ``redelivered`` (an
+upper bound of the duplicates: an attempt that died before its first produce duplicated
+nothing; a micro-batch killed twice before it commits is sent up to three times).  Counters
+survive restarts in ``<checkpoint>/kqlab/metrics.json``.
 
 Fault injection (for the crash test): ``KQLAB_ENFORCER_KILL_AT=PHASE:N`` SIGKILLs the driver
 when its ``N``-th micro-batch of this run reaches ``PHASE`` (:data:`KILL_PHASES`): ``planned``
@@ -427,24 +429,30 @@ class Enforcer:
             f.write(json.dumps(self.metrics, sort_keys=True).encode())
         fs.move(tmp, f"{base}/metrics.json")
 
-    def _attempted(self, batch_id: int) -> bool:
-        """Whether ``batch_id`` was attempted before (then mark it attempted)."""
+    def _attempts(self, batch_id: int) -> int:
+        """How many attempts at ``batch_id`` began producing before this one (then count
+        this one in its marker; each attempt may have sent the micro-batch's records)."""
         from pyarrow import fs as pafs
 
         fs, base = self._fs()
         folder = f"{base}/attempts"
         fs.create_dir(folder, recursive=True)
         path = f"{folder}/{batch_id:012d}"
-        seen = fs.get_file_info(path).type != pafs.FileType.NotFound
-        if not seen:
-            with fs.open_output_stream(path) as f:
-                f.write(str(time.time()).encode())
+        before = 0
+        if fs.get_file_info(path).type != pafs.FileType.NotFound:
+            with fs.open_input_stream(path) as f:
+                text = f.read().decode(errors="replace").strip()
+            before = int(text) if text.isdigit() else 1  # an older marker: one attempt
+        tmp = f"{folder}/.{batch_id:012d}.{os.getpid()}.tmp"
+        with fs.open_output_stream(tmp) as f:
+            f.write(str(before + 1).encode())
+        fs.move(tmp, path)
         for info in fs.get_file_info(pafs.FileSelector(folder)):
             if info.is_file and info.base_name.isdigit() and \
                     int(info.base_name) < batch_id - 100:
                 with contextlib.suppress(OSError):
                     fs.delete_file(info.path)
-        return seen
+        return before
 
     # -- checks ------------------------------------------------------------------------------
     def _client_config(self) -> dict[str, Any]:
@@ -517,7 +525,7 @@ class Enforcer:
             self._runs += 1
             t0 = time.monotonic()
             self._die("planned")
-            rerun = self._attempted(batch_id)
+            before = self._attempts(batch_id)
             kill_producing = self._kill == ("producing", self._runs)
             if self.settings.connector == "spark":
                 rows = self._sink_natively(df)
@@ -525,7 +533,7 @@ class Enforcer:
                 rows = df.mapInArrow(enforce_records(self._job(kill_producing)),
                                      from_arrow_schema(PRODUCED_SCHEMA)).collect()
             self._die("flushed")
-            self._account(batch_id, rows, rerun, time.monotonic() - t0)
+            self._account(batch_id, rows, before, time.monotonic() - t0)
             self._handled[batch_id] = self._runs
 
     def _sink_natively(self, df: Any) -> list[Any]:
@@ -560,8 +568,10 @@ class Enforcer:
                  "records": total, "dead_lettered": dead, "by_rule": "{}",
                  "observed": "{}"}]
 
-    def _account(self, batch_id: int, rows: Sequence[Any], rerun: bool,
+    def _account(self, batch_id: int, rows: Sequence[Any], before: int,
                  seconds: float) -> None:
+        """Add a finished attempt's counts; ``before`` earlier attempts at the same offsets
+        may each have sent its records once already (``redelivered``)."""
         m = self.metrics
         n = sum(int(r["records"]) for r in rows)
         dead = sum(int(r["dead_lettered"]) for r in rows)
@@ -578,13 +588,13 @@ class Enforcer:
         for name, counts in (("by_rule", by_rule), ("observed", observed)):
             for k, v in counts.items():
                 m[name][k] = m[name].get(k, 0) + v
-        if rerun:
+        if before:
             m["reruns"] += 1
-            m["redelivered"] += n
+            m["redelivered"] += n * before
         self._save_metrics()
         line = {"event": "batch", "batch_id": batch_id, "records": n, "forwarded": n - dead,
                 "dead_lettered": dead, "by_rule": by_rule, "observed": observed,
-                "rerun": rerun, "redelivered": n if rerun else 0,
+                "rerun": before > 0, "attempt": before + 1, "redelivered": n * before,
                 "reject_rate": round(dead / n, 6) if n else 0.0,
                 "lag": sum(self.lag.values()) if self.lag else None,
                 "seconds": round(seconds, 3),

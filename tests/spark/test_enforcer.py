@@ -181,3 +181,32 @@ def test_the_native_connector_path_judges_the_same(spark, raw, exported):
         mine = dlq.filter(pc.equal(dlq.column("partition"), p)).to_pylist()
         assert [[(h["key"], h["value"]) for h in r["headers"]] for r in mine] == \
             [h for _, _, h, _ in want_dead[p]]
+
+
+def test_every_attempt_at_a_micro_batch_counts_toward_redelivered(tmp_path):
+    """A micro-batch killed twice before Spark commits it is sent up to three times: the
+    attempt that finishes reports its records once per earlier attempt (crash test: the
+    duplicates read back never exceed ``redelivered``)."""
+    from kqlab.spark.enforcer import Enforcer, EnforcerSettings
+    from kqlab.spark.enforcer_config import Route
+
+    def enforcer() -> Enforcer:
+        return Enforcer(None, loads_policy(POLICY), EnforcerSettings(
+            routes=(Route("e.raw", "e.ok", "e.dlq"),), bootstrap="127.0.0.1:1",
+            checkpoint=str(tmp_path / "ck")))
+
+    first = enforcer()
+    assert [first._attempts(7) for _ in range(3)] == [0, 1, 2]
+    assert first._attempts(8) == 0
+    row = {"topic": "e.raw", "partition": 0, "first_offset": 0, "last_offset": 9,
+           "records": 10, "dead_lettered": 3, "by_rule": '{"r": 3}', "observed": "{}"}
+    first._account(8, [row], 0, 0.1)
+    again = enforcer()  # a restart reads the markers and the counters back
+    assert again.metrics["restarts"] == 1
+    assert again._attempts(7) == 3
+    again._account(7, [row], 3, 0.1)
+    assert again.batches[-1]["redelivered"] == 30 and again.batches[-1]["attempt"] == 4
+    m = enforcer().metrics
+    assert (m["records"], m["reruns"], m["redelivered"], m["dead_lettered"]) == (20, 1, 30, 6)
+    (tmp_path / "ck" / "kqlab" / "attempts" / f"{9:012d}").write_text("1764000000.5")
+    assert enforcer()._attempts(9) == 1  # a marker of an older kqlab: one attempt
