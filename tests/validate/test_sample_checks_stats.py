@@ -1,10 +1,12 @@
-"""``stat`` values per cell: the whole partial judged at once equals each (group, window)
-cell judged alone, to the bit (the Spark engine judges cell by cell), with few cells (values
-sorted per cell) and with many (one sort of every value), and equals numpy's statistics."""
+"""Sample-check kernels against independent references: ``stat`` values of the whole
+partial equal each (group, window) cell judged alone, to the bit (the Spark engine judges
+cell by cell), with few cells and with many, and equal numpy's statistics; value-keyed
+partials of any split merge into the whole's (a Counter's); one baseline is read once."""
 
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 
 import numpy as np
 import pyarrow as pa
@@ -66,7 +68,8 @@ def test_whole_equals_cell_by_cell_and_numpy(n, groups, windows, stat):
 
 @pytest.mark.parametrize("kind", ["duplicate_rate", "distinct"])
 @pytest.mark.parametrize("splits", [1, 2, 7, 40])
-def test_value_keyed_partials_merge_as_the_whole(kind, splits):
+@pytest.mark.parametrize("values", [800, None])  # None: every value distinct (keys)
+def test_value_keyed_partials_merge_as_the_whole(kind, splits, values):
     """Chunks' partials merged (only cells two chunks share are grouped again) equal the
     whole sample's partial, whatever the split."""
     from kqlab.validate.sample_checks import Partial, merge_partials
@@ -77,7 +80,8 @@ def test_value_keyed_partials_merge_as_the_whole(kind, splits):
     group = pa.array([None if g == 3 else f"p{g}" for g in rng.integers(0, 4, n).tolist()],
                      pa.string())
     window = np.sort(rng.integers(0, 30, n)) * 60_000  # time order: chunks share few cells
-    value = pa.array([b"v%d" % v for v in rng.integers(0, 800, n).tolist()], pa.large_binary())
+    drawn = rng.integers(0, values, n) if values else rng.permutation(n)
+    value = pa.array([b"v%d" % v for v in drawn.tolist()], pa.large_binary())
     schema = PARTIAL_SCHEMAS[kind]
 
     def partial(lo: int, hi: int) -> Partial:
@@ -91,6 +95,11 @@ def test_value_keyed_partials_merge_as_the_whole(kind, splits):
     order = [("group", "ascending"), ("window", "ascending"), ("value", "ascending")]
     assert merged.table.sort_by(order).equals(whole.table.sort_by(order))
     assert merged.counts == {"records": n}
+    counted = Counter(zip(group.to_pylist(), window.tolist(), value.to_pylist(), strict=True))
+    assert sorted(zip(*(merged.table.column(c).to_pylist() for c in
+                        ("group", "window", "value", "count")), strict=True),
+                  key=lambda r: (r[0] or "", r[1], r[2])) == \
+        sorted(((*k, c) for k, c in counted.items()), key=lambda r: (r[0] or "", r[1], r[2]))
 
 
 def test_one_baseline_is_read_once_for_drift_and_schema_drift(tmp_path, monkeypatch):

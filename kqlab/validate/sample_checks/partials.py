@@ -145,18 +145,29 @@ def group_aggregate(keys: Mapping[str, pa.Array | pa.ChunkedArray | np.ndarray],
     if n == 0:
         return schema.empty_table()
     code = np.zeros(n, np.int64)
+    distinct = False
     for column in keys.values():
         c = _key_codes(column)
         width = int(c.max()) + 1 if len(c) else 1
+        # a column hashed here (its dictionary: the distinct values, every code used) with
+        # n codes: every row holds its own value, a group of its own (keys of a topic)
+        distinct = distinct or (width == n and not isinstance(column, np.ndarray)
+                                and not pa.types.is_dictionary(column.type))
+        if distinct:
+            continue
         if int(code.max()) * width + width >= 2**62:  # keep the combined code in range
             code = np.unique(code, return_inverse=True)[1].reshape(-1).astype(np.int64)
         code = code * width + c
     top = int(code.max()) + 1
-    if top <= 8 * n + 1024:  # a dense range (groups x windows [x values]): counting, no sort
+    inverse: np.ndarray
+    if distinct:  # nothing to group: rows as they are
+        first = inverse = np.arange(n)
+        groups = n
+    elif top <= 8 * n + 1024:  # a dense range (groups x windows [x values]): counting, no sort
         seen = np.zeros(top, bool)
         seen[code] = True
         rank = np.cumsum(seen, dtype=np.int32 if top < 2**31 else np.int64) - 1
-        inverse: np.ndarray = np.asarray(rank[code], dtype=np.int64)
+        inverse = np.asarray(rank[code], dtype=np.int64)
         groups = int(rank[-1]) + 1
         first = np.empty(groups, np.int64)
         first[inverse[::-1]] = np.arange(n - 1, -1, -1)  # the last write is the first row
@@ -168,8 +179,12 @@ def group_aggregate(keys: Mapping[str, pa.Array | pa.ChunkedArray | np.ndarray],
     out: dict[str, pa.Array] = {}
     for name, column in keys.items():
         scale = (scales or {}).get(name, 1)
-        out[name] = pa.array(column[first] * scale) if isinstance(column, np.ndarray) else \
-            column.take(take)
+        if distinct:
+            out[name] = pa.array(column * scale) if isinstance(column, np.ndarray) else \
+                column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        else:
+            out[name] = pa.array(column[first] * scale) if isinstance(column, np.ndarray) \
+                else column.take(take)
         if isinstance(out[name], pa.DictionaryArray):
             out[name] = out[name].dictionary_decode()
     for name, (op, data) in values.items():
