@@ -419,11 +419,33 @@ class AuthoringSession:
         else again on Spark when the sample is only there; None without a sample.  (The
         caller adopts them: :attr:`view_sample` follows from :attr:`replayer`.)"""
         if self.replayer is not None:
-            return self.replayer.run(policy)
+            rejudged = self._checks_rejudged(policy)
+            return rejudged if rejudged is not None else self.replayer.run(policy)
         run = self.run_info
         if run is not None and run.engine == "spark":
             return self._spark(run.source, policy, run.master, None, None)
         return None
+
+    def _checks_rejudged(self, policy: Policy) -> VerdictsView | None:
+        """When ``policy`` differs from the current one in its sample checks only (a threshold
+        typed in the checks panel), the current local verdicts with the checks judged again
+        from the replayer's cached partials: every record and batch verdict is the same, so
+        the broker pass is not run again.  None when anything else differs."""
+        import copy
+
+        from kqlab.validate.replayer import with_implicit_rules
+        from kqlab.validate.verdicts import Verdicts
+
+        prev, replayer = self.verdicts, self.replayer
+        if replayer is None or not self._judged_locally or not isinstance(prev, Verdicts) or \
+                policy.with_checks(()) != self.policy.with_checks(()):
+            return None
+        effective = with_implicit_rules(policy)
+        verdicts = copy.copy(prev)
+        verdicts.policy_hash = effective.content_hash()  # as the replay names it
+        verdicts.check_results = replayer.run_checks(
+            effective, replayer.evaluate(effective), verdicts).finish() if policy.checks else None
+        return verdicts
 
     # -- edits (each returns the new verdicts or raises EditError) ----------------------------
     def add_rule(self, rule: Rule | str, *, index: int | None = None, **fields: Any) -> Any:

@@ -82,8 +82,14 @@ def test_typed_threshold_is_an_undoable_edit_judged_from_the_cache(jump):
     assert session.policy.check("nulls").params["max"] == 0.1
     # re-judged, not recomputed (the policy-wide reject rate too: a threshold rejects nothing)
     assert session.replayer.check_evaluations == computed
-    fresh = replay(jump, session.policy).checks().to_pylist()
+    fresh_verdicts = replay(jump, session.policy)
+    fresh = fresh_verdicts.checks().to_pylist()
     assert _row(panel.rows, "nulls")["status"] == _row(fresh, "nulls")["status"] == "pass"
+    # only the checks were judged again (the record verdicts kept): equal to a fresh replay,
+    # its summary naming the edited policy
+    assert session.verdicts.checks() == fresh_verdicts.checks()
+    assert session.verdicts.summary() == fresh_verdicts.summary()
+    assert session.verdicts.policy_hash != replay(jump, loads_policy(POLICY)).policy_hash
     assert panel.windows.options == ()                       # nothing fails any more
     # an empty box opens that side: volume's max stays open, min removed is refused
     # (a check needs a threshold) and the policy is kept
