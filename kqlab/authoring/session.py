@@ -443,8 +443,20 @@ class AuthoringSession:
         effective = with_implicit_rules(policy)
         verdicts = copy.copy(prev)
         verdicts.policy_hash = effective.content_hash()  # as the replay names it
-        verdicts.check_results = replayer.run_checks(
-            effective, replayer.evaluate(effective), verdicts).finish() if policy.checks else None
+        before = {c.id: c for c in self.policy.checks}
+        changed = [c for c in policy.checks if before.get(c.id) != c]
+        kept = prev.check_results
+        if not policy.checks:
+            verdicts.check_results = None
+        elif kept is None or len(changed) == len(policy.checks):
+            verdicts.check_results = replayer.run_checks(
+                effective, replayer.evaluate(effective), verdicts).finish()
+        else:  # only the edited checks are judged; the others' results stay as they were
+            judged = replayer.run_checks(effective.with_checks(changed),
+                                         replayer.evaluate(effective), verdicts).finish() \
+                if changed else None
+            verdicts.check_results = _merged_results(
+                [c.id for c in policy.checks], {c.id for c in changed}, judged, kept)
         return verdicts
 
     # -- edits (each returns the new verdicts or raises EditError) ----------------------------
@@ -732,6 +744,25 @@ class AuthoringSession:
         self._refresh_examples()
         self._publish(action, {"policy", "verdicts", "examples", "error"})
         return verdicts
+
+
+def _merged_results(order: list[str], changed: set[str], judged: Any, kept: Any) -> Any:
+    """Check results in policy ``order``: the ``changed`` checks' from ``judged``, the
+    others' from ``kept`` (both :class:`~kqlab.validate.sample_checks.CheckResults`)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from kqlab.validate.sample_checks import CheckResults
+
+    def pick(table: pa.Table, check: str) -> pa.Table:
+        return table.filter(pc.equal(table.column("check"), check))
+
+    results, windows = [], []
+    for cid in order:
+        src = judged if cid in changed else kept
+        results.append(pick(src.results, cid))
+        windows.append(pick(src.windows, cid))
+    return CheckResults(pa.concat_tables(results), pa.concat_tables(windows))
 
 
 def _check_rows(table: pa.Table) -> list[dict[str, Any]]:

@@ -88,6 +88,8 @@ def test_typed_threshold_is_an_undoable_edit_judged_from_the_cache(jump):
     # only the checks were judged again (the record verdicts kept): equal to a fresh replay,
     # its summary naming the edited policy
     assert session.verdicts.checks() == fresh_verdicts.checks()
+    for check in session.policy.checks:
+        assert session.verdicts.check_windows(check.id) == fresh_verdicts.check_windows(check.id)
     assert session.verdicts.summary() == fresh_verdicts.summary()
     assert session.verdicts.policy_hash != replay(jump, loads_policy(POLICY)).policy_hash
     assert panel.windows.options == ()                       # nothing fails any more
