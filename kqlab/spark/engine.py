@@ -158,7 +158,10 @@ def _sample_clock(session: Any, plan: Plan, framing: str, linger_ms: int, batch_
     def clock(spec: str) -> int | None:
         from kqlab.spark.units import Unit
 
-        return unit_clock(Unit.from_json(spec), framing, linger_ms, batch_size, stored)
+        try:
+            return unit_clock(Unit.from_json(spec), framing, linger_ms, batch_size, stored)
+        except Exception:  # an unreadable unit: the replay reports it as that unit's error
+            return None
 
     sc = session.sparkContext
     got = [c for c in sc.parallelize(specs, len(specs)).map(clock).collect() if c is not None]

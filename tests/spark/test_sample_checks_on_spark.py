@@ -155,3 +155,22 @@ def test_cli_replay_engine_spark_json_carries_the_local_checks(spark, planted, t
     assert spark_summary["checks"] == local_summary["checks"]
     assert any(c["check"] == "drift" and c["params"]["baseline_records"] == "600"
                for c in spark_summary["checks"])
+
+
+def test_a_unit_that_fails_leaves_the_others_checks(spark, planted, tmp_path):
+    """A partition that cannot be read is an error of its own (as for the verdicts): the
+    checks are judged on the units replayed, as the local engine judges those partitions."""
+    import shutil
+
+    folder, base = planted
+    root = tmp_path / "log"
+    shutil.copytree(folder, root)
+    bad = root / "orders-2" / "00000000000000000000.log"
+    bad.unlink()
+    bad.mkdir()  # a folder where the segment should be
+    policy = loads_policy(HEAD + CHECKS)
+    sv = replay_spark(root, policy, spark=spark, out=tmp_path / "out", base_dir=base)
+    assert [(e["topic"], e["partition"]) for e in sv.errors] == [("orders", 2)]
+    shutil.rmtree(root / "orders-2")
+    local = replay(root, policy, base_dir=base, now=sv.now)
+    assert sv.checks().to_pylist() == local.checks().to_pylist()
