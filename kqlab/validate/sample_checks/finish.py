@@ -125,6 +125,8 @@ def _per_window(check: Check, p: Partial, extent: Extent, now: int) -> _Windows 
         return _Windows(group, start, start + w, records, records.astype(np.float64), partial)
     if not t.num_rows:
         return None
+    if kind in ("duplicate_rate", "distinct", "stat"):  # rows per value: never listed
+        return _per_value_window(check, t, extent)
     group = t.column("group").to_pylist() if "group" in t.column_names else [None]
     if kind == "freshness":
         newest = t.column("newest").to_numpy()
@@ -140,6 +142,13 @@ def _per_window(check: Check, p: Partial, extent: Extent, now: int) -> _Windows 
             np.where(records > 0, hits / np.maximum(records, 1), np.nan)
         return _framed(check, group, t.column("window").to_numpy(), records, observed,
                        extent)
+    raise KeyError(kind)
+
+
+def _per_value_window(check: Check, t: pa.Table, extent: Extent) -> _Windows:
+    """Windows of the kinds whose partial holds a row per value (a million rows for the
+    keys of a million records): grouped as columns, their labels listed per window only."""
+    kind = check.kind
     if kind in ("duplicate_rate", "distinct"):
         per = group_aggregate(
             {"group": t.column("group"), "window": t.column("window").to_numpy()},
@@ -244,8 +253,12 @@ def _stat_columns(check: Check, t: pa.Table
         counts = per_cell[used]
         ends = np.cumsum(counts)
         starts = ends - counts
-        for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
-            v[a:b].sort()
+        for a, b, kth in zip(starts.tolist(), ends.tolist(), _order_stats(stat, counts),
+                             strict=True):
+            if kth is None:  # sums: every value in sorted order
+                v[a:b].sort()
+            else:  # a quantile, min, max: only its positions in sorted order (a partition)
+                v[a:b].partition(kth)
         first = by_cell[starts]
         cell_group, cell_window = gcode[first], window[first]
     else:
@@ -282,6 +295,24 @@ def _stat_columns(check: Check, t: pa.Table
         observed = a + (b - a) * frac
     group = [sorted_labels[int(x)] for x in cell_group.tolist()]
     return group, cell_window, counts.astype(np.int64), observed.astype(np.float64)
+
+
+def _order_stats(stat: str, counts: np.ndarray) -> list[list[int] | None]:
+    """Per cell the sorted positions ``stat`` reads (None: it reads them all, a sum in
+    sorted order) — what the quantile, min and max below take from each cell's values."""
+    n = counts.tolist()
+    if stat == "min":
+        return [[0] for _ in n]
+    if stat == "max":
+        return [[c - 1] for c in n]
+    if stat in _QUANTILES:
+        q = _QUANTILES[stat]
+        out: list[list[int] | None] = []
+        for c in n:
+            lo = int(np.floor(q * (c - 1)))
+            out.append(sorted({lo, min(lo + 1, c - 1)}))
+        return out
+    return [None for _ in n]
 
 
 def finish_check(check: Check, partial: Partial, extent: Extent, now: int,
