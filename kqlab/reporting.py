@@ -312,7 +312,7 @@ def _failures_html(groups: list[Any], max_rows: int) -> str:
 
 
 def _rollout_section(rollout: Any) -> str:
-    from kqlab.rollout.html import rollout_section
+    from kqlab.rollout.section import rollout_section
 
     return rollout_section(rollout)
 

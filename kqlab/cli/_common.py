@@ -22,10 +22,10 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any, TypeAlias
 
-if TYPE_CHECKING:
-    from kqlab.policy.model import Policy
+# a command reads its policy file as every caller of kqlab does (re-exported for the commands)
+from kqlab.sources.policy_files import load_policy_file, prepare_registries
 
 __all__ = [
     "EXIT_CODES",
@@ -101,9 +101,6 @@ SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 #: a command's body: the parsed arguments in, the exit status out
 Command: TypeAlias = Callable[[argparse.Namespace], int]
 
-#: in-memory (mock://) registries the package itself knows how to fill: a fresh process
-#: sees them empty, so the demo policies would have no schemas to encode or decode with
-_KNOWN_MOCK_REGISTRIES = {"mock://kqlab-demo": "kqlab.sources.demo_topics:register_schemas"}
 
 
 def add_json_flag(parser: argparse.ArgumentParser, help: str = "print one JSON document"
@@ -159,45 +156,3 @@ def now_ms(given: int | None) -> int:
     return given if given is not None else int(time.time() * 1000)
 
 
-def prepare_registries(policy: Policy) -> None:
-    """Fill the in-memory schema registries the package knows (the demo's), as its demo does.
-
-    A ``mock://`` registry lives in the process that filled it; a command starts a fresh
-    process, so without this the demo policies would find no schemas to decode with.
-    """
-    import importlib
-
-    for fmt in (policy.key, policy.value):
-        url = fmt.schemas.registry if fmt.schemas is not None else None
-        target = _KNOWN_MOCK_REGISTRIES.get(url or "")
-        if target:
-            module, _, name = target.partition(":")
-            getattr(importlib.import_module(module), name)(url)
-
-
-def load_policy_file(path: str) -> Policy:
-    """The policy file ``path``, fully checked before the command does anything with it.
-
-    A malformed policy raises :class:`~kqlab.policy.PolicyError` here (``file:line[:column]:
-    key: reason``, exit status 2, no traceback), so nothing runs on a broken policy.  A policy
-    naming a schema registry is read a second time, after :func:`prepare_registries`, with
-    ``contact_registries=True``: its rules are then checked against the registry's schemas
-    too (the command reads that registry anyway).
-    """
-    from kqlab.policy import PolicyError, load_policy
-
-    try:
-        policy = load_policy(path)
-    except IsADirectoryError:
-        raise PolicyError("is a folder, not a policy file — pass the .yaml file inside it",
-                          file=path) from None
-    except FileNotFoundError:
-        raise PolicyError("no such file — check the path (a policy is a YAML file such as "
-                          "orders.policy.yaml)", file=path) from None
-    except OSError as exc:
-        raise PolicyError(f"cannot be read ({exc.strerror}) — check its permissions",
-                          file=path) from None
-    if any(f.schemas is not None and f.schemas.registry for f in (policy.key, policy.value)):
-        prepare_registries(policy)
-        policy = load_policy(path, contact_registries=True)
-    return policy

@@ -14,7 +14,7 @@ This layer sits above :mod:`kqlab.validate` (it replays the sample) and :mod:`kq
   predicted reject rate and collateral, the producers it breaks first and its exported configs
   (:mod:`kqlab.rollout.plan`);
 * :func:`rollout_section` — both as the HTML report's section; figures in
-  :mod:`kqlab.rollout.figures`.
+  :mod:`kqlab.rollout.figures` (drawn by each object's ``figure()``).
 
 Names are imported on first use (``import kqlab.rollout`` loads no pyarrow).
 """
@@ -38,9 +38,9 @@ _EXPORTS = {
     "RolloutError": "kqlab.rollout.errors",
     "Outcome": "kqlab.rollout.outcome",
     "Answer": "kqlab.rollout.outcome",
-    "whatif_figure": "kqlab.rollout.figures",
-    "plan_figure": "kqlab.rollout.figures",
-    "rollout_section": "kqlab.rollout.html",
+    "whatif_figure": "kqlab.rollout.whatif",
+    "plan_figure": "kqlab.rollout.plan",
+    "rollout_section": "kqlab.rollout.section",
 }
 
 __all__ = ["POINTS", "Answer", "EnforcementPoint", "Outcome", "RolloutError", "RolloutPlan",
@@ -63,10 +63,9 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # pragma: no cover
     from kqlab.rollout.errors import RolloutError
-    from kqlab.rollout.figures import plan_figure, whatif_figure
-    from kqlab.rollout.html import rollout_section
     from kqlab.rollout.outcome import Answer, Outcome
-    from kqlab.rollout.plan import RolloutPlan, RulePlan, Stage, rollout_plan
+    from kqlab.rollout.plan import RolloutPlan, RulePlan, Stage, plan_figure, rollout_plan
     from kqlab.rollout.points import POINTS, EnforcementPoint
     from kqlab.rollout.replays import SampleReplays
-    from kqlab.rollout.whatif import TargetOutcome, WhatIf, what_if
+    from kqlab.rollout.section import rollout_section
+    from kqlab.rollout.whatif import TargetOutcome, WhatIf, what_if, whatif_figure

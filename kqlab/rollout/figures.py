@@ -1,8 +1,9 @@
-"""Figures of the what-if and the rollout plan: grouped bars of what happens to the sample's
-records (accepted / refused / collateral / dead-lettered) per enforcement point or per stage.
+"""The figure kind of the what-if and the rollout plan: grouped bars of what happens to the
+sample's records (accepted / refused / collateral / dead-lettered) per enforcement point or per
+stage (:meth:`WhatIf.figure <kqlab.rollout.whatif.WhatIf.figure>`,
+:meth:`RolloutPlan.figure <kqlab.rollout.plan.RolloutPlan.figure>` choose the groups).
 
-Pure functions of a :class:`~kqlab.rollout.whatif.WhatIf` or
-:class:`~kqlab.rollout.plan.RolloutPlan` (their numbers are the replays'), drawn with bar traces
+Pure functions of counts (the replays' numbers), knowing neither object, drawn with bar traces
 only (plotly.js's basic bundle, which the report embeds and the widgets load) in the shared
 look of :mod:`kqlab.viz._style`.  The y axis is logarithmic: the accepted records outnumber
 the refused ones by orders of magnitude on any healthy topic, and a linear axis would hide
@@ -12,17 +13,13 @@ exactly the bars a rollout is about.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import plotly.graph_objects as go
 
 from kqlab.viz._style import COLORS, TEMPLATE_NAME, register_template
 
-if TYPE_CHECKING:  # pragma: no cover
-    from kqlab.rollout.plan import RolloutPlan
-    from kqlab.rollout.whatif import WhatIf
-
-__all__ = ["BARS", "plan_figure", "whatif_figure"]
+__all__ = ["BARS", "bars_figure", "figure_html"]
 
 #: the bars of every group: (count key, legend name, colour)
 BARS: tuple[tuple[str, str, str], ...] = (
@@ -33,7 +30,7 @@ BARS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def _bars(groups: Sequence[str], counts: Sequence[dict[str, int]], title: str,
+def bars_figure(groups: Sequence[str], counts: Sequence[dict[str, int]], title: str,
           axis: str) -> go.Figure:
     register_template()
     fig = go.Figure()
@@ -55,25 +52,6 @@ def _bars(groups: Sequence[str], counts: Sequence[dict[str, int]], title: str,
         xaxis={"title": axis, "type": "category"},
         yaxis={"title": "records (log scale)", "type": "log"})
     return fig
-
-
-def whatif_figure(whatif: WhatIf) -> go.Figure:
-    """Per enforcement point (available ones), grouped bars: accepted, refused, collateral
-    and dead-lettered records of the sample."""
-    shown = [t for t in whatif.targets if t.available]
-    return _bars([t.point.name for t in shown], [t.counts for t in shown],
-                 f"What if {whatif.policy} were enforced at … ({whatif.records:,} records)",
-                 "enforcement point")
-
-
-def plan_figure(plan: RolloutPlan) -> go.Figure:
-    """Per stage of the plan, grouped bars: accepted, refused, collateral and dead-lettered
-    records of the sample."""
-    labels = [f"{s.number}. {s.kind}" + (f": {', '.join(s.moves)}" if s.kind == "block"
-                                         else "") for s in plan.stages]
-    return _bars(labels, [s.counts for s in plan.stages],
-                 f"Rollout of {plan.policy}: observe → dead-letter → block at {plan.block_at}",
-                 "stage")
 
 
 def figure_html(fig: Any, div_id: str) -> str:

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kqlab.rollout.errors import RolloutError
+from kqlab.rollout.html import esc, figure_block, table
 from kqlab.rollout.outcome import Outcome
 from kqlab.rollout.points import BLOCK_POINTS, Fidelity, fidelity_at, point, staged_rules
 from kqlab.rollout.replays import AUTO, SampleReplays
@@ -56,7 +57,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from kqlab.policy.model import Policy
     from kqlab.validate.loading import SampleSource
 
-__all__ = ["STAGE_KINDS", "RolloutPlan", "RulePlan", "Stage", "rollout_plan"]
+__all__ = ["STAGE_KINDS", "RolloutPlan", "RulePlan", "Stage", "plan_figure", "plan_html",
+           "rollout_plan"]
 
 STAGE_KINDS = ("observe", "dead-letter", "block")
 #: the exporter writing each blocking point's config
@@ -188,8 +190,6 @@ class RolloutPlan:
 
     def figure(self) -> go.Figure:
         """Bars per stage: accepted / refused / collateral / dead-lettered."""
-        from kqlab.rollout.figures import plan_figure
-
         return plan_figure(self)
 
     def to_dict(self) -> dict[str, Any]:
@@ -231,8 +231,6 @@ class RolloutPlan:
         return written
 
     def _repr_html_(self) -> str:
-        from kqlab.rollout.html import plan_html
-
         return plan_html(self, figure=False)
 
 
@@ -443,3 +441,49 @@ def rollout_plan(policy: Policy, sample: SampleSource | Sequence[SampleSource] |
     return RolloutPlan(policy.name, policy.content_hash(), block_at, replays.records,
                        replays.batches, replays.now, replays.clock, replays.framing,
                        replays.producers.header, rules, stages, notes)
+
+
+# -- display ------------------------------------------------------------------------------------
+
+def plan_figure(plan: RolloutPlan) -> go.Figure:
+    """Per stage of the plan, grouped bars: accepted, refused, collateral and dead-lettered
+    records of the sample."""
+    labels = [f"{s.number}. {s.kind}" + (f": {', '.join(s.moves)}" if s.kind == "block"
+                                         else "") for s in plan.stages]
+    from kqlab.rollout.figures import bars_figure  # plotly only when drawn
+
+    return bars_figure(labels, [s.counts for s in plan.stages],
+                 f"Rollout of {plan.policy}: observe → dead-letter → block at {plan.block_at}",
+                 "stage")
+
+
+def plan_html(plan: RolloutPlan, *, figure: bool = True) -> str:
+    """The rollout plan as HTML: the stages with their predicted numbers and the producers
+    they break first, the rules' way through them, and (``figure``) the bars per stage."""
+    stages = []
+    for s in plan.stages:
+        c = s.counts
+        breaks = ", ".join(f"{b['producer']} (+{b['new_lost']:,})" for b in s.breaks)
+        stages.append([s.number, s.title, c["accepted"], c["refused"], c["collateral"],
+                       c["in_dlq"], s.reject_rate, breaks or None,
+                       ", ".join(sorted(s.exports)) or None])
+    rules = [[r.rule, r.kind, r.failed_records,
+              ", ".join(f"{k} ({v:,})" for k, v in r.producers.items()) or None,
+              r.solo_refused, r.solo_collateral, r.dead_letter_stage, r.block_stage, r.note]
+             for r in plan.rules]
+    parts = [f"<p class='sub'>policy {esc(plan.policy)}, blocking at "
+             f"{esc(plan.block_at)}, on {plan.records:,} records"
+             + (f"; clients named by header {esc(plan.client_header)}"
+                if plan.client_header else "") + "</p>",
+             table(["stage", "what", "accepted", "refused", "collateral", "dead-lettered",
+                     "refused + collateral", "breaks first (records lost beyond the "
+                     "previous stage)", "exports"], stages),
+             table(["rule", "kind", "fails on the sample", "producers", "blocked alone: "
+                     "refused", "blocked alone: collateral", "dead-letter stage",
+                     "block stage", "note"], rules)]
+    if plan.notes:
+        parts.append("<ul class='note'>" + "".join(f"<li>{esc(n)}</li>" for n in plan.notes)
+                     + "</ul>")
+    if figure:
+        parts.append(figure_block(plan.figure(), "kqlab-rollout-plan"))
+    return "\n".join(parts)

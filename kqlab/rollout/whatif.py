@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from kqlab.rollout.html import esc, figure_block, table
 from kqlab.rollout.outcome import (
     COLLATERAL,
     DEAD_LETTERED,
@@ -70,7 +71,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from kqlab.policy.model import Policy
     from kqlab.validate.loading import SampleSource
 
-__all__ = ["TargetOutcome", "WhatIf", "deployment_outcome", "point_outcome", "what_if"]
+__all__ = ["TargetOutcome", "WhatIf", "deployment_outcome", "point_outcome", "what_if",
+           "whatif_figure", "whatif_html"]
 
 #: the columns of :meth:`WhatIf.table`
 TABLE_COLUMNS = ("point", "where", "granularity", "available", "records", "accepted",
@@ -175,8 +177,6 @@ class WhatIf:
 
     def figure(self) -> go.Figure:
         """Grouped bars per point: accepted / refused / collateral / dead-lettered."""
-        from kqlab.rollout.figures import whatif_figure
-
         return whatif_figure(self)
 
     def to_dict(self) -> dict[str, Any]:
@@ -188,8 +188,6 @@ class WhatIf:
                 "targets": [t.to_dict() for t in self.targets]}
 
     def _repr_html_(self) -> str:
-        from kqlab.rollout.html import whatif_html
-
         return whatif_html(self, figure=False)
 
 
@@ -287,3 +285,46 @@ def what_if(policy: Policy, sample: SampleSource | Sequence[SampleSource] | Samp
     return WhatIf(policy.name, policy.content_hash(), replays.records, replays.batches,
                   replays.now, replays.clock, replays.framing, replays.producers.header,
                   targets)
+
+
+# -- display ------------------------------------------------------------------------------------
+
+def whatif_figure(whatif: WhatIf) -> go.Figure:
+    """Per enforcement point (available ones), grouped bars: accepted, refused, collateral
+    and dead-lettered records of the sample."""
+    shown = [t for t in whatif.targets if t.available]
+    from kqlab.rollout.figures import bars_figure  # plotly only when drawn
+
+    return bars_figure([t.point.name for t in shown], [t.counts for t in shown],
+                 f"What if {whatif.policy} were enforced at … ({whatif.records:,} records)",
+                 "enforcement point")
+
+
+def whatif_html(whatif: WhatIf, *, figure: bool = True) -> str:
+    """The what-if as HTML: the table per enforcement point, what producers are told, which
+    rules a point cannot express, and (``figure``) the grouped bars."""
+    rows = []
+    for t in whatif.targets:
+        c = t.counts
+        rows.append([t.point.name, t.point.where, t.point.granularity,
+                     c.get("accepted"), c.get("refused"), c.get("collateral"),
+                     c.get("in_dlq"), t.reject_rate,
+                     "; ".join(t.producer_sees()) or ("acknowledged" if t.available else
+                                                      f"not available: {t.fidelity.note}"),
+                     ", ".join(t.fidelity.not_enforced) or None,
+                     ", ".join(t.fidelity.approximate) or None])
+    parts = [f"<p class='sub'>policy {esc(whatif.policy)} on {whatif.records:,} records in "
+             f"{whatif.batches:,} batches (framing {esc(whatif.framing)}, clock "
+             f"{whatif.now}, {esc(whatif.clock)}); every number is a replay of the sample"
+             "</p>",
+             table(["point", "where", "per", "accepted", "refused", "collateral",
+                     "dead-lettered", "refused + collateral", "producer sees",
+                     "cannot express", "approximate"], rows)]
+    notes = [f"{t.point.name}: {n}" for t in whatif.targets
+             for n in (t.point.caveat, t.fidelity.note) if n]
+    if notes:
+        parts.append("<ul class='sub'>" + "".join(f"<li>{esc(n)}</li>" for n in notes)
+                     + "</ul>")
+    if figure:
+        parts.append(figure_block(whatif.figure(), "kqlab-whatif"))
+    return "\n".join(parts)

@@ -787,7 +787,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _build(args: argparse.Namespace) -> Enforcer:
-    from kqlab.cli._common import load_policy_file, prepare_registries
+    from kqlab.sources.policy_files import load_policy_file, prepare_registries
 
     cfg = load_enforcer_file(args.config)
     policy = load_policy_file(str(cfg.policy_path))

@@ -116,10 +116,9 @@ class RolloutView:
 
     def run(self) -> tuple[WhatIf, RolloutPlan]:
         """Replay the policy at every enforcement point and plan its rollout (the button)."""
-        from kqlab.rollout.html import plan_html, whatif_html
-        from kqlab.rollout.plan import rollout_plan
+        from kqlab.rollout.plan import plan_html, rollout_plan
         from kqlab.rollout.replays import SampleReplays
-        from kqlab.rollout.whatif import what_if
+        from kqlab.rollout.whatif import what_if, whatif_html
 
         policy, sample, now = self._inputs()
         self.status.value = "replaying…"

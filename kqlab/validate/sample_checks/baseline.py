@@ -11,30 +11,15 @@ partial is computed by the very function that computes the sample's
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from kqlab.errors import KqlabError
 from kqlab.policy.model import Check, Policy
-from kqlab.validate.sample_checks.partials import Partial
+from kqlab.validate.sample_checks.compute import BaselinePlan
 
 __all__ = ["BaselinePlan", "baseline_path", "baseline_plan"]
-
-
-@dataclass(frozen=True)
-class BaselinePlan:
-    """What a check takes from its baseline: ``edges`` (inner bin edges of a numeric
-    field; None: categories), the baseline's partial, its records, and ``reason`` (a
-    not-evaluable code) when it could not be read."""
-
-    path: str
-    edges: np.ndarray | None = None
-    partial: Partial | None = None
-    records: int = 0
-    reason: str | None = None
-    detail: str | None = None
 
 
 def baseline_path(check: Check, base_dir: Path | None) -> Path:

@@ -34,9 +34,23 @@ from kqlab.validate.sample_checks.partials import (
 
 if TYPE_CHECKING:
     from kqlab.validate.rules import RuleResult
-    from kqlab.validate.sample_checks.baseline import BaselinePlan
 
-__all__ = ["Chunk", "extent_of", "partial_of"]
+__all__ = ["BaselinePlan", "Chunk", "extent_of", "partial_of"]
+
+
+@dataclass(frozen=True)
+class BaselinePlan:
+    """What a check takes from its baseline (read by
+    :func:`~kqlab.validate.sample_checks.baseline.baseline_plan`): ``edges`` (inner bin edges
+    of a numeric field; None: categories), the baseline's partial, its records, and
+    ``reason`` (a not-evaluable code) when it could not be read."""
+
+    path: str
+    edges: np.ndarray | None = None
+    partial: Partial | None = None
+    records: int = 0
+    reason: str | None = None
+    detail: str | None = None
 
 
 @dataclass
