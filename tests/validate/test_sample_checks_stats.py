@@ -121,3 +121,30 @@ def test_one_baseline_is_read_once_for_drift_and_schema_drift(tmp_path, monkeypa
     assert [(r["status"], dict(r["params"])["baseline_records"]) for r in rows] == \
         [("pass", "600"), ("pass", "600")]
     assert reads.count(str(tmp_path / "baseline")) == 1
+
+
+@pytest.mark.parametrize("keys", ["increasing", "one_repeat", "shuffled"])
+@pytest.mark.parametrize("runs", [True, False])
+def test_group_aggregate_shortcuts_count_as_a_counter(keys, runs):
+    """The shortcuts (a group column in long runs hashed once per run; keys in strictly
+    increasing order known distinct without hashing) count what a Counter counts — and a
+    single repeated key, or keys out of order, still go through the hash."""
+    from kqlab.validate.sample_checks.partials import group_aggregate
+
+    rng = np.random.default_rng(7)
+    n = 6_000
+    g = np.repeat(np.arange(5), n // 5) if runs else rng.integers(0, 5, n)
+    group = pa.array([f"orders-{i}" for i in g.tolist()], pa.string())
+    number = np.arange(n)
+    if keys == "one_repeat":
+        number[n // 2] = number[n // 2 - 1]  # still sorted, no longer strictly
+    elif keys == "shuffled":
+        number = rng.permutation(n)
+    value = pa.array([b"o-%09d" % v for v in number.tolist()], pa.large_binary())
+    window = np.zeros(n, np.int64)
+    table = group_aggregate({"group": group, "window": window, "value": value},
+                            {"count": ("count", None)}, n, PARTIAL_SCHEMAS["duplicate_rate"])
+    counted = Counter(zip(group.to_pylist(), window.tolist(), value.to_pylist(), strict=True))
+    got = Counter({(r["group"], r["window"], r["value"]): r["count"]
+                   for r in table.to_pylist()})
+    assert table.num_rows == len(counted) and got == counted
