@@ -169,6 +169,26 @@ class Replayer:
             verdicts.check_results = self.run_checks(effective, results, verdicts).finish()
         return verdicts
 
+    def prepare_checks(self, policy: Policy, profile: str) -> None:
+        """Compute ahead, into the cache :meth:`run_checks` reads, the partials of the
+        checks that depend on the records alone (not on a rule's result, a ``when``
+        expression or a baseline): a streamed replay calls this on its read-ahead thread,
+        so they are computed while the chunk before is judged.  The same partials as
+        :meth:`run_checks` would compute (same function, same key)."""
+        from kqlab.validate.sample_checks import Chunk, partial_key
+        from kqlab.validate.sample_checks.compute import partial_of
+
+        if not policy.checks:
+            return
+        chunk = Chunk(self._context(policy), self._control)
+        for check in policy.checks:
+            if check.kind not in _RECORDS_ONLY_KINDS or check.when:
+                continue
+            key = partial_key(check, policy, profile)
+            if key not in self._check_cache:
+                self._check_cache[key] = partial_of(check, chunk)
+                self.check_evaluations += 1
+
     def run_checks(self, policy: Policy, results: dict[str, RuleResult],
                    verdicts: Verdicts) -> CheckRun:
         """The sample checks of ``policy`` over this sample, fed from this replay's pass
@@ -198,6 +218,11 @@ class Replayer:
         if self._assembler is None or self._assembler.sample is not self.sample:
             self._assembler = Assembler(self.sample, self._rows)
         return self._assembler
+
+
+#: check kinds whose partial reads the records alone (no rule result, no baseline)
+_RECORDS_ONLY_KINDS = frozenset({"volume", "freshness", "null_rate", "duplicate_rate",
+                                 "distinct", "stat"})
 
 
 def sample_clock(batches: pa.Table) -> int | None:

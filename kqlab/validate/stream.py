@@ -132,7 +132,8 @@ def replay_stream(source: str | Path, policy: Policy, *, now: int | None = None,
     done_bytes = 0
     checks: CheckRun | None = None
     plans: dict[bytes, object] = {}  # baselines, read once for every chunk
-    prepared = _prepared(_chunks(partitions, chunk_batches), policy, now, resolver, base_dir)
+    prepared = _prepared(_chunks(partitions, chunk_batches), policy, now, resolver, base_dir,
+                         effective, profile)
     for replayer in (_read_ahead(prepared) if read_ahead_pays() else prepared):
         sample = replayer.sample
         replayer.assembler.validators = validators
@@ -221,12 +222,15 @@ def _chunks(partitions: list[Path], chunk_batches: int) -> Iterator[Sample]:
 
 
 def _prepared(samples: Iterator[Sample], policy: Policy, now: int,
-              resolver: SchemaResolver | None, base_dir: str | Path | None
+              resolver: SchemaResolver | None, base_dir: str | Path | None,
+              effective: Policy | None = None, profile: str | None = None
               ) -> Iterator[Replayer]:
     """A :class:`Replayer` of each chunk with its values already decoded (on the reading
     thread, see :func:`_read_ahead`): a replay decodes every value when the policy's value
     format decodes (the implicit ``decode:value`` rule), and this is the very call the rules
-    make (``EvalContext.decoded``, cached in the replayer's context for this policy)."""
+    make (``EvalContext.decoded``, cached in the replayer's context for this policy).  Given
+    the ``effective`` policy and ``profile``, the sample checks that read the records alone
+    are computed here as well (:meth:`Replayer.prepare_checks`)."""
     from kqlab.validate.rules import decodes
 
     decode = decodes(policy.value)
@@ -234,6 +238,9 @@ def _prepared(samples: Iterator[Sample], policy: Policy, now: int,
         replayer = Replayer(sample, now=now, resolver=resolver, base_dir=base_dir)
         if decode:
             replayer.context(policy).decoded("value")
+        if effective is not None and profile is not None:
+            # the sample checks that read the records alone, computed here too
+            replayer.prepare_checks(effective, profile)
         yield replayer
 
 
