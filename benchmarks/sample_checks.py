@@ -18,8 +18,9 @@ directory: chunks read and decoded ahead while the previous one is judged), inte
 repeated (best of each); ``ratio`` is the time with the checks over the time without (goal
 <= 1.25).  The checks' results are verified before timing (every check judged, none not
 evaluable).  ``--quick`` (under 60 s): the same 1 M records, two repetitions.  The last line
-is one JSON object; it also carries ``check_cpu_s``, each check's CPU seconds on the judging
-thread (its partials, their merge, its finish and baseline) from one more replay.
+is one JSON object; it also carries ``check_cpu_s``, each check's CPU seconds (its partials,
+on the judging thread or the read-ahead thread, their merge, its finish and baseline) from one
+more replay.
 """
 
 from __future__ import annotations
@@ -74,11 +75,15 @@ def timed(root: Path, policy: object, base_dir: Path) -> tuple[float, float, obj
 
 
 def profile(root: Path, policy: object, base_dir: Path) -> dict[str, float]:
-    """One more replay with each check's CPU seconds on the judging thread: its partials
-    (per chunk), the merge of its chunks' partials, its finish, its baseline (drift)."""
-    from kqlab.validate.sample_checks import run
+    """One more replay with each check's CPU seconds on either thread: its partials (per
+    chunk; those reading the records alone on the read-ahead thread), the merge of its
+    chunks' partials, its finish, its baseline (drift)."""
+    import threading
+
+    from kqlab.validate.sample_checks import compute, run
 
     spent: dict[str, float] = {}
+    lock = threading.Lock()
     kinds = {c.kind: c.id for c in policy.checks}  # type: ignore[attr-defined]
 
     def timed_fn(fn: object, key: object) -> object:
@@ -88,7 +93,8 @@ def profile(root: Path, policy: object, base_dir: Path) -> dict[str, float]:
                 return fn(*args, **kwargs)  # type: ignore[operator]
             finally:
                 name = key(args)  # type: ignore[operator]
-                spent[name] = spent.get(name, 0.0) + time.thread_time() - t
+                with lock:
+                    spent[name] = spent.get(name, 0.0) + time.thread_time() - t
         return wrapper
 
     saved = {name: getattr(run, name) for name in
@@ -97,11 +103,14 @@ def profile(root: Path, policy: object, base_dir: Path) -> dict[str, float]:
     run.merge_partials = timed_fn(saved["merge_partials"], lambda a: kinds[a[0]])  # type: ignore
     run.finish_check = timed_fn(saved["finish_check"], lambda a: a[0].id)  # type: ignore
     run.baseline_plan = timed_fn(saved["baseline_plan"], lambda a: a[0].id)  # type: ignore
+    ahead = compute.partial_of  # what Replayer.prepare_checks calls on the reading thread
+    compute.partial_of = timed_fn(ahead, lambda a: a[0].id)  # type: ignore
     try:
         timed(root, policy, base_dir)
     finally:
         for name, fn in saved.items():
             setattr(run, name, fn)
+        compute.partial_of = ahead  # type: ignore
     return {k: round(v, 3) for k, v in sorted(spent.items(), key=lambda kv: -kv[1])}
 
 
@@ -134,7 +143,7 @@ def main() -> None:
             print(f"  {name:8s} checks: {wall:6.2f} s wall, {cpu:6.2f} s CPU", file=sys.stderr)
     per_check = {} if args.no_profile else profile(root, checked, base_dir)
     if per_check:
-        print("  CPU seconds per check (judging thread): " + ", ".join(
+        print("  CPU seconds per check (both threads): " + ", ".join(
             f"{k} {v:.3f}" for k, v in per_check.items()), file=sys.stderr)
     ratio = best["with"][0] / best["without"][0]
     cpu_ratio = best["with"][1] / best["without"][1]
