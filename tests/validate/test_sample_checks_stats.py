@@ -148,3 +148,21 @@ def test_group_aggregate_shortcuts_count_as_a_counter(keys, runs):
     got = Counter({(r["group"], r["window"], r["value"]): r["count"]
                    for r in table.to_pylist()})
     assert table.num_rows == len(counted) and got == counted
+
+
+@pytest.mark.parametrize("runs", [True, False])
+def test_partition_labels_run_by_run_equal_record_by_record(runs):
+    """A chunk in runs of one (topic, partition) is labelled run by run: the same labels
+    as record by record, in runs or shuffled."""
+    from kqlab.validate.sample_checks.columns import _partition_labels
+
+    rng = np.random.default_rng(3)
+    n = 8_000
+    pairs = [("orders", 0), ("orders", 1), ("audit", 0), ("orders", 2)]
+    at = np.repeat(np.arange(4), n // 4) if runs else rng.integers(0, 4, n)
+    topic = pa.array([pairs[i][0] for i in at.tolist()], pa.string())
+    part = np.array([pairs[i][1] for i in at.tolist()], np.int64)
+    labels = _partition_labels(topic, part)
+    assert labels.dictionary_decode().to_pylist() == [f"{t}-{p}" for t, p in
+                                                      (pairs[i] for i in at.tolist())]
+    assert len(labels.dictionary) == 4

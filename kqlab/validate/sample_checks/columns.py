@@ -143,28 +143,9 @@ def group_labels(ctx: EvalContext, by: str | None) -> pa.Array:
         return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)),
                                               pa.array([None], pa.string()))
     what, name = by_target(by)
-    if what == "partition":  # codes of (topic, partition); labels for the distinct ones
-        topics = pc.dictionary_encode(ctx.column("topic"))
-        t = pc.fill_null(topics.indices, 0).to_numpy(zero_copy_only=False).astype(np.int64)
-        part = pc.fill_null(ctx.column("partition"), -1).to_numpy(
-            zero_copy_only=False).astype(np.int64)
-        code = t * (int(part.max(initial=0)) + 2) + (part + 1)
-        top = int(code.max(initial=0)) + 1
-        if top <= 4 * n + 1024:  # a few partitions: ranks by counting (a sort costs ~10x)
-            seen = np.zeros(top, bool)
-            seen[code] = True
-            rank = np.cumsum(seen) - 1
-            which = rank[code]
-            count = int(rank[-1]) + 1
-        else:
-            distinct, which = np.unique(code, return_inverse=True)
-            count = len(distinct)
-        first = np.empty(count, np.int64)
-        first[which.reshape(-1)[::-1]] = np.arange(n - 1, -1, -1)
-        names = topics.dictionary.to_pylist()
-        labels = [f"{names[t[i]]}-{part[i]}" for i in first.tolist()]
-        return pa.DictionaryArray.from_arrays(pa.array(which.reshape(-1).astype(np.int32)),
-                                              pa.array(labels, pa.string()))
+    if what == "partition":
+        return _partition_labels(ctx.column("topic"), pc.fill_null(
+            ctx.column("partition"), -1).to_numpy(zero_copy_only=False).astype(np.int64))
     if what == "header":
         h = ctx.headers
         hit = pc.equal(h.keys, name).fill_null(False).to_numpy(zero_copy_only=False)
@@ -180,6 +161,46 @@ def group_labels(ctx: EvalContext, by: str | None) -> pa.Array:
         return pa.nulls(n, pa.string())
     # encoded once here (memoised with the context), grouped by its indices by every check
     return pc.dictionary_encode(_as_label(to_text(values)))
+
+
+def _partition_labels(topic: pa.Array, part: np.ndarray) -> pa.DictionaryArray:
+    """Each record's ``topic-partition`` label as a dictionary array.  A chunk of a replay
+    is one partition's records in a row: the labels are worked out for the first record of
+    each run of one (topic, partition) only, then repeated — comparing neighbours costs a
+    fraction of hashing every record's topic."""
+    n = len(part)
+    if n > 1024:
+        changed = part[1:] != part[:-1]
+        if isinstance(topic, pa.ChunkedArray):
+            topic = topic.combine_chunks()
+        changed |= np.asarray(pc.fill_null(pc.not_equal(topic.slice(0, n - 1), topic.slice(1)),
+                                           True).to_numpy(zero_copy_only=False), bool)
+        heads = np.concatenate([[0], np.flatnonzero(changed) + 1]).astype(np.int64)
+        if len(heads) <= n // 16:
+            few = _partition_labels(topic.take(pa.array(heads)), part[heads])
+            which = np.repeat(few.indices.to_numpy(zero_copy_only=False),
+                              np.diff(np.append(heads, n)))
+            return pa.DictionaryArray.from_arrays(pa.array(which), few.dictionary)
+    # codes of (topic, partition); labels for the distinct ones
+    topics = pc.dictionary_encode(topic)
+    t = pc.fill_null(topics.indices, 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    code = t * (int(part.max(initial=0)) + 2) + (part + 1)
+    top = int(code.max(initial=0)) + 1
+    if top <= 4 * n + 1024:  # a few partitions: ranks by counting (a sort costs ~10x)
+        seen = np.zeros(top, bool)
+        seen[code] = True
+        rank = np.cumsum(seen) - 1
+        which = rank[code]
+        count = int(rank[-1]) + 1
+    else:
+        distinct, which = np.unique(code, return_inverse=True)
+        count = len(distinct)
+    first = np.empty(count, np.int64)
+    first[which.reshape(-1)[::-1]] = np.arange(n - 1, -1, -1)
+    names = topics.dictionary.to_pylist()
+    labels = [f"{names[t[i]]}-{part[i]}" for i in first.tolist()]
+    return pa.DictionaryArray.from_arrays(pa.array(which.reshape(-1).astype(np.int32)),
+                                          pa.array(labels, pa.string()))
 
 
 def _as_label(values: pa.Array) -> pa.Array:
