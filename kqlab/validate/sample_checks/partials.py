@@ -284,13 +284,22 @@ def _merge_cells(kind: str, tables: list[pa.Table], table: pa.Table) -> pa.Table
     cell = g * width + w
     if int(cell.max()) >= 4 * n + 1024:
         cell = np.unique(cell, return_inverse=True)[1].reshape(-1).astype(np.int64)
-    src = np.repeat(np.arange(len(tables)), [t.num_rows for t in tables])
-    rows = np.arange(n)
-    first = np.empty(int(cell.max()) + 1, np.int64)
-    first[cell[::-1]] = rows[::-1]  # the last write is the first row of the cell
-    last = np.empty_like(first)
-    last[cell] = rows
-    shared = src[first[cell]] != src[last[cell]]  # tables are concatenated in order
+    cells = int(cell.max()) + 1
+    if len(tables) * cells <= 4 * n + 1024:  # per table, the cells it holds (counting)
+        holders = np.zeros(cells, np.int64)
+        at = 0
+        for t in tables:
+            holders += np.bincount(cell[at:at + t.num_rows], minlength=cells) > 0
+            at += t.num_rows
+        shared = (holders > 1)[cell]
+    else:
+        src = np.repeat(np.arange(len(tables)), [t.num_rows for t in tables])
+        rows = np.arange(n)
+        first = np.empty(cells, np.int64)
+        first[cell[::-1]] = rows[::-1]  # the last write is the first row of the cell
+        last = np.empty_like(first)
+        last[cell] = rows
+        shared = src[first[cell]] != src[last[cell]]  # tables are concatenated in order
     if not shared.any():
         return table
     both = table.filter(pa.array(shared))
