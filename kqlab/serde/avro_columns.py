@@ -26,12 +26,14 @@ values are never turned into anything kept.
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
+
+from kqlab.serde.lazy_values import LazyValues
 
 __all__ = ["LazyAvroValues", "compile_reader", "read_values"]
 
@@ -343,7 +345,7 @@ def read_values(reader: _Reader, data: np.ndarray, starts: np.ndarray, ends: np.
     return column, cur.bad
 
 
-class LazyAvroValues(Sequence[object]):
+class LazyAvroValues(LazyValues):
     """Each record's fastavro datum, read when first asked for (values read column by
     column); the datums of values fastavro already read (and None for failures) are kept.
 
@@ -354,56 +356,21 @@ class LazyAvroValues(Sequence[object]):
 
     def __init__(self, data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
                  schema_of: np.ndarray, schemas: list[Any], known: dict[int, object]) -> None:
+        super().__init__(len(schema_of), known)
         self._data = data
         self._starts = starts
         self._ends = ends
         self._schema_of = schema_of  # per record: index into schemas, -1: known or None
         self._schemas = schemas
-        self._known = known
         self._reader: io.BytesIO | None = None
-        self._all: list[object] | None = None
 
-    def __len__(self) -> int:
-        return len(self._schema_of)
+    def _load(self, i: int) -> object:
+        from fastavro import schemaless_reader
 
-    @overload
-    def __getitem__(self, i: int) -> object: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[object]: ...
-
-    def __getitem__(self, i: int | slice) -> object:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        if self._all is not None:
-            return self._all[i]
-        n = len(self._schema_of)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError("record index out of range")
-        if i in self._known:
-            return self._known[i]
         k = int(self._schema_of[i])
         if k < 0:
             return None
-        obj = self._read(i, k)
-        self._known[i] = obj
-        return obj
-
-    def _read(self, i: int, k: int) -> object:
-        from fastavro import schemaless_reader
-
         if self._reader is None:
             self._reader = io.BytesIO(self._data.tobytes())
         self._reader.seek(int(self._starts[i]))
         return schemaless_reader(self._reader, self._schemas[k])
-
-    def __iter__(self) -> Iterator[object]:
-        return iter(self.tolist())
-
-    def tolist(self) -> list[object]:
-        """Every record's datum (read once, then kept)."""
-        if self._all is None:
-            self._all = [self[i] for i in range(len(self))]
-        return self._all

@@ -40,16 +40,16 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import overload
 
 import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
+
+from kqlab.serde.lazy_values import LazyValues
 
 __all__ = ["LazyJsonValues", "decode_objects"]
 
@@ -106,7 +106,7 @@ class _Unsupported(Exception):
     """The bulk path cannot give ``pa.array``'s column here: decode per record."""
 
 
-class LazyJsonValues(Sequence[object]):
+class LazyJsonValues(LazyValues):
     """Each record's ``orjson.loads`` object, parsed when first asked for.
 
     The replay reads few of them (a failing record's message, a widened column's integer
@@ -116,57 +116,28 @@ class LazyJsonValues(Sequence[object]):
 
     def __init__(self, data: memoryview, starts: np.ndarray, ends: np.ndarray,
                  parse: np.ndarray, known: dict[int, object]) -> None:
+        super().__init__(len(parse), known)  # known: objects already parsed
         self._data = data
         self._starts = starts
         self._ends = ends
         self._parse = parse  # True where the object is still to be parsed from the bytes
-        self._known = known  # objects already parsed (the rest of the rows are None)
-        self._all: list[object] | None = None
 
-    def __len__(self) -> int:
-        return len(self._parse)
-
-    @overload
-    def __getitem__(self, i: int) -> object: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[object]: ...
-
-    def __getitem__(self, i: int | slice) -> object:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        if self._all is not None:
-            return self._all[i]
-        n = len(self._parse)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError("record index out of range")
-        if i in self._known:
-            return self._known[i]
+    def _load(self, i: int) -> object:
         if not self._parse[i]:
             return None
-        obj = orjson.loads(self._data[int(self._starts[i]):int(self._ends[i])])
-        self._known[i] = obj
-        return obj
+        return orjson.loads(self._data[int(self._starts[i]):int(self._ends[i])])
 
-    def __iter__(self) -> Iterator[object]:
-        return iter(self.tolist())
-
-    def tolist(self) -> list[object]:
-        """Every record's object (parsed once, then kept)."""
-        if self._all is None:
-            out: list[object] = [None] * len(self._parse)
-            loads, data, known = orjson.loads, self._data, self._known
-            rows = np.flatnonzero(self._parse)
-            for i, s, e in zip(rows.tolist(), self._starts[rows].tolist(),
-                               self._ends[rows].tolist(), strict=True):
-                obj = known.get(i)
-                out[i] = loads(data[s:e]) if obj is None else obj
-            for i, obj in known.items():
-                out[i] = obj
-            self._all = out
-        return self._all
+    def _load_all(self) -> list[object]:
+        out: list[object] = [None] * len(self._parse)
+        loads, data, known = orjson.loads, self._data, self._known
+        rows = np.flatnonzero(self._parse)
+        for i, s, e in zip(rows.tolist(), self._starts[rows].tolist(),
+                           self._ends[rows].tolist(), strict=True):
+            obj = known.get(i)
+            out[i] = loads(data[s:e]) if obj is None else obj
+        for i, obj in known.items():
+            out[i] = obj
+        return out
 
 
 @dataclass
