@@ -1,4 +1,5 @@
-"""Shared data for the ``spark_*`` benchmarks: a log directory of one topic's partitions.
+"""Shared data for the ``spark_*`` benchmarks (and ``replay_e2e``'s orders): a log directory
+of one topic's partitions.
 
 Each partition holds the same realistic records (JSON order values of ~150 bytes, string
 keys, ``trace``/``source`` headers, an idempotent producer, lz4 batches of ~100 records,
@@ -41,6 +42,24 @@ rules:
 """
 
 
+def order_fields(rng: random.Random, index: int
+                 ) -> tuple[bytes | None, dict, tuple[tuple[str, bytes], ...]]:
+    """Order ``index``'s key, value document and headers (one in a thousand has a negative
+    amount, one in a thousand no customer, one in two thousand no key)."""
+    doc = {"order_id": f"o-{index:09d}", "customer": f"c-{rng.randrange(10**6)}",
+           "amount": round(rng.uniform(1, 500), 2),
+           "currency": rng.choice(["EUR", "USD", "GBP"]), "items": rng.randrange(1, 9),
+           "note": "x" * rng.randrange(10, 60)}
+    if rng.random() < 0.001:
+        doc["amount"] = -1
+    if rng.random() < 0.001:
+        doc["customer"] = None
+    headers = (("trace", b"00-%032x-01" % rng.getrandbits(128)),
+               ("source", rng.choice([b"web", b"app", b"pos"])))
+    key = None if rng.random() < 0.0005 else b"o-%09d" % index
+    return key, doc, headers
+
+
 def _partition_bytes(records: int, seed: int = 3, per_batch: int = 100) -> bytes:
     from kqlab.kafka.builder import BatchBuilder, Record
     from kqlab.kafka.compression import Codec
@@ -54,17 +73,7 @@ def _partition_bytes(records: int, seed: int = 3, per_batch: int = 100) -> bytes
         b = BatchBuilder(codec=Codec.LZ4, base_offset=offset, base_timestamp=ts,
                          producer_id=7, producer_epoch=0, base_sequence=seq)
         for i in range(k):
-            doc = {"order_id": f"o-{offset + i:09d}", "customer": f"c-{rng.randrange(10**6)}",
-                   "amount": round(rng.uniform(1, 500), 2),
-                   "currency": rng.choice(["EUR", "USD", "GBP"]), "items": rng.randrange(1, 9),
-                   "note": "x" * rng.randrange(10, 60)}
-            if rng.random() < 0.001:
-                doc["amount"] = -1
-            if rng.random() < 0.001:
-                doc["customer"] = None
-            headers = (("trace", b"00-%032x-01" % rng.getrandbits(128)),
-                       ("source", rng.choice([b"web", b"app", b"pos"])))
-            key = None if rng.random() < 0.0005 else b"o-%09d" % (offset + i)
+            key, doc, headers = order_fields(rng, offset + i)
             b.append(Record(key=key, value=orjson.dumps(doc), headers=headers,
                             timestamp=ts + i))
         out.append(b.build())

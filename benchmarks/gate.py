@@ -44,12 +44,14 @@ BATCH = 20_000
 NOW = int(time.time() * 1000)
 
 
-def _value(rng: random.Random, i: int) -> bytes:
+def click_value(rng: random.Random, i: int, now: int = NOW) -> bytes:
+    """Record ``i``'s JSON click value (the demo's clicks policy judges it): every 50th is an
+    untracked event type, every 100th (offset 1) truncated JSON."""
     kind = rng.choice(("view", "click", "scroll", "add_to_cart"))
     if i % 50 == 0:
         kind = "purchase"  # not a tracked event
     v = (f'{{"event_id":"e-{i:08d}","session":"s-{rng.getrandbits(40):010x}","user_id":null,'
-         f'"type":"{kind}","page":"/p/{i % 40}","ts":{NOW}}}').encode()
+         f'"type":"{kind}","page":"/p/{i % 40}","ts":{now}}}').encode()
     return v[:40] if i % 100 == 1 else v  # truncated JSON
 
 
@@ -63,7 +65,7 @@ def produce(bootstrap: str, n: int) -> None:
         src = b"web" if i % 3 else b"mobile"
         while True:
             try:
-                p.produce("bench.raw", _value(rng, i), None, partition=i % PARTS,
+                p.produce("bench.raw", click_value(rng, i), None, partition=i % PARTS,
                           timestamp=NOW, headers=[("source", b"tv" if i % 200 == 3 else src)])
                 break
             except BufferError:

@@ -94,17 +94,7 @@ def _partition_bytes(records: int, codec: str, fmt: str, seed: int = 3) -> bytes
                          base_timestamp=ts, producer_id=7, producer_epoch=0,
                          base_sequence=seq)
         for i in range(k):
-            doc = {"order_id": f"o-{offset + i:09d}", "customer": f"c-{rng.randrange(10**6)}",
-                   "amount": round(rng.uniform(1, 500), 2),
-                   "currency": rng.choice(["EUR", "USD", "GBP"]), "items": rng.randrange(1, 9),
-                   "note": "x" * rng.randrange(10, 60)}
-            if rng.random() < 0.001:
-                doc["amount"] = -1
-            if rng.random() < 0.001:
-                doc["customer"] = None
-            headers = (("trace", b"00-%032x-01" % rng.getrandbits(128)),
-                       ("source", rng.choice([b"web", b"app", b"pos"])))
-            key = None if rng.random() < 0.0005 else b"o-%09d" % (offset + i)
+            key, doc, headers = data.order_fields(rng, offset + i)
             if fmt == "json":
                 value = orjson.dumps(doc)
             else:
