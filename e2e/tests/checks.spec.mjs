@@ -4,6 +4,8 @@
 // The panel's stable CSS classes are documented in kqlab.widgets.CHECKS_CSS.
 import { test, expect } from '@playwright/test';
 
+import { kernelEval, runAllCells } from './_jupyter.mjs';
+
 const NOTEBOOK = '08_sample_checks.ipynb';
 
 test.beforeEach(async ({ request }) => {
@@ -12,20 +14,6 @@ test.beforeEach(async ({ request }) => {
   }
 });
 
-async function kernelEval(page, code) {
-  return page.evaluate(async (code) => {
-    const k = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
-    let text = '';
-    const f = k.requestExecute({ code, silent: false, store_history: false });
-    f.onIOPub = (m) => {
-      if (m.header.msg_type === 'stream') text += m.content.text;
-      if (m.header.msg_type === 'error') text += `ERROR ${m.content.ename}: ${m.content.evalue}`;
-    };
-    await f.done;
-    return text.trim();
-  }, code);
-}
-
 test('checks panel: statuses and sparklines, a typed threshold re-judges the check',
   async ({ page }, testInfo) => {
     const errors = [];
@@ -33,16 +21,7 @@ test('checks panel: statuses and sparklines, a typed threshold re-judges the che
     await page.goto(`/lab/tree/${NOTEBOOK}?reset`);
     await expect(page.locator('.jp-StatusBar-Widget', { hasText: /\| Idle/ }).first())
       .toBeVisible({ timeout: 90_000 });
-    await page.getByRole('menuitem', { name: 'Run', exact: true }).click();
-    await page.getByRole('menuitem', { name: /^Run All Cells/ }).click();
-    const done = page.locator('[data-mime-type="application/vnd.jupyter.stdout"]',
-      { hasText: 'kind: volume' });
-    const failed = page.locator('[data-mime-type="application/vnd.jupyter.stderr"]',
-      { hasText: 'Traceback (most recent call last)' });
-    await expect(done.or(failed).first()).toBeVisible({ timeout: 240_000 });
-    if (await failed.count()) {
-      throw new Error(`a notebook cell failed:\n${(await failed.first().innerText()).slice(-3000)}`);
-    }
+    await runAllCells(page, 'kind: volume');
 
     const panel = page.locator('.kqlab-checks').first();
     await panel.scrollIntoViewIfNeeded();

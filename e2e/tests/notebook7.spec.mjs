@@ -7,6 +7,8 @@
 // workbench (readme-workbench.png; tests/browser/test_notebook7.py keeps it small).
 import { test, expect } from '@playwright/test';
 
+import { count, kernelEval, runAllCells } from './_jupyter.mjs';
+
 const NOTEBOOK = 'notebook7/01_quickstart.ipynb';   // a copy of its own (conftest.py)
 
 test.beforeEach(async ({ request }) => {
@@ -25,20 +27,6 @@ async function kernelIdle(page) {
   }, null, { timeout: 90_000 });
 }
 
-async function kernelEval(page, code) {
-  return page.evaluate(async (code) => {
-    const k = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
-    let text = '';
-    const f = k.requestExecute({ code, silent: false, store_history: false });
-    f.onIOPub = (m) => {
-      if (m.header.msg_type === 'stream') text += m.content.text;
-      if (m.header.msg_type === 'error') text += `ERROR ${m.content.ename}: ${m.content.evalue}`;
-    };
-    await f.done;
-    return text.trim();
-  }, code);
-}
-
 // Notebook 7.6's own shell throws this once while it loads its settings, on any page (the
 // file browser at /tree with no notebook open and an empty settings folder too): its keyboard
 // shortcuts plugin reads the schema of a plugin the page does not have.  It comes from the
@@ -47,12 +35,6 @@ async function kernelEval(page, code) {
 function notebookShellError(e) {
   return String(e) === "TypeError: Cannot read properties of undefined (reading 'schema')" &&
     /\/static\/notebook\/notebook_core\.[0-9a-f]+\.js/.test(String(e.stack).split('\n')[1] || '');
-}
-
-function count(text) {
-  const m = /([\d,]+)/.exec(text);
-  if (!m) throw new Error(`no number in ${JSON.stringify(text)}`);
-  return Number(m[1].replaceAll(',', ''));
 }
 
 test('notebook 7: the quickstart runs, its workbench renders and responds',
@@ -67,17 +49,7 @@ test('notebook 7: the quickstart runs, its workbench renders and responds',
     await expect(page.locator('.jp-NotebookPanel')).toBeVisible({ timeout: 90_000 });
     expect(await page.locator('.jp-LabShell').count()).toBe(0);     // not JupyterLab's shell
     await kernelIdle(page);
-    await page.getByRole('menuitem', { name: 'Run', exact: true }).click();
-    await page.getByRole('menuitem', { name: /^Run All Cells/ }).click();
-
-    const done = page.locator('[data-mime-type="application/vnd.jupyter.stdout"]',
-      { hasText: 'static report:' });
-    const failed = page.locator('[data-mime-type="application/vnd.jupyter.stderr"]',
-      { hasText: 'Traceback (most recent call last)' });
-    await expect(done.or(failed).first()).toBeVisible({ timeout: 240_000 });
-    if (await failed.count()) {
-      throw new Error(`a notebook cell failed:\n${(await failed.first().innerText()).slice(-3000)}`);
-    }
+    await runAllCells(page, 'static report:');
 
     const wb = page.locator('.kqlab-workbench').first();
     await wb.scrollIntoViewIfNeeded();

@@ -5,6 +5,8 @@
 // The widgets' stable CSS classes are documented in kqlab.widgets.CSS.
 import { test, expect } from '@playwright/test';
 
+import { count, kernelEval, runAllCells } from './_jupyter.mjs';
+
 const NOTEBOOK = '01_quickstart.ipynb';
 const RULE = 'browser-cap';                       // the rule this test adds
 const EXPR = 'value.amount <= 500.0';             // refuses the larger orders of the demo
@@ -22,27 +24,6 @@ async function openNotebook(page, nb) {
     .toBeVisible({ timeout: 90_000 });
 }
 
-// Run code in the notebook's kernel and return what it printed (needs expose_app_in_browser).
-async function kernelEval(page, code) {
-  return page.evaluate(async (code) => {
-    const k = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
-    let text = '';
-    const f = k.requestExecute({ code, silent: false, store_history: false });
-    f.onIOPub = (m) => {
-      if (m.header.msg_type === 'stream') text += m.content.text;
-      if (m.header.msg_type === 'error') text += `ERROR ${m.content.ename}: ${m.content.evalue}`;
-    };
-    await f.done;
-    return text.trim();
-  }, code);
-}
-
-function count(text) {
-  const m = /([\d,]+)/.exec(text);
-  if (!m) throw new Error(`no number in ${JSON.stringify(text)}`);
-  return Number(m[1].replaceAll(',', ''));
-}
-
 test('quickstart: run all, add a rule in the editor, counts and figures follow, open a record',
   async ({ page }, testInfo) => {
     const errors = [];
@@ -50,19 +31,9 @@ test('quickstart: run all, add a rule in the editor, counts and figures follow, 
     const shot = (name) => page.screenshot({ path: testInfo.outputPath(name), fullPage: false });
 
     await openNotebook(page, NOTEBOOK);
-    await page.getByRole('menuitem', { name: 'Run', exact: true }).click();
-    await page.getByRole('menuitem', { name: /^Run All Cells/ }).click();
-
     // the last cell prints the report path: every cell above it ran without an error (a cell
     // that raises fails the test at once, with its traceback)
-    const done = page.locator('[data-mime-type="application/vnd.jupyter.stdout"]',
-      { hasText: 'static report:' });
-    const failed = page.locator('[data-mime-type="application/vnd.jupyter.stderr"]',
-      { hasText: 'Traceback (most recent call last)' });
-    await expect(done.or(failed).first()).toBeVisible({ timeout: 240_000 });
-    if (await failed.count()) {
-      throw new Error(`a notebook cell failed:\n${(await failed.first().innerText()).slice(-3000)}`);
-    }
+    const failed = await runAllCells(page, 'static report:');
     await expect(failed).toHaveCount(0);
 
     const wb = page.locator('.kqlab-workbench').first();
@@ -229,16 +200,7 @@ test('authoring: the editor of notebook 02 follows edits made in the page',
     const shot = (name) => page.screenshot({ path: testInfo.outputPath(name), fullPage: false });
 
     await openNotebook(page, '02_authoring_a_policy.ipynb');
-    await page.getByRole('menuitem', { name: 'Run', exact: true }).click();
-    await page.getByRole('menuitem', { name: /^Run All Cells/ }).click();
-    const done = page.locator('[data-mime-type="application/vnd.jupyter.stdout"]',
-      { hasText: 'vetted policy:' });
-    const failed = page.locator('[data-mime-type="application/vnd.jupyter.stderr"]',
-      { hasText: 'Traceback (most recent call last)' });
-    await expect(done.or(failed).first()).toBeVisible({ timeout: 240_000 });
-    if (await failed.count()) {
-      throw new Error(`a notebook cell failed:\n${(await failed.first().innerText()).slice(-3000)}`);
-    }
+    await runAllCells(page, 'vetted policy:');
 
     const editor = page.locator('.kqlab-policy-editor').first();
     await editor.scrollIntoViewIfNeeded();
