@@ -371,6 +371,8 @@ def report(verdicts: VerdictsView, policy: Policy | None = None, *,
     if plotlyjs == "file" and path is None:
         raise ReportError(f"plotlyjs='file' writes {PLOTLY_FILE} next to the report: pass path=")
     summary = verdicts.summary()
+    # sample checks' sensitive group labels and new values, masked before any line quotes them
+    summary["checks"] = masker(policy, unmask).check_rows(summary.get("checks", []))
     colors = RuleColors().follow(verdicts)  # one map: a rule's colour in every figure
     figures: list[tuple[str, str, go.Figure]] = [
         ("reasons", "Why records were rejected", figs.rejections_by_reason(verdicts,

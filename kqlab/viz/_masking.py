@@ -8,30 +8,40 @@ notebook kernel or one thread of a server decides for itself) or ``unmask=True``
 
 Failure messages are data too: ``amount=-3 is outside [0.01, 100000]`` quotes the value.  The
 messages of a rule that reads something sensitive are replaced by the rule's own template with
-the data placeholders (``{value}``, ``{error}``) filled with the mask.  This module imports no
+the data placeholders (``{value}``, ``{error}``) filled with the mask.  Sample checks' results
+are data too: a check grouped ``by`` a masked header or a sensitive field labels its windows
+with that data, and a drift check on a sensitive field lists its new values; views show such
+labels as pseudonyms (:meth:`Masker.group_label`: the same label reads the same everywhere in
+one session, and nothing of it survives) and new values as the mask.  This module imports no
 plotting library, so exporters can use it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import string
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kqlab.policy.model import Policy, Rule, Sensitive
+from kqlab.policy.check_catalog import by_target
+from kqlab.policy.model import Check, Policy, Rule, Sensitive
 
 __all__ = ["MASK", "Masker", "is_unmasked", "masker", "unmask", "unmasked"]
 
 #: what a masked value reads as, everywhere
 MASK = "•••"
 _UNMASKED: ContextVar[bool] = ContextVar("kqlab_unmasked", default=False)
+#: the key of the pseudonyms masked group labels read as: drawn once per process, so a label
+#: reads the same in every view of a session and cannot be recovered by hashing guesses
+_PSEUDONYM_KEY = os.urandom(16)
 
 #: rule kinds whose message quotes the field's value
 _FIELD_KINDS = ("field_not_null", "field_range", "field_in", "field_regex", "field_length",
@@ -90,6 +100,8 @@ class Masker:
     sensitive: Sensitive
     rules: Mapping[str, Rule]
     active: bool
+    #: the policy's sample checks by id (what :meth:`check_rows` needs to know of them)
+    checks: Mapping[str, Check] = field(default_factory=dict)
 
     # -- which rules quote sensitive data -------------------------------------------------------
     @property
@@ -175,6 +187,78 @@ class Masker:
         return decoded
 
 
+    # -- sample-check results -------------------------------------------------------------------
+    def check_groups(self, check: Check | None) -> bool:
+        """Whether ``check``'s group labels are sensitive data: it groups ``by`` a masked
+        header's values or a sensitive field's (a partition never is)."""
+        if not self.active or check is None or check.by is None:
+            return False
+        what, name = by_target(check.by)
+        if what == "header":
+            return name in self.sensitive.headers
+        if what == "field":
+            return self.sensitive.covers_field(name)
+        return False
+
+    def check_values(self, check: Check | None) -> bool:
+        """Whether ``check``'s ``new_values`` are sensitive data: the new categories a drift
+        check of a sensitive field found (schema shapes name fields, never their values)."""
+        return (self.active and check is not None and check.kind == "drift"
+                and self.sensitive.covers_field(str(check.param("field"))))
+
+    @staticmethod
+    def group_label(label: str | None) -> str | None:
+        """A masked group label: :data:`MASK` and a keyed digest of the label (None stays
+        None).  Distinct labels stay distinct (so sparklines and failing windows still tell
+        groups apart) without any of their text.
+
+        Examples
+        --------
+        >>> a, b = Masker.group_label("alice@x.org"), Masker.group_label("bob@x.org")
+        >>> a.startswith(MASK), a == Masker.group_label("alice@x.org"), a == b
+        (True, True, False)
+        """
+        if label is None:
+            return None
+        digest = hashlib.blake2b(label.encode("utf-8", "surrogatepass"), digest_size=3,
+                                 key=_PSEUDONYM_KEY).hexdigest()
+        return f"{MASK}{digest}"
+
+    def check_rows(self, rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Result rows (dicts of ``CHECK_RESULTS_SCHEMA``, as sessions and summaries list them)
+        with sensitive group labels and new values masked, and their ``text`` rendered again
+        from what is left (copies; rows of unknown checks and an inactive masker: unchanged
+        copies)."""
+        from kqlab.validate.sample_checks.results import describe_check
+
+        out = []
+        for row in rows:
+            row = dict(row)
+            check = self.checks.get(row["check"])
+            groups, values = self.check_groups(check), self.check_values(check)
+            if groups:
+                row["failing"] = [{**f, "group": self.group_label(f["group"])}
+                                  for f in row.get("failing") or []]
+            if values:
+                row["new_values"] = [MASK] * len(row.get("new_values") or [])
+            if (groups or values) and "text" in row:
+                row["text"] = describe_check(row)
+            out.append(row)
+        return out
+
+    def check_windows(self, check_id: str, windows: pa.Table) -> pa.Table:
+        """A check's judged windows (``CHECK_WINDOWS_SCHEMA``) with its group labels masked
+        when they are sensitive (:meth:`check_groups`): each distinct label once."""
+        if not self.check_groups(self.checks.get(check_id)) or windows.num_rows == 0:
+            return windows
+        encoded = pc.dictionary_encode(windows.column("group").combine_chunks())
+        labels = pa.array([self.group_label(v) for v in encoded.dictionary.to_pylist()],
+                          pa.string())
+        masked = pc.take(labels, encoded.indices)
+        i = windows.schema.get_field_index("group")
+        return windows.set_column(i, windows.schema.field(i), masked)
+
+
 def masked_template(rule: Rule) -> str:
     """The rule's failure message with every data placeholder filled with :data:`MASK`."""
     template = rule.message or rule.spec.message
@@ -207,12 +291,14 @@ def masker(policy: Policy | Sensitive | None, unmask: bool | None = None) -> Mas
 
     ``unmask=None`` follows the session (:func:`unmask`); ``False`` masks even then.
     """
+    checks: dict[str, Check] = {}
     if isinstance(policy, Policy):
         sensitive, rules = policy.sensitive, {r.id: r for r in policy.rules}
+        checks = {c.id: c for c in policy.checks}
     else:
         sensitive, rules = policy or Sensitive(), {}
     show = is_unmasked() if unmask is None else unmask
-    return Masker(sensitive, rules, active=bool(sensitive) and not show)
+    return Masker(sensitive, rules, active=bool(sensitive) and not show, checks=checks)
 
 
 def key_shape(keys: pa.Array | pa.ChunkedArray, *, letters: bool) -> pa.Array:

@@ -9,8 +9,11 @@ instant on a large sample), and every number shown is read from the session's cu
 verdicts (:attr:`~kqlab.authoring.AuthoringSession.checks`,
 :meth:`~kqlab.authoring.AuthoringSession.check_windows`).
 
-The drill-down lists the sample's records the check read in that window (keys and values
-masked per the policy's ``sensitive`` section, like every view)
+Sensitive data is masked per the policy's ``sensitive`` section, like every view: the group
+labels of a check grouped by a masked header or a sensitive field read as pseudonyms (the
+table, the failing windows offered, the sparklines), a sensitive drift field's new values as
+the mask.  The drill-down lists the sample's records the check read in that window (keys and
+values masked too)
 (:meth:`~kqlab.authoring.AuthoringSession.window_records`: the group's records with a
 timestamp in ``[start, end)``) and tells its ``on_drill`` listeners, which the workbench
 uses to filter the rejection explorer to the same partition and time range.
@@ -80,14 +83,16 @@ class ChecksPanel:
         False and calls :meth:`refresh` when its Checks tab shows.
 
     Python twins: :meth:`select` (the check dropdown), :meth:`set_threshold` (the threshold
-    boxes), :meth:`drill` (a failing window's *Show records*).  :attr:`rows` are the result
-    rows shown, :attr:`figure` the sparklines (plotly JSON, :func:`kqlab.viz._checks
+    boxes), :meth:`drill` (a failing window's *Show records*; ``group`` is the real label).
+    :attr:`rows` are the session's result rows, :attr:`shown_rows` the same as shown (masked),
+    :attr:`figure` the sparklines (plotly JSON, :func:`kqlab.viz._checks
     .sparkline_spec`), :attr:`last_drill` the last drill-down.
     """
 
     def __init__(self, session: AuthoringSession, *, live: bool = True):
         self.session = session
         self.rows: list[dict[str, Any]] = []
+        self.shown_rows: list[dict[str, Any]] = []
         self.figure: Any = None
         self.last_drill: Drill | None = None
         self.on_drill: list[Callable[[Drill], Any]] = []
@@ -161,8 +166,10 @@ class ChecksPanel:
         if self._shown_for == key:
             return
         self._shown_for = key
+        mask = masker(s.policy)
         self.rows = s.checks
-        self.table.value = _table_html(self.rows)
+        self.shown_rows = mask.check_rows(self.rows)
+        self.table.value = _table_html(self.shown_rows)
         self.error.value = error_html(s.error) if s.error else ""
         ids = [c.id for c in s.policy.checks]
         self._muted = True
@@ -175,8 +182,9 @@ class ChecksPanel:
         self._on_select(force=True)
         from kqlab.viz._checks import sparkline_spec
 
-        self.figure = sparkline_spec(
-            self.rows, {r["check"]: s.check_windows(r["check"]) for r in self.rows})
+        self.figure = sparkline_spec(self.shown_rows, {
+            r["check"]: mask.check_windows(r["check"], s.check_windows(r["check"]))
+            for r in self.rows})
         self.sparklines.update(self.figure)
 
     def _on_change(self, change: SessionChange) -> None:
@@ -205,8 +213,12 @@ class ChecksPanel:
         self.thresholds.children = tuple(boxes)
         row = next((r for r in self.rows if r["check"] == check_id), None)
         failing = (row or {}).get("failing") or []
-        self.windows.options = [(_window_label(f, row), (f["group"], f["start"]))
-                                for f in failing[:WINDOWS_OFFERED]]
+        mask = masker(self.session.policy)
+        hide = mask.check_groups(self.session.policy.check(check_id))
+        # the label shown may be a pseudonym; the value (kept in the kernel) is the real group
+        self.windows.options = [
+            (_window_label(f, row, mask.group_label(f["group"]) if hide else f["group"]),
+             (f["group"], f["start"])) for f in failing[:WINDOWS_OFFERED]]
 
     def _typed(self, name: str, text: str) -> None:
         check_id = self.select_box.value
@@ -258,8 +270,16 @@ def _when(ms: int | None) -> str:
         "%Y-%m-%d %H:%M:%S")
 
 
-def _window_label(f: dict[str, Any], row: dict[str, Any] | None) -> str:
-    where = f["group"] or "(all)"
+def _group_text(group: str | None, by: str | None) -> str:
+    """A group as shown: no ``by`` is one group of every record; a ``by`` group without a
+    label holds the records whose field or header is null or missing."""
+    if group is not None:
+        return group
+    return "(all)" if by is None else "(no value)"
+
+
+def _window_label(f: dict[str, Any], row: dict[str, Any] | None, group: str | None) -> str:
+    where = _group_text(group, None if row is None else row.get("by"))
     if row is not None and row.get("window_ms") is not None:
         where += f" · {_when(f['start'])}"
     observed = "—" if f["observed"] is None else f"{f['observed']:.4g}"
@@ -309,7 +329,10 @@ def _badge(status: str) -> str:
 
 def _records_html(drill: Drill, mask: Masker) -> str:
     t = drill.records
-    where = drill.group or "(all)"
+    group = drill.group
+    if mask.check_groups(mask.checks.get(drill.check)):
+        group = mask.group_label(group)
+    where = _group_text(group, drill.by)
     span = "the whole sample" if drill.start is None else \
         f"[{_when(drill.start)}, {_when(drill.end)}) UTC"
     head = (f"<b>{html.escape(drill.check)}</b>: {t.num_rows:,} records of "

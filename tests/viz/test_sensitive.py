@@ -124,3 +124,78 @@ def test_examples_in_the_reported_policy_are_masked(sensitive_sample):
                           f"'{SECRET_EMAIL}'}}}}}}]}}\n")
     text = report(r.run(policy), policy, sample=r)
     assert _leaks(text) == [] and "email: •••" in text
+
+
+def test_sample_check_labels_and_new_values_of_sensitive_data_are_masked():
+    """Group labels of a check grouped by a masked header or a sensitive field, and a drift
+    check's new values of a sensitive field, are data: masked in the rows views read (their
+    text rendered again); partitions, other fields and schema shapes are not."""
+    from kqlab.viz._masking import MASK, Masker, masker
+
+    policy = loads_policy(BASE + """sensitive: {fields: [customer], headers: [tenant]}
+checks:
+  - {id: by-tenant, kind: volume, window: 1m, by: "header:tenant", min: 1}
+  - {id: by-customer, kind: volume, window: 1m, by: customer, min: 1}
+  - {id: by-region, kind: volume, window: 1m, by: region, min: 1}
+  - {id: by-partition, kind: volume, window: 1m, by: partition, min: 1}
+  - {id: customers, kind: drift, field: customer, baseline: base/, max_psi: 0.2}
+  - {id: regions, kind: drift, field: region, baseline: base/, max_psi: 0.2}
+""")
+    m = masker(policy, unmask=False)
+
+    def row(check, group, new=()):
+        return {"check": check, "kind": policy.check(check).kind, "status": "fail",
+                "reason": None, "metric": "records", "observed": 0.0, "min": 1.0, "max": None,
+                "window_ms": 60000, "by": policy.check(check).by, "records": 5, "windows": 2,
+                "failing_windows": 1, "new_values": list(new), "params": {},
+                "failing": [{"group": group, "start": 0, "end": 60000, "records": 0,
+                             "observed": 0.0}], "text": "stale"}
+
+    rows = [row("by-tenant", "acme-corp"), row("by-customer", "ada.lovelace"),
+            row("by-region", "eu-west"), row("by-partition", "orders-0"),
+            row("customers", None, ["ada.lovelace", "grace.hopper"]),
+            row("regions", None, ["eu-north"])]
+    shown = {r["check"]: r for r in m.check_rows(rows)}
+    assert shown["by-tenant"]["failing"][0]["group"] == Masker.group_label("acme-corp")
+    assert shown["by-customer"]["failing"][0]["group"].startswith(MASK)
+    assert "ada.lovelace" not in shown["by-customer"]["text"]
+    assert MASK in shown["by-customer"]["text"]                       # rendered again
+    assert shown["by-region"]["failing"][0]["group"] == "eu-west"
+    assert shown["by-partition"]["failing"][0]["group"] == "orders-0"
+    assert shown["customers"]["new_values"] == [MASK, MASK]
+    assert "grace" not in shown["customers"]["text"]
+    assert shown["regions"]["new_values"] == ["eu-north"]
+    assert rows[1]["failing"][0]["group"] == "ada.lovelace"          # copies, input kept
+    assert masker(policy, unmask=True).check_rows(rows) == rows       # unmasked: as they are
+    import pyarrow as pa
+
+    from kqlab.validate.sample_checks.results import CHECK_WINDOWS_SCHEMA
+
+    windows = pa.Table.from_pylist(
+        [{"check": "by-customer", "group": g, "start": s, "end": s + 60000, "records": 1,
+          "observed": 1.0, "status": "pass", "partial": False}
+         for g, s in (("ada", 0), ("bob", 0), ("ada", 60000), (None, 0))],
+        schema=CHECK_WINDOWS_SCHEMA)
+    masked = m.check_windows("by-customer", windows).column("group").to_pylist()
+    assert masked[0] == masked[2] != masked[1] and masked[3] is None
+    assert all(g.startswith(MASK) for g in masked[:3])
+    assert m.check_windows("by-region", windows) is windows
+
+
+def test_no_sensitive_group_label_reaches_a_report(tmp_path):
+    """The report's verdict and its sample-checks section quote a failing window's group:
+    masked when it is a sensitive field's value."""
+    from tests.validate.test_sample_checks import HEAD, hour, write_log
+
+    log = write_log(tmp_path / "log", {0: hour(0, value=lambda p, i: {
+        "amount": float(i), "customer": f"cust-{i % 3}"})})
+    text = HEAD + """sensitive: {fields: [customer]}
+checks:
+  - {id: per-customer, kind: volume, window: 10m, by: customer, min: 1000}
+"""
+    policy = loads_policy(text)
+    verdicts = kqlab.replay(log, policy)
+    assert "cust-0" in str(verdicts.checks().column("failing").to_pylist())
+    page = report(verdicts, policy)
+    assert "per-customer" in page and "cust-" not in page
+    assert "cust-" in report(verdicts, policy, unmask=True)

@@ -6,6 +6,8 @@ the rejection explorer to the same partition and time range."""
 
 from __future__ import annotations
 
+import re
+
 import pyarrow.compute as pc
 import pytest
 
@@ -161,3 +163,58 @@ def test_drill_down_masks_what_the_policy_calls_sensitive(jump):
     assert "c5" not in shown and "k0-50" not in shown                 # no customer, no key
     # the records themselves are the data (for code), the page shows them masked
     assert panel.last_drill.records.column("key")[0].as_py() == b"k0-500"
+
+
+GROUPED = HEAD + """rules:
+  - {id: customer-set, kind: field_not_null, field: customer, mode: reject}
+checks:
+  - {id: per-customer, kind: volume, window: 10m, by: customer, min: 20}
+  - {id: per-partition, kind: volume, window: 10m, by: partition, min: 200}
+"""
+
+
+def test_group_labels_of_a_sensitive_field_are_pseudonyms_in_every_part_of_the_panel(jump):
+    """A check grouped by a sensitive field labels its windows with the field's values: the
+    table's line, the failing windows offered, the sparklines and the drill-down's head show
+    pseudonyms (distinct per group, the same everywhere); the drill-down still reads the real
+    group's records, and a partition label stays as it is."""
+    import json
+
+    from kqlab.viz._masking import MASK, Masker
+
+    policy = loads_policy(GROUPED.replace("rules:", "sensitive: {fields: [customer]}\nrules:"))
+    session = AuthoringSession(policy, jump)
+    panel = ChecksPanel(session)
+    real = {f["group"] for f in _row(panel.rows, "per-customer")["failing"]} - {None}
+    assert real and all(g.startswith("c") for g in real)           # the data: c0 ... c8
+    shown = {f["group"] for f in _row(panel.shown_rows, "per-customer")["failing"]} - {None}
+    assert len(shown) == len(real) and all(g.startswith(MASK) for g in shown)
+    assert not shown & real
+    page = json.dumps([panel.table.value, panel.figure], ensure_ascii=False) + panel.table.value
+    words = set(re.findall(r"[\w-]+", page.replace(MASK, " ")))
+    assert not words & real, words & real                         # no label anywhere
+    drawn = json.dumps(panel.figure["data"], ensure_ascii=False)
+    assert any(g in drawn for g in shown)                         # the groups drawn, masked
+    panel.select("per-customer")
+    labels = {g: label for label, (g, _s) in panel.windows.options}
+    assert real <= set(labels) and None in labels          # the null customers' group too
+    assert all(labels[g].startswith(MASK) for g in real)
+    assert labels[None].startswith("(no value) ·")
+    group, start = next(v for _label, v in panel.windows.options if v[0] is not None)
+    assert group in real                                          # the value is the real one
+    drill = panel.drill("per-customer", group, start)
+    window = next(f for f in _row(panel.rows, "per-customer")["failing"]
+                  if (f["group"], f["start"]) == (group, start))
+    assert drill.records.num_rows == window["records"] > 0
+    head = panel.records_out.value.split("<table>")[0]
+    assert group not in re.findall(r"[\w-]+", head.replace(MASK, " "))
+    assert str(Masker.group_label(group)) in head
+    # partitions are no data: shown as they are
+    panel.select("per-partition")
+    assert any("orders-" in label for label, _ in panel.windows.options)
+    # unmasked, the labels are the real ones
+    from kqlab.viz import unmasked
+
+    with unmasked():
+        plain = ChecksPanel(AuthoringSession(policy, jump))
+    assert {f["group"] for f in _row(plain.shown_rows, "per-customer")["failing"]} == real | {None}
