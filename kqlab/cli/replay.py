@@ -177,8 +177,8 @@ def print_checks(checks: list[dict[str, Any]], *, out: TextIO | None = None) -> 
             for r in checks]
     show(table(("check", "kind", "status", "observed", "min", "max", "failing"), rows,
                title="sample checks", right=("observed", "min", "max", "failing")), out=c)
-    for r in checks:
-        if r["status"] != "pass":
+    for r in checks:  # what went wrong, and a pass that has something to say (a clock ahead)
+        if r["status"] != "pass" or (r.get("params") or {}).get("ahead_ms"):
             c.print(styled(describe_check(r), styles[r["status"]]))
 
 

@@ -239,6 +239,9 @@ class Masker:
             if groups:
                 row["failing"] = [{**f, "group": self.group_label(f["group"])}
                                   for f in row.get("failing") or []]
+                if (row.get("params") or {}).get("ahead_group") is not None:
+                    row["params"] = {**row["params"], "ahead_group": self.group_label(
+                        row["params"]["ahead_group"])}
             if values:
                 row["new_values"] = [MASK] * len(row.get("new_values") or [])
             if (groups or values) and "text" in row:

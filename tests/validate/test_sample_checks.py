@@ -207,6 +207,39 @@ def test_stale_partition(tmp_path):
     assert later["status"] == "fail" and later["observed"] == T0 + 5 * 3_600_000 - newest[0]
 
 
+def test_a_partition_whose_clock_runs_ahead_is_named_not_hidden(tmp_path):
+    """The sample clock is each partition's last batch, the latest of those: a partition whose
+    earlier records were stamped two hours ahead has a newest record past "now", a negative
+    age no max_age_ms fails; the result says which group and by how much, in text too."""
+    from kqlab.validate.sample_checks import describe_check
+
+    ahead = hour(2, start=T0 + 2 * 3_600_000)[:50] + hour(2)[100:]   # 50 records from later
+    parts = {0: hour(0), 1: hour(1), 2: ahead}
+    folder = write_log(tmp_path / "log", parts)
+    policy = loads_policy(HEAD + "checks:\n"
+                          "  - {id: fresh, kind: freshness, by: partition, max_age_ms: 600000}\n"
+                          "  - {id: fresh-all, kind: freshness, max_age_ms: 600000}\n")
+    v = replay(folder, policy)
+    newest = max(ts for _, _, ts in ahead)
+    assert newest > v.now
+    fresh = result(v, "fresh")
+    assert fresh["status"] == "pass"                       # max_age_ms alone cannot fail it
+    assert fresh["params"]["ahead_ms"] == str(newest - v.now)
+    assert fresh["params"]["ahead_group"] == "orders-2"
+    assert fresh["params"]["ahead_groups"] == "1"
+    text = describe_check(fresh)
+    assert "orders-2's newest record is" in text and "ahead of now" in text
+    windows = v.check_windows("fresh").to_pylist()
+    assert {w["group"]: w["observed"] for w in windows}["orders-2"] == v.now - newest
+    whole = result(v, "fresh-all")                         # one group: the whole sample
+    assert whole["params"]["ahead_ms"] == str(newest - v.now)
+    assert "ahead_group" not in whole["params"]
+    assert "the newest record is" in describe_check(whole)
+    on_time = result(replay(write_log(tmp_path / "on-time", {0: hour(0), 1: hour(1)}), policy),
+                     "fresh")
+    assert "ahead_ms" not in on_time["params"]
+
+
 def _psi_by_hand(sample: np.ndarray, baseline: np.ndarray, bins: int) -> float:
     """PSI as a data-quality textbook computes it: decile edges of the baseline, shares per
     bin (empty ones floored at 1e-4), Σ (actual − expected) · ln(actual / expected)."""

@@ -388,6 +388,14 @@ def finish_check(check: Check, partial: Partial, extent: Extent, now: int,
         excess = np.where(evaluable, -obs, -np.inf)
     worst = int(np.argmax(excess))
     fail_idx = np.flatnonzero(failed)
+    if check.kind == "freshness" and (obs < 0).any():
+        # a group whose newest record is ahead of the clock has no age: its clock (or the
+        # replay's) is wrong, which no max_age_ms can say; the result names the worst one
+        ahead = int(np.argmin(obs))
+        row["params"]["ahead_ms"] = str(int(-obs[ahead]))
+        row["params"]["ahead_groups"] = str(int((obs < 0).sum()))
+        if ws.group[ahead] is not None:
+            row["params"]["ahead_group"] = str(ws.group[ahead])
     row.update(status="fail" if len(fail_idx) else "pass", observed=float(obs[worst]),
                windows=int(evaluable.sum()), failing_windows=len(fail_idx),
                failing=[{"group": ws.group[i], "start": int(ws.start[i]),

@@ -181,6 +181,12 @@ def describe_check(row: Mapping[str, Any]) -> str:
             where = first["group"] if first["group"] is not None else ""
             at = f" at {_when(first['start'])}" if row.get("window_ms") is not None else ""
             text += f", first {where}{at}".rstrip()
+    if params.get("ahead_ms") is not None:
+        groups = int(params.get("ahead_groups") or 1)
+        who = f"{params['ahead_group']}'s" if params.get("ahead_group") else "the"
+        text += (f" · {who} newest record is {_duration(float(params['ahead_ms']))} ahead of "
+                 "now" + (f" ({groups} groups ahead)" if groups > 1 else "")
+                 + ": a clock runs ahead, its age is unknown")
     new = row.get("new_values") or []
     if new:
         shown_new = ", ".join(new[:5]) + (f", … ({len(new)})" if len(new) > 5 else "")
