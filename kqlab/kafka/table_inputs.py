@@ -42,6 +42,19 @@ def messages_array(messages: Texts) -> pa.Array:
     return messages if messages.type == pa.string() else messages.cast(pa.string())
 
 
+def policy_messages(messages: Texts) -> pa.Array:
+    """A policy's messages as one Arrow array, kept dictionary-encoded when given so: the
+    replay hands a million records' messages over as indices into the texts of its rules'
+    failures, and the record checks take only the failing records' texts out of it (decoding
+    every record's text first cost more than the checks themselves)."""
+    if isinstance(messages, pa.ChunkedArray):
+        messages = messages.combine_chunks()
+    if isinstance(messages, pa.Array) and pa.types.is_dictionary(messages.type) and \
+            messages.type.value_type == pa.string():
+        return messages
+    return messages_array(messages)
+
+
 def records_per_batch(batches: pa.Table, n_records: int) -> np.ndarray:
     """How many rows of the records table each batch row contributed: the decoder's
     ``records_decoded`` column (``kqlab.records.DECODE_COLUMNS``)."""

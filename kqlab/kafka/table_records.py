@@ -179,7 +179,8 @@ class RecordStage(VerdictState):
         first = np.flatnonzero(np.concatenate(([True], b[1:] != b[:-1])))
         rows = b[first]
         texts = np.full(self.n, None, dtype=object)
-        texts[rows] = self.parr.take(pa.array(r[first])).to_numpy(zero_copy_only=False)
+        texts[rows] = as_strings(self.parr.take(pa.array(r[first]))).to_numpy(
+            zero_copy_only=False)
         mask = np.zeros(self.n, dtype=bool)
         mask[rows] = True
         idx = self.cas.decide(mask, 44, rchecks.P_BATCH.step, texts, texts)

@@ -20,7 +20,7 @@ from kqlab.kafka.table_cascade import (
 from kqlab.kafka.table_inputs import (
     RecordPolicy,
     as_strings,
-    messages_array,
+    policy_messages,
     records_per_batch,
     rules_array,
 )
@@ -40,8 +40,9 @@ class VerdictState:
                  policy: RecordPolicy | None = None):
         self.records = records
         self.policy = policy
-        #: the policy's messages (Arrow, null = the record passes) and where they are set
-        self.parr = None if policy is None else messages_array(policy.messages)
+        #: the policy's messages (Arrow strings, or dictionary-encoded strings; null = the
+        #: record passes) and where they are set
+        self.parr = None if policy is None else policy_messages(policy.messages)
         self.prules = None if policy is None or policy.rules is None else \
             rules_array(policy.rules)
         if self.parr is not None and len(self.parr) != records.num_rows:

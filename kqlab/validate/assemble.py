@@ -139,6 +139,7 @@ class _PolicyInput:
     #: the rule id behind each entry of ``messages`` (dictionary-encoded: one id per rule)
     rules: pa.Array = field(default_factory=lambda: pa.array([], pa.string()))
     _keys: np.ndarray | None = field(default=None, repr=False)
+    _arrow_first: pa.Array | None = field(default=None, repr=False)
 
     def keys(self, uid: dict[tuple[int, str], int]) -> np.ndarray:
         """Per record, what its policy verdict is made of, as one int64: the rule result and
@@ -167,19 +168,30 @@ class _PolicyInput:
 
     def arrow(self) -> pa.Array:
         """The policy message of every record (null where it passes), as the broker checks
-        take them."""
-        return pc.take(self.messages, pa.array(self.first, mask=self.first < 0),
-                       memory_pool=POOL)
+        take them: dictionary-encoded, indices into ``messages`` (the broker pass decodes
+        only the failing records' texts; taking a million strings out first cost ~15 ms)."""
+        return pa.DictionaryArray.from_arrays(self._indices(), self.messages)
 
     def rules_at(self, rec: np.ndarray | None = None) -> pa.Array:
         """The rule behind the policy message of records ``rec`` (all: None)."""
-        f = self.first if rec is None else self.first[rec]
-        return pc.take(self.rules, pa.array(f, mask=f < 0), memory_pool=POOL)
+        f = self._indices() if rec is None else _masked(self.first[rec])
+        return pc.take(self.rules, f, memory_pool=POOL)
+
+    def _indices(self) -> pa.Array:
+        """``first`` as Arrow indices, null where a record passes (made once per input)."""
+        if self._arrow_first is None:
+            self._arrow_first = _masked(self.first)
+        return self._arrow_first
 
     def python(self, rec: np.ndarray | None = None) -> list[str | None]:
         """The policy messages as the broker checks take them (None where a record passes)."""
         f = self.first if rec is None else self.first[rec]
         return self.messages.take(pa.array(f, mask=f < 0)).to_pylist()
+
+
+def _masked(first: np.ndarray) -> pa.Array:
+    """Indices into a policy input's messages, null where the record passes (-1)."""
+    return pa.array(first, mask=first < 0)
 
 
 @dataclass

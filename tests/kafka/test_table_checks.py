@@ -314,4 +314,16 @@ def test_policy_parity_generated(data, config, profile, rnd):
     keys = ("error_code", "error_name", "error_message", "check", "detail")
     assert [{k: r[k] for k in keys} | {"record_errors": r["record_errors"]} for r in got] == \
         [{k: w[k] for k in keys} | {"record_errors": with_ids(w)} for w in want]
+    # the replay hands the messages over dictionary-encoded (indices into the rules' texts),
+    # with the rules too: the same verdicts, row for row
+    rules = [None if m is None else f"r{i % 3}" for i, m in enumerate(messages)]
+    plain = broker_verdicts(d.records, d.batches, cfg, broker_version=bv, now=NOW,
+                            raw=[b for _, b in scan_buffer(data)],
+                            policy=RecordPolicy(profile, messages, rules))
+    encoded = broker_verdicts(
+        d.records, d.batches, cfg, broker_version=bv, now=NOW,
+        raw=[b for _, b in scan_buffer(data)],
+        policy=RecordPolicy(profile, pa.array(messages, pa.string()).dictionary_encode(),
+                            pa.array(rules, pa.string()).dictionary_encode()))
+    assert encoded.equals(plain)
 
