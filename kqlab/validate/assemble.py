@@ -139,6 +139,9 @@ class _PolicyInput:
     #: the rule id behind each entry of ``messages`` (dictionary-encoded: one id per rule)
     rules: pa.Array = field(default_factory=lambda: pa.array([], pa.string()))
     _keys: np.ndarray | None = field(default=None, repr=False)
+    #: how many records fail and the keys' sum: inputs that differ mostly differ here
+    _digest: tuple[int, int] | None = field(default=None, repr=False)
+    _failing: np.ndarray | None = field(default=None, repr=False)
     _arrow_first: pa.Array | None = field(default=None, repr=False)
 
     def keys(self, uid: dict[tuple[int, str], int]) -> np.ndarray:
@@ -159,7 +162,25 @@ class _PolicyInput:
                 seg = np.searchsorted(self.bases, f, side="right") - 1
                 keys[has] = (codes[seg] << 32) | (f - self.bases[seg])
             self._keys = keys
+            self._digest = (len(has), int(keys.sum()))
         return self._keys
+
+    def forget_keys(self) -> None:
+        """Drop the keys (their numbering starts again)."""
+        self._keys = self._digest = None
+
+    def same_keys(self, other: _PolicyInput, uid: dict[tuple[int, str], int]) -> bool:
+        """Whether ``other`` has this input's key for every record (:meth:`keys`); the
+        digests are compared first, so two inputs that differ cost no array comparison."""
+        mine, theirs = self.keys(uid), other.keys(uid)
+        return self._digest == other._digest and np.array_equal(mine, theirs)
+
+    @property
+    def failing(self) -> np.ndarray:
+        """Per record, whether a reject rule fails it (made once per input)."""
+        if self._failing is None:
+            self._failing = self.first >= 0
+        return self._failing
 
     def at(self, rec: np.ndarray) -> pa.Array:
         """The policy message of records ``rec`` (null where they pass)."""
@@ -346,7 +367,7 @@ class Assembler:
             self.broker_batches += self.nb
         if len(self._uid) > _UIDS_MAX:  # numbers of results long gone: start again
             self._runs, self._uid = [], {}
-            policy._keys = None
+            policy.forget_keys()
         self._runs = [*self._runs, _BrokerRun(config, now, profile, policy, verdicts)][
             -BROKER_RUNS_KEPT:]
         return verdicts
@@ -359,8 +380,10 @@ class Assembler:
         last = runs[-1]
         keys = policy.keys(self._uid)
         for run in reversed(runs):  # the same input as a pass kept: its verdicts as they are
-            if np.array_equal(run.policy.keys(self._uid), keys):
+            if run.policy.same_keys(policy, self._uid):
                 return run.verdicts
+        if self._too_many(self._surely_changed(runs[-2:], policy)):
+            return None  # known before the texts are compared (an edit of most batches)
         changed = self._changed_batches(last.policy, policy)
         if not len(changed):
             return last.verdicts
@@ -379,9 +402,7 @@ class Assembler:
                     changed = changed[~same]
                     if not len(changed):
                         break
-        if len(changed) > SPLICE_MAX_SHARE * self.nb or int(
-                (self.row_start[changed + 1] - self.row_start[changed]).sum()
-        ) > SPLICE_MAX_RECORDS:
+        if self._too_many(changed):
             return None
         if len(changed):
             picks.append((self._pass_on(changed, config, now, profile, policy), changed,
@@ -394,6 +415,25 @@ class Assembler:
             take[batches] = at + rows
             at += table.num_rows
         return pa.concat_tables(tables).take(pa.array(take))
+
+    def _too_many(self, changed: np.ndarray) -> bool:
+        """Whether the ``changed`` batches are too many to take out of the sample
+        (:data:`SPLICE_MAX_SHARE`, :data:`SPLICE_MAX_RECORDS`): a full pass costs less."""
+        return len(changed) > SPLICE_MAX_SHARE * self.nb or int(
+            (self.row_start[changed + 1] - self.row_start[changed]).sum()) > SPLICE_MAX_RECORDS
+
+    def _surely_changed(self, runs: list[_BrokerRun], policy: _PolicyInput) -> np.ndarray:
+        """Batches that no pass of ``runs`` judged with the input ``keys``, found from the
+        records alone whose policy verdict flips (fails in one input, passes in the other):
+        a lower bound of what :meth:`_reuse` re-checks, cheap enough to skip its text
+        comparisons when a full pass is due anyway (a bound changed on most batches, a rule
+        removed)."""
+        surely = np.ones(self.nb, dtype=bool)
+        for run in runs:
+            flips = np.zeros(self.nb, dtype=bool)
+            flips[self.rows[np.flatnonzero(run.policy.failing != policy.failing)]] = True
+            surely &= flips
+        return np.flatnonzero(surely)
 
     def _changed_batches(self, old: _PolicyInput, new: _PolicyInput) -> np.ndarray:
         """Batches holding a record whose policy message differs between ``old`` and ``new``."""
@@ -464,7 +504,7 @@ class Assembler:
             pa.array([r for r, _ in names], pa.string()))
         pin = _PolicyInput(first, pa.concat_arrays(arrows, POOL) if arrows else empty,
                            np.asarray(bases, dtype=np.int64), tuple(sources), rule_of)
-        has = first >= 0
+        has = pin.failing
         config = TopicConfig.from_dict(dict(policy.broker.configs), policy.broker.version)
         verdicts = self.broker(config, now, profile, pin)
         # a null code: the tables alone could not decide (a snapshot without batch bytes)
