@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from kqlab.policy.model import Check
 from kqlab.validate.context import EvalContext
+from kqlab.validate.sample_checks.cells import CellIndex, cell_index, compact_cells
 from kqlab.validate.sample_checks.columns import (
     field_values,
     group_labels,
@@ -26,6 +27,7 @@ from kqlab.validate.sample_checks.columns import (
     to_text,
 )
 from kqlab.validate.sample_checks.partials import (
+    _BY_CELL,
     PARTIAL_SCHEMAS,
     Extent,
     Partial,
@@ -117,38 +119,32 @@ def partial_of(check: Check, chunk: Chunk, plan: BaselinePlan | None = None) -> 
     ts = ctx.timestamps
     if kind in ("drift", "schema_drift"):
         return Partial(kind, _shape_partial(check, chunk, keep, plan, counts), counts)
-    window, timed = _windows(check, ts, keep)
-    scales = {"window": check.window_ms or 1}
+    timed = keep & (ts >= 0) if check.window_ms is not None else keep
     counts["untimed"] = int((keep & ~timed).sum())
-    groups = ctx.memo(f"check-by:{check.by}", lambda: group_labels(ctx, check.by))
+    index = _cell_index(ctx, check)
+    schema = PARTIAL_SCHEMAS[kind]
     if kind == "freshness":
         timed = keep & (ts >= 0)
-        rows = _rows(timed)
-        table = group_aggregate({"group": _at(groups, rows, timed)},
-                                {"newest": ("max", _at(ts, rows, timed)),
-                                 "records": ("count", None)},
-                                int(timed.sum()), PARTIAL_SCHEMAS[kind])
-        return Partial(kind, table, counts)
-    if kind == "volume":
-        ones = np.ones(chunk.n, np.int64)
-        return Partial(kind, _rate_table(kind, groups, window, ones, timed, None, scales),
-                       counts)
-    if kind == "null_rate":
-        nulls = field_values(ctx, str(check.param("field"))).nulls.astype(np.int64)
-        return Partial(kind, _rate_table(kind, groups, window, nulls, timed, "nulls", scales),
-                       counts)
-    if kind == "reject_rate":
-        rule = check.param("rule")
-        if rule is not None:
-            result = chunk.results.get(str(rule))
-            rejected = np.zeros(chunk.n, np.int64) if result is None else \
-                result.failed.astype(np.int64)
-        else:
-            outcome = chunk.outcome if chunk.outcome is not None else \
-                np.zeros(chunk.n, np.int8)
-            rejected = ((outcome == 1) | (outcome == 2)).astype(np.int64)
-        return Partial(kind, _rate_table(kind, groups, window, rejected, timed, "rejected",
-                                         scales), counts)
+        codes = _where(index.codes, timed)
+        k = index.keys.num_rows
+        records = np.bincount(codes, minlength=k)
+        newest = _cell_max(codes, _where(ts, timed), k)
+        return Partial(kind, _cell_table(index, records, {"newest": newest}, schema), counts)
+    if kind in ("volume", "null_rate", "reject_rate"):
+        hits: np.ndarray | None = None
+        if kind == "null_rate":
+            hits = field_values(ctx, str(check.param("field"))).nulls
+        elif kind == "reject_rate":
+            rule = check.param("rule")
+            if rule is not None:
+                result = chunk.results.get(str(rule))
+                hits = np.zeros(chunk.n, bool) if result is None else \
+                    np.asarray(result.failed, bool)
+            else:
+                outcome = chunk.outcome if chunk.outcome is not None else \
+                    np.zeros(chunk.n, np.int8)
+                hits = (outcome == 1) | (outcome == 2)
+        return Partial(kind, _rate_table(kind, index, timed, hits), counts)
     if kind in ("duplicate_rate", "distinct"):
         of = check.param("of") if kind == "duplicate_rate" else check.param("field")
         if of == "key" and kind == "duplicate_rate":
@@ -157,49 +153,97 @@ def partial_of(check: Check, chunk: Chunk, plan: BaselinePlan | None = None) -> 
             fv = field_values(ctx, str(of))
             if fv.values is None:
                 counts["not_scalar"] = 1
-                return Partial(kind, PARTIAL_SCHEMAS[kind].empty_table(), counts)
+                return Partial(kind, schema.empty_table(), counts)
             values = to_text(fv.values)
         present = timed & ~np.asarray(values.is_null().to_numpy(zero_copy_only=False), bool)
         if not present.any():
-            return Partial(kind, PARTIAL_SCHEMAS[kind].empty_table(), counts)
+            return Partial(kind, schema.empty_table(), counts)
         rows = _rows(present)
-        table = group_aggregate({"group": _at(groups, rows, present),
-                                 "window": _at(window, rows, present),
-                                 "value": _at(values, rows, present)},
-                                {"count": ("count", None)}, int(present.sum()),
-                                PARTIAL_SCHEMAS[kind], scales)
-        return Partial(kind, table, counts)
+        codes = _where(index.codes, present)
+        grouped = group_aggregate({"cell": codes, "value": _at(values, rows, present)},
+                                  {"count": ("count", None)}, len(codes), _BY_CELL)
+        cell = grouped.column("cell").to_numpy()
+        at = pa.array(cell)
+        table = pa.table({"group": index.keys.column("group").take(at),
+                          "window": index.keys.column("window").take(at),
+                          "value": grouped.column("value"), "count": grouped.column("count")},
+                         schema=schema)
+        return Partial(kind, table, counts, compact_cells(table, cell, index.keys))
     if kind == "stat":
         fv = field_values(ctx, str(check.param("field")))
         if fv.values is None:
             counts["not_scalar"] = 1
-            return Partial(kind, PARTIAL_SCHEMAS[kind].empty_table(), counts)
+            return Partial(kind, schema.empty_table(), counts)
         valid, numbers, non_numeric = numeric_values(fv)
         counts["non_numeric"] = int(non_numeric if keep.all() else
                                     (timed & ~fv.nulls & ~valid).sum())
         use = timed & valid
-        rows = _rows(use)
-        group = _at(groups, rows, use)
-        if isinstance(group, pa.DictionaryArray):
-            group = group.dictionary_decode()
-        table = pa.table({"group": group,
-                          "window": pa.array(_at(window, rows, use) * scales["window"]),
-                          "value": pa.array(_at(numbers, rows, use))},
-                         schema=PARTIAL_SCHEMAS[kind])
-        return Partial(kind, table, counts)
+        codes = _where(index.codes, use)
+        at = pa.array(codes)
+        table = pa.table({"group": index.keys.column("group").take(at),
+                          "window": index.keys.column("window").take(at),
+                          "value": pa.array(_where(numbers, use))}, schema=schema)
+        return Partial(kind, table, counts, compact_cells(table, codes, index.keys))
     raise KeyError(f"no local implementation of check kind {kind!r}")
 
 
-def _rate_table(kind: str, groups: pa.Array, window: np.ndarray, hits: np.ndarray,
-                keep: np.ndarray, name: str | None, scales: dict[str, int]) -> pa.Table:
-    """``records`` and ``name`` (the hits; None: records only) per group and window."""
-    rows = _rows(keep)
-    values: dict[str, tuple[str, np.ndarray | None]] = {"records": ("count", None)}
-    if name is not None:
-        values[name] = ("sum", _at(hits, rows, keep))
-    return group_aggregate({"group": _at(groups, rows, keep),
-                            "window": _at(window, rows, keep)}, values,
-                           int(keep.sum()), PARTIAL_SCHEMAS[kind], scales)
+def _cell_index(ctx: EvalContext, check: Check) -> CellIndex:
+    """The chunk's cells for the check's ``by`` and ``window`` (memoised on the context:
+    checks of the same ``by`` and ``window`` share them, whatever they count)."""
+    def compute() -> CellIndex:
+        groups = ctx.memo(f"check-by:{check.by}", lambda: group_labels(ctx, check.by))
+        return cell_index(groups, ctx.timestamps, check.window_ms)
+
+    return ctx.memo(f"check-cells:{check.by}:{check.window_ms}", compute)
+
+
+def _where(values: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """``values`` at the kept rows (the array itself when all are kept)."""
+    return values if keep.all() else values[keep]
+
+
+def _cell_table(index: CellIndex, records: np.ndarray, merged: dict[str, np.ndarray],
+                schema: pa.Schema) -> pa.Table:
+    """One row per cell with records: its keys, ``records`` and the ``merged`` columns."""
+    used = records > 0
+    keys = index.keys if used.all() else index.keys.filter(pa.array(used))
+    columns = {"group": keys.column("group"), "window": keys.column("window"),
+               "records": pa.array(records[used].astype(np.int64))}
+    for name, values in merged.items():
+        columns[name] = pa.array(values[used].astype(np.int64))
+    return pa.table({name: columns[name] for name in schema.names}, schema=schema)
+
+
+def _cell_max(codes: np.ndarray, values: np.ndarray, k: int) -> np.ndarray:
+    """The largest of ``values`` per cell code (int64 min where a cell has none).  A chunk's
+    codes come in long runs (one partition's records): each run is reduced first, so the
+    scattered maximum runs over the runs, not the records."""
+    n = len(codes)
+    if n > 1024:
+        heads = np.flatnonzero(codes[1:] != codes[:-1]) + 1
+        if len(heads) <= n // 16:
+            heads = np.concatenate([np.zeros(1, np.int64), heads])
+            values = np.maximum.reduceat(values, heads)
+            codes = codes[heads]
+    out = np.full(k, np.iinfo(np.int64).min, np.int64)
+    np.maximum.at(out, codes, values.astype(np.int64))
+    return out
+
+
+def _rate_table(kind: str, index: CellIndex, timed: np.ndarray, hits: np.ndarray | None
+                ) -> pa.Table:
+    """``records`` and the hits (``nulls``/``rejected``; None: records only) per cell, of
+    the records ``timed`` keeps: two counts over the chunk's shared cell codes."""
+    codes = _where(index.codes, timed)
+    k = index.keys.num_rows
+    records = np.bincount(codes, minlength=k)
+    merged = {}
+    if hits is not None:
+        name = "nulls" if kind == "null_rate" else "rejected"
+        merged[name] = np.bincount(codes, weights=_where(hits, timed).astype(np.float64),
+                                   minlength=k)
+        merged[name] = np.rint(merged[name])
+    return _cell_table(index, records, merged, PARTIAL_SCHEMAS[kind])
 
 
 def _shape_partial(check: Check, chunk: Chunk, keep: np.ndarray, plan: BaselinePlan | None,

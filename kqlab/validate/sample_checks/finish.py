@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 
 from kqlab.policy.model import Check
 from kqlab.validate.sample_checks.baseline import BaselinePlan
+from kqlab.validate.sample_checks.cells import Cells, cells_of
 from kqlab.validate.sample_checks.partials import Extent, Partial, group_aggregate
 from kqlab.validate.sample_checks.results import CHECK_WINDOWS_SCHEMA
 
@@ -126,7 +127,7 @@ def _per_window(check: Check, p: Partial, extent: Extent, now: int) -> _Windows 
     if not t.num_rows:
         return None
     if kind in ("duplicate_rate", "distinct", "stat"):  # rows per value: never listed
-        return _per_value_window(check, t, extent)
+        return _per_value_window(check, t, extent, cells_of(p))
     group = t.column("group").to_pylist() if "group" in t.column_names else [None]
     if kind == "freshness":
         newest = t.column("newest").to_numpy()
@@ -145,10 +146,21 @@ def _per_window(check: Check, p: Partial, extent: Extent, now: int) -> _Windows 
     raise KeyError(kind)
 
 
-def _per_value_window(check: Check, t: pa.Table, extent: Extent) -> _Windows:
+def _per_value_window(check: Check, t: pa.Table, extent: Extent,
+                      cells: Cells | None = None) -> _Windows:
     """Windows of the kinds whose partial holds a row per value (a million rows for the
-    keys of a million records): grouped as columns, their labels listed per window only."""
+    keys of a million records): grouped as columns, their labels listed per window only.
+    With the rows' ``cells`` (:mod:`.cells`) a window's values are counted by its code, not
+    found again from the group and window columns."""
     kind = check.kind
+    if kind in ("duplicate_rate", "distinct") and cells is not None:
+        k = cells.keys.num_rows
+        distinct = np.bincount(cells.codes, minlength=k).astype(np.int64)
+        records = np.rint(np.bincount(cells.codes, weights=t.column("count").to_numpy(),
+                                      minlength=k)).astype(np.int64)
+        observed = distinct_observed(kind, records, distinct)
+        return _framed(check, cells.keys.column("group").to_pylist(),
+                       cells.keys.column("window").to_numpy(), records, observed, extent)
     if kind in ("duplicate_rate", "distinct"):
         per = group_aggregate(
             {"group": t.column("group"), "window": t.column("window").to_numpy()},
@@ -159,7 +171,7 @@ def _per_value_window(check: Check, t: pa.Table, extent: Extent) -> _Windows:
         return _framed(check, per.column("group").to_pylist(), per.column("window").to_numpy(),
                        records, observed, extent)
     if kind == "stat":
-        return _stats(check, t, extent)
+        return _stats(check, t, extent, cells)
     raise KeyError(kind)
 
 
@@ -200,9 +212,10 @@ def _framed(check: Check, group: list[str | None], window: np.ndarray, records: 
     return _Windows(group, start, end, records, observed, partial)
 
 
-def _stats(check: Check, t: pa.Table, extent: Extent) -> _Windows:
+def _stats(check: Check, t: pa.Table, extent: Extent, cells: Cells | None = None
+           ) -> _Windows:
     """A statistic per (group, window) from the exact values, in (start, group) order."""
-    group, window, counts, observed = _stat_columns(check, t)
+    group, window, counts, observed = _stat_columns(check, t, cells)
     return _framed(check, group, window, counts, observed, extent, ordered=True)
 
 
@@ -216,12 +229,28 @@ def stat_values(check: Check, table: pa.Table) -> pa.Table:
                     schema=WINDOW_VALUES_SCHEMA)
 
 
-def _stat_columns(check: Check, t: pa.Table
+def _stat_columns(check: Check, t: pa.Table, cells: Cells | None = None
                   ) -> tuple[list[str | None], np.ndarray, np.ndarray, np.ndarray]:
     """Group, window, values and statistic per (group, window), in (window, group) order;
     each cell's values sorted first (so any split of the sample sums them in the same
-    order)."""
+    order).  With the rows' ``cells`` the order of the cells comes from their few keys
+    instead of encoding every row's group and window again."""
     stat = str(check.param("stat"))
+    values = t.column("value").to_numpy()
+    if cells is not None:
+        labels = cells.keys.column("group").to_pylist()
+        names = sorted({g for g in labels if g is not None})
+        at = {g: i for i, g in enumerate(names)}
+        grank = np.array([at[g] if g is not None else len(names) for g in labels], np.int64)
+        cwindow = cells.keys.column("window").to_numpy()
+        order = np.lexsort((grank, cwindow))  # cells in (window, group) order, null last
+        rank = np.empty(len(order), np.int64)
+        rank[order] = np.arange(len(order))
+        first, counts, observed = _stat_cells(stat, rank[cells.codes], values)
+        at_cell = cells.codes[first]
+        sorted_names: list[str | None] = [*names, None]
+        group = [sorted_names[int(x)] for x in grank[at_cell].tolist()]
+        return group, cwindow[at_cell], counts.astype(np.int64), observed.astype(np.float64)
     enc = pc.dictionary_encode(t.column("group")).combine_chunks()
     labels = enc.dictionary.to_pylist()
     ranked = sorted(range(len(labels)), key=lambda i: labels[i])
@@ -232,7 +261,6 @@ def _stat_columns(check: Check, t: pa.Table
         if len(labels) else np.zeros(len(codes), np.int64)
     sorted_labels: list[str | None] = [labels[i] for i in ranked] + [None]
     window = t.column("window").to_numpy()
-    values = t.column("value").to_numpy()
     # one code per (window, group), in that order; values sorted first, then a stable sort
     # by the (small) codes — far cheaper than a three-key lexsort
     step = check.window_ms or 1
@@ -240,6 +268,15 @@ def _stat_columns(check: Check, t: pa.Table
     if len(wcode) and wcode.max() >= 4 * len(wcode) + 1024:  # windows far apart: compact
         wcode = np.unique(wcode, return_inverse=True)[1].reshape(-1)
     cell = wcode.astype(np.int64) * (len(labels) + 1) + gcode
+    first, counts, observed = _stat_cells(stat, cell, values)
+    group = [sorted_labels[int(x)] for x in gcode[first].tolist()]
+    return group, window[first], counts.astype(np.int64), observed.astype(np.float64)
+
+
+def _stat_cells(stat: str, cell: np.ndarray, values: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``stat`` of the values of each cell (``cell``: per value a code whose order is the
+    cells' order): per cell in that order a row of it, its count and the statistic."""
     dense = len(cell) and int(cell.max()) < 4 * len(cell) + 1024  # codes countable
     per_cell = np.bincount(cell) if dense else np.zeros(0, np.int64)
     used = np.flatnonzero(per_cell)
@@ -260,20 +297,19 @@ def _stat_columns(check: Check, t: pa.Table
             else:  # a quantile, min, max: only its positions in sorted order (a partition)
                 v[a:b].partition(kth)
         first = by_cell[starts]
-        cell_group, cell_window = gcode[first], window[first]
     else:
         # equal values are interchangeable, so an unstable (faster) sort gives the same sums
         by_value = np.argsort(values)
         small = cell[by_value]
         small = small.astype(np.uint16) if len(small) and small.max() < 2**16 else small
         order = by_value[np.argsort(small, kind="stable")]
-        v, g, win = values[order], gcode[order], window[order]
+        v, c = values[order], cell[order]
         new = np.ones(len(v), bool)
-        new[1:] = (g[1:] != g[:-1]) | (win[1:] != win[:-1])
+        new[1:] = c[1:] != c[:-1]
         starts = np.flatnonzero(new)
         ends = np.r_[starts[1:], len(v)]
         counts = ends - starts
-        cell_group, cell_window = g[starts], win[starts]
+        first = order[starts]
     if stat == "mean":
         observed = np.add.reduceat(v, starts) / counts
     elif stat == "min":
@@ -293,8 +329,7 @@ def _stat_columns(check: Check, t: pa.Table
         frac = pos - lo
         a, b = v[starts + lo], v[starts + hi]
         observed = a + (b - a) * frac
-    group = [sorted_labels[int(x)] for x in cell_group.tolist()]
-    return group, cell_window, counts.astype(np.int64), observed.astype(np.float64)
+    return first, counts, observed
 
 
 def _order_stats(stat: str, counts: np.ndarray) -> list[list[int] | None]:

@@ -46,6 +46,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kqlab.validate.sample_checks.cells import Cells, cells_of, merge_cells
+
 __all__ = ["PARTIAL_LAYOUT", "PARTIAL_SCHEMAS", "Extent", "Partial", "group_aggregate",
            "merge_partials"]
 
@@ -88,6 +90,9 @@ class Partial:
     kind: str
     table: pa.Table
     counts: dict[str, int] = field(default_factory=dict)
+    #: per row of ``table`` its (group, window) cell, where the local engine knows them
+    #: (value-keyed and ``stat`` partials, :mod:`.cells`): an index, never needed
+    cells: Cells | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def empty(cls, kind: str) -> Partial:
@@ -258,8 +263,14 @@ def merge_partials(kind: str, partials: Iterable[Partial]) -> Partial:
     tables = [p.table for p in items if p.table.num_rows]
     if not tables:
         return Partial(kind, schema.empty_table(), counts)
-    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     keys, merged = PARTIAL_LAYOUT[kind]
+    held = [p for p in items if p.table.num_rows]
+    cells = [cells_of(p) for p in held]
+    if len(held) == 1:
+        return Partial(kind, held[0].table, counts, cells[0])
+    if kind in _CELL_KINDS and all(c is not None for c in cells):
+        return _merge_by_cells(kind, held, [c for c in cells if c is not None], counts)
+    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     if keys and len(tables) > 1:
         table = table.combine_chunks()
         if "value" in keys and "window" in keys:
@@ -309,3 +320,38 @@ def _merge_cells(kind: str, tables: list[pa.Table], table: pa.Table) -> pa.Table
         {name: (op, both.column(name).to_numpy()) for name, op in merged.items()},
         both.num_rows, PARTIAL_SCHEMAS[kind])
     return pa.concat_tables([table.filter(pa.array(~shared)), regrouped]).combine_chunks()
+
+
+#: kinds whose local partials carry their rows' cells (:mod:`.cells`)
+_CELL_KINDS = frozenset({"duplicate_rate", "distinct", "stat"})
+#: a value-keyed partial grouped by cell code and value (the cells' keys taken after)
+_BY_CELL = pa.schema([("cell", pa.int64()), ("value", pa.large_binary()),
+                      ("count", pa.int64())])
+
+
+def _merge_by_cells(kind: str, held: list[Partial], cells: list[Cells],
+                    counts: dict[str, int]) -> Partial:
+    """Partials that carry their cells merged by them: the cells' keys (a few rows per
+    partial) say which cells several partials hold, and only those cells' rows are grouped
+    again (value-keyed kinds; ``stat`` keeps every row); the rows of the others are kept as
+    they are, without reading their group, window or value."""
+    maps, keys, holders = merge_cells(cells)
+    codes = np.concatenate([m[c.codes] for m, c in zip(maps, cells, strict=True)])
+    table = pa.concat_tables([p.table for p in held])
+    shared_cells = holders > 1
+    if kind == "stat" or not shared_cells.any():
+        return Partial(kind, table, counts, Cells(table, codes, keys))
+    shared = shared_cells[codes]
+    mask = pa.array(shared)
+    both = table.filter(mask)
+    regrouped = group_aggregate(
+        {"cell": codes[shared], "value": both.column("value")},
+        {"count": ("sum", both.column("count").to_numpy())}, both.num_rows, _BY_CELL)
+    cell = regrouped.column("cell").to_numpy()
+    at = pa.array(cell)
+    again = pa.table({"group": keys.column("group").take(at),
+                      "window": keys.column("window").take(at),
+                      "value": regrouped.column("value"), "count": regrouped.column("count")},
+                     schema=PARTIAL_SCHEMAS[kind])
+    out = pa.concat_tables([table.filter(pc.invert(mask)), again])
+    return Partial(kind, out, counts, Cells(out, np.concatenate([codes[~shared], cell]), keys))

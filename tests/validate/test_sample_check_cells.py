@@ -1,0 +1,242 @@
+"""The sample checks' cell codes (``kqlab.validate.sample_checks.cells``) against the path
+that reads the partial tables' columns: each kind's partial computed over a chunk's shared
+cell codes equals the group-by of its group, window (and value) columns; partials carrying
+their cells merge and judge exactly as the same tables without them (random splits, cells
+several chunks share, windows far apart, records without a timestamp)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from kqlab.policy import loads_policy
+from kqlab.validate import Replayer
+from kqlab.validate.context import EvalContext
+from kqlab.validate.loading import load_sample
+from kqlab.validate.replayer import with_implicit_rules
+from kqlab.validate.rules import RuleResult
+from kqlab.validate.sample_checks import (
+    PARTIAL_LAYOUT,
+    PARTIAL_SCHEMAS,
+    Chunk,
+    Extent,
+    Partial,
+    extent_of,
+    finish_check,
+    merge_partials,
+    partial_of,
+)
+from kqlab.validate.sample_checks.cells import cell_index, cells_of
+from kqlab.validate.sample_checks.columns import (
+    field_values,
+    group_labels,
+    key_values,
+    numeric_values,
+    reads,
+    to_text,
+)
+from kqlab.validate.sample_checks.partials import group_aggregate
+from tests.validate.test_sample_checks import HEAD, MINUTE, T0, write_log
+
+CHECKS = """checks:
+  - {id: vol, kind: volume, window: 1m, by: partition, min: 1}
+  - {id: vol-region, kind: volume, window: 10m, by: region, min: 1}
+  - {id: fresh, kind: freshness, by: partition, max_age_ms: 60000}
+  - {id: nulls, kind: null_rate, field: customer, window: 5m, max: 0.1}
+  - {id: rejects, kind: reject_rate, rule: amount, window: 1m, by: partition, max: 0.1}
+  - {id: refused, kind: reject_rate, max: 0.5}
+  - {id: dups, kind: duplicate_rate, of: key, window: 10m, by: partition, max: 0}
+  - {id: dup-customers, kind: duplicate_rate, of: customer, window: 1h, max: 1}
+  - {id: regions, kind: distinct, field: region, by: partition, window: 1m, min: 1}
+  - {id: p95, kind: stat, stat: p95, field: amount, window: 10m, by: partition, max: 1000000000}
+  - {id: mean, kind: stat, stat: mean, field: amount, by: region, max: 1000000000}
+  - {id: sd, kind: stat, stat: stddev, field: amount, window: 1d, max: 1000000000}
+"""
+RULES = "rules:\n  - {id: amount, kind: field_range, field: amount, min: 0, max: 150}\n"
+
+
+def _records(p: int, seed: int, n: int = 700, spread: int = 1):
+    """Partition ``p``'s records: repeated keys and customers, nulls, regions, amounts (some
+    negative, some missing), a few without a timestamp; ``spread`` stretches time (windows
+    far apart)."""
+    rng = np.random.default_rng(seed + p)
+    out = []
+    for _ in range(n):
+        key = None if rng.random() < 0.05 else f"k{rng.integers(0, n // 2)}".encode()
+        value = {"amount": float(np.round(rng.normal(100, 40), 1)) if rng.random() > 0.1
+                 else None,
+                 "customer": None if rng.random() < 0.08 else f"c{rng.integers(0, 50)}",
+                 "region": None if rng.random() < 0.05 else f"r{rng.integers(0, 4)}"}
+        ts = -1 if rng.random() < 0.03 else T0 + int(rng.integers(0, 90 * MINUTE)) * spread
+        out.append((key, value if rng.random() > 0.02 else None, ts))
+    return out
+
+
+def _chunk(tmp_path, seed: int, spread: int = 1):
+    folder = write_log(tmp_path / f"log{seed}-{spread}",
+                       {p: _records(p, seed, spread=spread) for p in range(3)}, per_batch=7)
+    policy = with_implicit_rules(loads_policy(HEAD + RULES + CHECKS))
+    replayer = Replayer(load_sample(folder), now=T0 + 100 * MINUTE * spread)
+    verdicts = replayer.run(policy, checks=False)
+    chunk = Chunk(replayer.context(policy), replayer.control, replayer.evaluate(policy),
+                  verdicts.aggregates.outcome)
+    return policy, chunk
+
+
+def _by_columns(check, chunk) -> Partial:
+    """The partial computed from columns alone: each record's group label and window start
+    (and value) grouped by :func:`group_aggregate`, as before the cells existed."""
+    ctx, kind = chunk.ctx, check.kind
+    keep = reads(ctx, chunk.control, check.when)
+    ts = ctx.timestamps
+    w = check.window_ms
+    timed = keep & (ts >= 0) if w is not None or kind == "freshness" else keep
+    window = ts // w * w if w is not None else np.zeros(len(ts), np.int64)
+    groups = group_labels(ctx, check.by)
+    if isinstance(groups, pa.DictionaryArray):
+        groups = groups.dictionary_decode()
+    counts = {"records": int(keep.sum()), "untimed": int((keep & ~(ts >= 0)).sum())
+              if w is not None else 0}
+    schema = PARTIAL_SCHEMAS[kind]
+
+    def at(mask):
+        rows = pa.array(np.flatnonzero(mask))
+        return groups.take(rows), window[mask]
+
+    if kind == "freshness":
+        g, _ = at(timed)
+        table = group_aggregate({"group": g}, {"newest": ("max", ts[timed]),
+                                               "records": ("count", None)},
+                                int(timed.sum()), schema)
+        return Partial(kind, table, counts)
+    if kind in ("volume", "null_rate", "reject_rate"):
+        g, win = at(timed)
+        values = {"records": ("count", None)}
+        if kind == "null_rate":
+            values["nulls"] = ("sum", field_values(ctx, "customer").nulls[timed].astype(int))
+        if kind == "reject_rate":
+            rule = check.param("rule")
+            hit = chunk.results[rule].failed if rule else np.isin(chunk.outcome, (1, 2))
+            values["rejected"] = ("sum", np.asarray(hit, int)[timed])
+        return Partial(kind, group_aggregate({"group": g, "window": win}, values,
+                                             int(timed.sum()), schema), counts)
+    if kind in ("duplicate_rate", "distinct"):
+        of = check.param("of") if kind == "duplicate_rate" else check.param("field")
+        values = key_values(ctx) if of == "key" else to_text(field_values(ctx, of).values)
+        present = timed & ~np.asarray(values.is_null().to_numpy(zero_copy_only=False), bool)
+        g, win = at(present)
+        table = group_aggregate({"group": g, "window": win,
+                                 "value": values.take(pa.array(np.flatnonzero(present)))},
+                                {"count": ("count", None)}, int(present.sum()), schema)
+        return Partial(kind, table, counts)
+    fv = field_values(ctx, check.param("field"))
+    valid, numbers, _ = numeric_values(fv)
+    counts["non_numeric"] = int((timed & ~fv.nulls & ~valid).sum())
+    use = timed & valid
+    g, win = at(use)
+    return Partial(kind, pa.table({"group": g, "window": pa.array(win),
+                                   "value": pa.array(numbers[use])}, schema=schema), counts)
+
+
+def _sorted(table: pa.Table) -> pa.Table:
+    return table.sort_by([(c, "ascending") for c in table.column_names])
+
+
+def _judged(check, partial, extent):
+    row, windows = finish_check(check, partial, extent, T0 + 200 * MINUTE)
+    return row, windows
+
+
+@pytest.mark.parametrize(("seed", "spread"), [(1, 1), (2, 1), (3, 5_000)])
+def test_each_kind_over_the_cells_equals_the_group_by_of_its_columns(tmp_path, seed, spread):
+    policy, chunk = _chunk(tmp_path, seed, spread)
+    for check in policy.checks:
+        got = partial_of(check, chunk)
+        want = _by_columns(check, chunk)
+        assert _sorted(got.table).equals(_sorted(want.table)), check.id
+        assert {k: v for k, v in got.counts.items() if v} == \
+            {k: v for k, v in want.counts.items() if v}, check.id
+        if check.kind in ("duplicate_rate", "distinct", "stat"):
+            cells = cells_of(got)
+            assert cells is not None and len(cells.codes) == got.table.num_rows
+            # every row's code names its own group and window; every cell holds a row
+            assert cells.keys.take(pa.array(cells.codes)).equals(
+                got.table.select(["group", "window"]).combine_chunks())
+            assert set(cells.codes.tolist()) == set(range(cells.keys.num_rows))
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+@pytest.mark.parametrize("splits", [2, 5, 13])
+def test_partials_with_cells_merge_and_judge_as_without(tmp_path, seed, splits):
+    """Chunks cut at random (their cells overlap: every window is in several chunks)
+    merged with their cells and without (as read back from Parquet): the same table, the
+    same results to the bit."""
+    policy, whole = _chunk(tmp_path, seed)
+    n = whole.n
+    rng = np.random.default_rng(seed * splits)
+    cuts = [0, *sorted(rng.choice(np.arange(1, n), splits - 1, replace=False).tolist()), n]
+    ctx = whole.ctx
+    parts = []
+    for a, b in itertools.pairwise(cuts):
+        sub = EvalContext(ctx.records.slice(a, b - a), ctx.now, ctx.batches,
+                          value_format=ctx.value_format, key_format=ctx.key_format)
+        parts.append(Chunk(sub, whole.control[a:b],
+                           {k: RuleResult(r.failed[a:b], ()) for k, r in whole.results.items()},
+                           whole.outcome[a:b]))
+    extent = Extent()
+    for c in parts:
+        extent = extent.merge(extent_of(c))
+    assert extent == extent_of(whole)
+    for check in policy.checks:
+        pieces = [partial_of(check, c) for c in parts]
+        with_cells = merge_partials(check.kind, pieces)
+        without = merge_partials(check.kind, [Partial(p.kind, p.table, p.counts)
+                                              for p in pieces])
+        assert cells_of(without) is None
+        assert _sorted(with_cells.table).equals(_sorted(without.table)), check.id
+        assert with_cells.counts == without.counts
+        assert _judged(check, with_cells, extent) == _judged(check, without, extent), check.id
+        # and both equal the whole chunk's partial, judged
+        alone = partial_of(check, whole)
+        assert _judged(check, alone, extent) == _judged(check, with_cells, extent), check.id
+        if check.kind in ("duplicate_rate", "distinct", "stat"):
+            cells = cells_of(with_cells)
+            assert cells is not None
+            assert cells.keys.take(pa.array(cells.codes)).equals(
+                with_cells.table.select(["group", "window"]).combine_chunks())
+            # merged again with a partial without cells: by the columns, same table
+            again = merge_partials(check.kind, [with_cells, Partial(check.kind,
+                                                                    pieces[0].table)])
+            twice = merge_partials(check.kind, [without, Partial(check.kind, pieces[0].table)])
+            assert _sorted(again.table).equals(_sorted(twice.table))
+
+
+def test_a_filtered_table_drops_its_codes():
+    """Code that replaces a partial's table (a streaming enforcer dropping closed windows)
+    leaves codes that no longer apply: they are ignored, the columns are read."""
+    groups = pa.array(["a", "b", None, "a"], pa.string())
+    ts = np.array([T0, T0 + MINUTE, T0 + 2 * MINUTE, -1])
+    index = cell_index(groups, ts, MINUTE)
+    assert index.codes[-1] == -1 and index.keys.num_rows == 3
+    check = loads_policy(HEAD + "checks: [{id: s, kind: stat, stat: max, field: a, "
+                         "window: 1m, by: g, max: 1}]\n").checks[0]
+    table = pa.table({"group": groups[:3], "window": pa.array(ts[:3] // MINUTE * MINUTE),
+                      "value": pa.array([1.0, 2.0, 3.0])}, schema=PARTIAL_SCHEMAS["stat"])
+    from kqlab.validate.sample_checks.cells import Cells
+
+    p = Partial("stat", table, {"records": 3}, Cells(table, index.codes[:3], index.keys))
+    assert cells_of(p) is not None
+    p.table = table.slice(1)
+    assert cells_of(p) is None
+    extent = Extent(T0, T0 + 3 * MINUTE, 3)
+    assert _judged(check, p, extent) == _judged(check, Partial("stat", table.slice(1),
+                                                               {"records": 3}), extent)
+
+
+def test_layout_kinds_with_cells_are_the_row_kinds():
+    """Cells are kept exactly by the kinds whose partial holds rows per value or value read."""
+    assert {k for k, (keys, _) in PARTIAL_LAYOUT.items() if "value" in keys and "window"
+            in keys} | {"stat"} == {"duplicate_rate", "distinct", "stat"}
