@@ -26,6 +26,22 @@ from kqlab.kafka.validator import (
 )
 from kqlab.records import RECORD_ERROR_TYPE
 
+#: the check of a record error by kind (0 R3, 1 R4, 2 the policy's own)
+_ERROR_CHECK_IDS = pa.array([rchecks.R3.id, rchecks.R4.id, rchecks.P.id], pa.string())
+
+
+def _texts(pieces: list[pa.Array]) -> pa.Array:
+    """The non-empty ``pieces`` (texts: strings, dictionary-encoded or not) as one string
+    array, not copied again when there is one."""
+    out = []
+    for p in pieces:
+        if not len(p):
+            continue
+        if pa.types.is_dictionary(p.type):
+            p = p.dictionary_decode()  # faster than a cast
+        out.append(p if p.type == pa.string() else p.cast(pa.string()))
+    return out[0] if len(out) == 1 else pa.concat_arrays(out)
+
 
 class RecordStage(VerdictState):
     """§3.D.3-§3.D.5 on the tables."""
@@ -141,17 +157,21 @@ class RecordStage(VerdictState):
             rules = pa.concat_arrays([rules, as_strings(self.prules.take(pa.array(ep)))
                                       if self.prules is not None else
                                       pa.nulls(len(ep), pa.string())])
-        inv = np.empty(len(eidx), dtype=np.int64)
-        inv[at] = np.arange(len(eidx))
-        take = pa.array(inv)
-        msgs = pa.concat_arrays([p.cast(pa.string()) for p in pieces]).take(take)
-        checks = pa.array(np.repeat(np.array([rchecks.R3.id, rchecks.R4.id, rchecks.P.id],
-                                             dtype=object), [len(e3), len(e4), len(ep)]),
-                          pa.string()).take(take)
+        # the pieces (R3, R4, P errors) in record order; already so when one kind is found
+        # (a policy's failures alone: no permutation of a million texts)
+        in_order = bool((at[1:] > at[:-1]).all())
+        msgs = _texts(pieces)
+        kind = np.repeat(np.arange(3, dtype=np.int8), [len(e3), len(e4), len(ep)])
+        if not in_order:
+            inv = np.empty(len(eidx), dtype=np.int64)
+            inv[at] = np.arange(len(eidx))
+            take = pa.array(inv)
+            msgs, rules, kind = msgs.take(take), rules.take(take), kind[inv]
+        checks = _ERROR_CHECK_IDS.take(pa.array(kind))
         offsets = np.zeros(self.n + 1, dtype=np.int32)
         np.cumsum(n_err, out=offsets[1:])
         struct = pa.StructArray.from_arrays(
-            [pa.array(bidx, pa.int32()), msgs, checks, rules.take(take),
+            [pa.array(bidx, pa.int32()), msgs, checks, rules,
              params_column(len(eidx), params)], fields=list(RECORD_ERROR_TYPE.value_type))
         self.rec_errors = pa.ListArray.from_arrays(pa.array(offsets), struct,
                                                    type=RECORD_ERROR_TYPE)
