@@ -240,3 +240,19 @@ def test_layout_kinds_with_cells_are_the_row_kinds():
     """Cells are kept exactly by the kinds whose partial holds rows per value or value read."""
     assert {k for k, (keys, _) in PARTIAL_LAYOUT.items() if "value" in keys and "window"
             in keys} | {"stat"} == {"duplicate_rate", "distinct", "stat"}
+
+
+@pytest.mark.parametrize("edges", [1, 9, 32, 33])
+def test_drift_bins_by_comparisons_equal_searchsorted(edges):
+    """The drift kernel's bins (a comparison per edge) equal numpy's binary search (right
+    side), values on the edges, signed zeros and extremes included."""
+    from kqlab.validate.sample_checks.compute import _bins
+
+    rng = np.random.default_rng(edges)
+    inner = np.unique(np.round(rng.normal(0, 10, edges), 1))
+    if edges > 1:  # an edge at zero
+        inner = np.unique(np.append(inner[1:], 0.0))
+    numbers = np.concatenate([rng.normal(0, 12, 5_000), inner, inner - 1e-12, [-0.0, 0.0],
+                              [np.finfo(float).max, -np.finfo(float).max, 5e-324]])
+    got = _bins(inner, numbers)
+    np.testing.assert_array_equal(got, np.searchsorted(inner, numbers, side="right"))

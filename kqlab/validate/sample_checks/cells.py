@@ -78,6 +78,8 @@ def _label_codes(groups: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, pa.Arr
     labels = enc.dictionary
     if not pa.types.is_string(labels.type):
         labels = labels.cast(pa.string())
+    if not enc.indices.null_count:
+        return enc.indices.to_numpy().astype(np.int64), labels
     codes = pc.fill_null(enc.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
     if (codes < 0).any():
         codes[codes < 0] = len(labels)
@@ -105,14 +107,18 @@ def cell_index(groups: pa.Array | pa.ChunkedArray, ts: np.ndarray,
         low = int(wi.min()) if n else 0
         width = int(wi.max()) - low + 1 if n else 1
         wcode = wi - low
-    code = gcode * width + wcode
+    one = len(labels) == 1  # a chunk of one partition: its windows are its cells
+    code = wcode if one else gcode * width + wcode
     top = len(labels) * width
     if top <= 4 * n + 1024:  # a dense range (groups x windows): counting, no sort
         seen = np.zeros(top, bool)
         seen[code if timed is None else code[timed]] = True
         used = np.flatnonzero(seen)
-        rank = np.cumsum(seen) - 1
-        codes = rank[code]
+        if len(used) == top:  # every cell of the range used: the codes are their ranks
+            codes = code
+        else:
+            rank = np.cumsum(seen) - 1
+            codes = rank[code]
     else:
         used, codes = np.unique(code if timed is None else code[timed], return_inverse=True)
         if timed is not None:
