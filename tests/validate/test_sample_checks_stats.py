@@ -166,3 +166,41 @@ def test_partition_labels_run_by_run_equal_record_by_record(runs):
     assert labels.dictionary_decode().to_pylist() == [f"{t}-{p}" for t, p in
                                                       (pairs[i] for i in at.tolist())]
     assert len(labels.dictionary) == 4
+
+
+def test_a_baseline_is_read_again_only_when_its_files_change(tmp_path, monkeypatch):
+    """Replaying again against the same baseline reuses its plan (no read); a baseline
+    rewritten (other records) is read anew and judged by its new content."""
+    import kqlab.validate.loading as loading
+    from kqlab.validate import replay
+    from kqlab.validate.sample_checks.baseline import clear_baseline_cache
+    from tests.validate.test_sample_checks import HEAD, hour, write_log
+
+    clear_baseline_cache()
+    write_log(tmp_path / "baseline", {0: hour(0)})
+    folder = write_log(tmp_path / "log", {0: hour(0)})
+    policy = loads_policy(HEAD + "checks:\n"
+                          "  - {id: d, kind: drift, field: amount, baseline: baseline,"
+                          " max_psi: 0.1}\n")
+    reads = []
+    load = loading.load_sample
+    monkeypatch.setattr(loading, "load_sample", lambda src, *a, **k: (
+        reads.append(str(src)), load(src, *a, **k))[1])
+
+    def judged() -> tuple[str, float]:
+        row = replay(folder, policy, base_dir=tmp_path).checks().to_pylist()[0]
+        return row["status"], row["observed"]
+
+    first = judged()
+    assert first == ("pass", 0.0) and judged() == first
+    assert reads.count(str(tmp_path / "baseline")) == 1
+    import shutil
+
+    shutil.rmtree(tmp_path / "baseline")  # the same place, other amounts: drift
+    write_log(tmp_path / "baseline", {0: hour(0, value=lambda p, i: {"amount": i * 3.0})})
+    status, observed = judged()
+    assert reads.count(str(tmp_path / "baseline")) == 2
+    assert status == "fail" and observed > 0.1
+    clear_baseline_cache()
+    assert judged() == (status, observed)
+    assert reads.count(str(tmp_path / "baseline")) == 3

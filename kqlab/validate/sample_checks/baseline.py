@@ -11,6 +11,7 @@ partial is computed by the very function that computes the sample's
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,8 @@ from kqlab.errors import KqlabError
 from kqlab.policy.model import Check, Policy
 from kqlab.validate.sample_checks.compute import BaselinePlan
 
-__all__ = ["BaselinePlan", "baseline_path", "baseline_plan"]
+__all__ = ["MAX_CACHED_PLANS", "BaselinePlan", "baseline_path", "baseline_plan",
+           "clear_baseline_cache"]
 
 
 def baseline_path(check: Check, base_dir: Path | None) -> Path:
@@ -31,13 +33,76 @@ def baseline_path(check: Check, base_dir: Path | None) -> Path:
     return base_dir / raw
 
 
+#: plans made from baselines, by what they depend on (:func:`_plan_key`), newest last
+_PLANS: OrderedDict[bytes, BaselinePlan] = OrderedDict()
+#: at most this many are kept (each holds a baseline's bins or categories, not its records)
+MAX_CACHED_PLANS = 16
+
+
+def _files_state(path: Path) -> list[tuple[str, int, int, int]]:
+    """What identifies a baseline's content without reading it: each file's relative path,
+    size, modification time (ns) and inode (a file rewritten or replaced changes one)."""
+    files = [path] if path.is_file() else sorted(
+        p for p in path.rglob("*") if p.is_file())
+    out = []
+    for f in files:
+        st = f.stat()
+        out.append((str(f.relative_to(path)) if f != path else "", st.st_size,
+                    st.st_mtime_ns, st.st_ino))
+    return out
+
+
+def _plan_key(check: Check, policy: Policy, path: Path, now: int) -> bytes:
+    """A plan depends on the baseline's files, the check (kind, field, bins, ``when``) and
+    the policy's key/value formats; on ``now`` only through a ``when`` expression."""
+    import orjson
+
+    return orjson.dumps([str(path.resolve()), _files_state(path), check.kind,
+                         check.param("field"), check.param("bins"), check.when,
+                         now if check.when else None, repr(policy.key), repr(policy.value)])
+
+
+def clear_baseline_cache() -> None:
+    """Forget every plan made (the next replay reads its baselines again)."""
+    _PLANS.clear()
+
+
 def baseline_plan(check: Check, policy: Policy, base_dir: Path | None, now: int,
                   resolver: object = None, loaded: dict[str, object] | None = None
                   ) -> BaselinePlan:
     """Read ``check``'s baseline and reduce it (see the module doc); problems become a
     not-evaluable reason, never an exception: a replay always reports its checks.
     ``loaded``: baselines already read and decoded, by path (a drift and a schema-drift
-    check on one baseline read it once)."""
+    check on one baseline read it once).
+
+    A plan made is kept for the process (at most :data:`MAX_CACHED_PLANS`): replaying again
+    against an unchanged baseline (a notebook's next replay, the workbench's) does not
+    read and decode it again.  Kept by the baseline files' sizes, times and inodes, so a
+    baseline rewritten is read anew; not kept when a schema resolver is given (what it
+    resolves may change without the files changing)."""
+    path = baseline_path(check, base_dir)
+    if resolver is not None or not path.exists():
+        return _baseline_plan(check, policy, base_dir, now, resolver, loaded)
+    try:
+        key = _plan_key(check, policy, path, now)
+    except OSError:  # a file gone while listing: read it (and report what reading finds)
+        return _baseline_plan(check, policy, base_dir, now, resolver, loaded)
+    plan = _PLANS.get(key)
+    if plan is not None:
+        _PLANS.move_to_end(key)
+        return plan
+    plan = _baseline_plan(check, policy, base_dir, now, resolver, loaded)
+    if plan.reason in (None, "baseline_empty"):
+        _PLANS[key] = plan
+        while len(_PLANS) > MAX_CACHED_PLANS:
+            _PLANS.popitem(last=False)
+    return plan
+
+
+def _baseline_plan(check: Check, policy: Policy, base_dir: Path | None, now: int,
+                   resolver: object = None, loaded: dict[str, object] | None = None
+                   ) -> BaselinePlan:
+    """:func:`baseline_plan`, read from the files."""
     from kqlab.validate.context import EvalContext
     from kqlab.validate.sample import record_batch_rows
     from kqlab.validate.sample_checks.columns import field_values, numeric_values
