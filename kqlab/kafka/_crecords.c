@@ -1658,27 +1658,57 @@ done:
 
 /*
  * Parallel decompression for add_batches.  Helper threads (plain C: no Python, no GIL)
- * decompress the run's zstd / lz4 batches ahead of the parse into a ring of slots, each with its
- * own decompression context and buffer; the thread that parses takes the batches in log order,
- * so records are appended exactly as the sequential path appends them.  The parse never waits
- * for a helper: a batch no helper has claimed yet, or one whose helper is still at it (on a
- * busy machine a helper may not be running at all), it decompresses itself, and the helper's
- * late result is dropped.  A slot says what the fast path found; a declined stream still goes
- * to the caller's exact reader, on the parsing thread.
+ * decompress the run's zstd / lz4 batches ahead of the parse into a ring of slots (each slot
+ * an output buffer kept for the run, each thread its own decompression context); the thread
+ * that parses takes the batches in log order, so records are appended exactly as the
+ * sequential path appends them, and the tables do not depend on who decompressed what.
+ *
+ * Who decompresses a batch is decided by claiming its ordinal (`next`, in log order, under
+ * the pool's lock): a helper claims the next one whenever its slot in the ring is free; the
+ * parsing thread, arriving at ordinal j,
+ * - parses the slot if j is decompressed;
+ * - claims j itself when nobody has (the helpers are behind, or not running at all);
+ * - while a helper is still at j, claims and decompresses the next unclaimed batch into its
+ *   slot (so it never idles while there is work: on two cores it decompresses about the share
+ *   that the parse leaves it time for, which balances the two threads by itself), and waits
+ *   for j only when the ring is full;
+ * - waits at most a bound scaled to j's size (POOL_WAIT_*): a helper that is not running (a
+ *   busy machine) is overtaken, j is decompressed again on the parsing thread and the
+ *   helper's late result is dropped.
+ * Every decompression is the same fast path into a private buffer, so the bytes parsed are the
+ * same whichever thread produced them; a slot says what the fast path found, and a declined
+ * stream still goes to the caller's exact reader, on the parsing thread.
  */
 #if defined(__unix__) || defined(__APPLE__)
+#include <errno.h>
 #include <pthread.h>
+#include <time.h>
 #define KQ_HAVE_THREADS 1
 #endif
 
 /* the zstd batches of a run needed before helper threads are started (else: sequential) */
 #define POOL_MIN_BATCHES 16
 #define POOL_MAX_HELPERS 15
+/* ring slots per thread: enough that the parsing thread rarely finds none to help with, few
+ * enough that a slot is still in a cache when it is parsed */
+#define POOL_SLOTS_PER_THREAD 4
+/* how long the parsing thread waits for a batch a helper is decompressing before it
+ * decompresses it itself: a base plus a time per compressed byte far above what decoding takes
+ * (~1 ns/B here), so only a helper that is not running is overtaken */
+#define POOL_WAIT_BASE_NS 200000LL
+#define POOL_WAIT_NS_PER_BYTE 20LL
+/* the values in force (set with the GIL held, read by pool_start with the GIL held; tests
+ * change them with _pool_tuning to make the parsing thread overtake its helpers) */
+static long long pool_wait_base_ns = POOL_WAIT_BASE_NS;
+static long long pool_wait_ns_per_byte = POOL_WAIT_NS_PER_BYTE;
+static int pool_slots_per_thread = POOL_SLOTS_PER_THREAD;
+static long long pool_helper_delay_ns = 0; /* tests: a helper sleeps this long per batch */
 
 enum { SLOT_FREE = 0, SLOT_BUSY = 1, SLOT_READY = 2 };
 
 typedef struct {
-    ZstdScratch zs;
+    uint8_t *p; /* the slot's output buffer (grown as needed, kept for the run) */
+    size_t cap;
     size_t len;
     int result; /* fast_unpack's: 1 whole, 0 declined, -1 out of memory */
     int state;
@@ -1698,30 +1728,76 @@ typedef struct {
     int nslots;
     Py_ssize_t next; /* the next ordinal to claim */
     int stop;
+    long long wait_base_ns; /* pool_take's bound on waiting for a helper */
+    long long wait_ns_per_byte;
+    long long helper_delay_ns;
+    int nfree;           /* FREE slots */
+    int helpers_waiting; /* helpers waiting for a free slot */
+    Py_ssize_t awaited;  /* the ordinal the parsing thread waits for, -1: none */
     pthread_mutex_t mu;
-    pthread_cond_t freed; /* a slot became FREE (or stop) */
+    pthread_cond_t freed; /* a slot became FREE (or stop): helpers wait on it */
+    pthread_cond_t ready; /* a helper finished a slot: the parsing thread waits on it */
     pthread_t threads[POOL_MAX_HELPERS];
     int nthreads;
 } Pool;
 
+/* Claim ordinal j into `slot` (the lock is held; the slot is FREE). */
+static inline void
+pool_claim(Pool *pl, Slot *slot, Py_ssize_t j)
+{
+    pl->next = j + 1;
+    slot->state = SLOT_BUSY;
+    slot->j = j;
+    pl->nfree--;
+}
+
+/*
+ * A slot became FREE (the lock is held).  Waiting helpers are woken once half the ring is
+ * free, not at every slot: on a machine whose cores are all busy a helper shares one with the
+ * parsing thread, and a wake per batch measured ~2 context switches per batch (+10 % CPU).
+ */
+static inline void
+pool_freed(Pool *pl, Slot *slot)
+{
+    slot->state = SLOT_FREE;
+    pl->nfree++;
+    if (pl->helpers_waiting && 2 * pl->nfree >= pl->nslots) {
+        pthread_cond_broadcast(&pl->freed);
+    }
+}
+
+/*
+ * Decompress ordinal j into `slot` with the calling thread's context *dctx (the lock is not
+ * held), then publish the result under the lock.
+ */
 static void
-pool_decompress(Pool *pl, Slot *slot, Py_ssize_t j)
+pool_decompress(Pool *pl, Slot *slot, Py_ssize_t j, void **dctx)
 {
     Py_ssize_t k = pl->zk[j];
     const uint8_t *b = pl->buf + pl->pos[k] + SCAN_V2_HEADER_SIZE;
     size_t n = (size_t)(pl->size[k] - SCAN_V2_HEADER_SIZE);
     size_t len = 0;
-    int r = fast_unpack(&slot->zs, (int)pl->codec[k], b, n, &len);
+    ZstdScratch z;
+    int r;
+    z.dctx = *dctx;
+    z.p = slot->p;
+    z.cap = slot->cap;
+    r = fast_unpack(&z, (int)pl->codec[k], b, n, &len);
+    *dctx = z.dctx;
     pthread_mutex_lock(&pl->mu);
+    slot->p = z.p; /* the buffer may have moved, also when the fast path declined */
+    slot->cap = z.cap;
     if (slot->abandoned) {
         slot->abandoned = 0;
-        slot->state = SLOT_FREE;
-        pthread_cond_broadcast(&pl->freed);
+        pool_freed(pl, slot);
     }
     else {
         slot->len = len;
         slot->result = r;
         slot->state = SLOT_READY;
+    }
+    if (pl->awaited == j || (pl->awaited >= 0 && slot->state == SLOT_FREE)) {
+        pthread_cond_signal(&pl->ready); /* its batch, or a free slot it can help with */
     }
     pthread_mutex_unlock(&pl->mu);
 }
@@ -1730,6 +1806,7 @@ static void *
 pool_helper(void *arg)
 {
     Pool *pl = (Pool *)arg;
+    void *dctx = NULL;
     pthread_mutex_lock(&pl->mu);
     for (;;) {
         Py_ssize_t j = pl->next;
@@ -1739,17 +1816,26 @@ pool_helper(void *arg)
         }
         slot = &pl->slots[j % pl->nslots];
         if (slot->state != SLOT_FREE) { /* still holds ordinal j - nslots: wait for the parse */
+            pl->helpers_waiting++;
             pthread_cond_wait(&pl->freed, &pl->mu);
+            pl->helpers_waiting--;
             continue;
         }
-        pl->next = j + 1;
-        slot->state = SLOT_BUSY;
-        slot->j = j;
+        pool_claim(pl, slot, j);
         pthread_mutex_unlock(&pl->mu);
-        pool_decompress(pl, slot, j);
+        if (pl->helper_delay_ns > 0) { /* a helper that is not running (tests) */
+            struct timespec d;
+            d.tv_sec = (time_t)(pl->helper_delay_ns / 1000000000LL);
+            d.tv_nsec = (long)(pl->helper_delay_ns % 1000000000LL);
+            nanosleep(&d, NULL);
+        }
+        pool_decompress(pl, slot, j, &dctx);
         pthread_mutex_lock(&pl->mu);
     }
     pthread_mutex_unlock(&pl->mu);
+    if (dctx != NULL) {
+        zstd_lib.freeDCtx(dctx);
+    }
     return NULL;
 }
 
@@ -1758,14 +1844,29 @@ static int
 pool_start(Pool *pl, int helpers)
 {
     int i;
-    pl->nslots = 2 * (helpers + 1);
+    pthread_condattr_t ca;
+    if (helpers > POOL_MAX_HELPERS) {
+        helpers = POOL_MAX_HELPERS;
+    }
+    pl->nslots = pool_slots_per_thread * (helpers + 1);
+    pl->nfree = pl->nslots;
+    pl->awaited = -1;
+    pl->wait_base_ns = pool_wait_base_ns;
+    pl->wait_ns_per_byte = pool_wait_ns_per_byte;
+    pl->helper_delay_ns = pool_helper_delay_ns;
     pl->slots = PyMem_RawCalloc((size_t)pl->nslots, sizeof(Slot));
     if (pl->slots == NULL) {
         return 0;
     }
     pthread_mutex_init(&pl->mu, NULL);
     pthread_cond_init(&pl->freed, NULL);
-    for (i = 0; i < helpers && i < POOL_MAX_HELPERS; i++) {
+    pthread_condattr_init(&ca);
+#if defined(__linux__)
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* pool_deadline's clock */
+#endif
+    pthread_cond_init(&pl->ready, &ca);
+    pthread_condattr_destroy(&ca);
+    for (i = 0; i < helpers; i++) {
         if (pthread_create(&pl->threads[i], NULL, pool_helper, pl) != 0) {
             break;
         }
@@ -1774,24 +1875,69 @@ pool_start(Pool *pl, int helpers)
     return pl->nthreads;
 }
 
+/* now + ns on the clock of pl->ready */
+static void
+pool_deadline(struct timespec *ts, long long ns)
+{
+#if defined(__linux__)
+    clock_gettime(CLOCK_MONOTONIC, ts);
+#else
+    clock_gettime(CLOCK_REALTIME, ts);
+#endif
+    ns += ts->tv_nsec;
+    ts->tv_sec += (time_t)(ns / 1000000000LL);
+    ts->tv_nsec = (long)(ns % 1000000000LL);
+}
+
 /*
- * The READY slot of ordinal j, or NULL when the parsing thread is to decompress j itself: no
- * helper has claimed it (it is taken from them), or its helper is still at it (abandoned).
+ * The parsing thread's turn at ordinal j (see above): the READY slot of j, or NULL when the
+ * parsing thread is to decompress j itself (nobody claimed it, or its helper overran the wait,
+ * in which case the slot is abandoned).  *dctx is the parsing thread's context, for the
+ * batches it decompresses into slots while it waits.
  */
 static Slot *
-pool_take(Pool *pl, Py_ssize_t j)
+pool_take(Pool *pl, Py_ssize_t j, void **dctx)
 {
     Slot *slot = &pl->slots[j % pl->nslots];
     Slot *got = NULL;
+    struct timespec deadline;
+    int have_deadline = 0;
     pthread_mutex_lock(&pl->mu);
-    if (pl->next <= j) {
-        pl->next = j + 1;
-    }
-    else if (slot->j == j && slot->state == SLOT_READY) {
-        got = slot;
-    }
-    else if (slot->j == j && slot->state == SLOT_BUSY) {
-        slot->abandoned = 1;
+    for (;;) {
+        Py_ssize_t h = pl->next;
+        Slot *hs;
+        if (h <= j) {
+            pl->next = j + 1; /* nobody has it: decompressed here, no slot */
+            break;
+        }
+        if (slot->j == j && slot->state == SLOT_READY) {
+            got = slot;
+            break;
+        }
+        if (slot->j != j || slot->state != SLOT_BUSY) {
+            break; /* never expected (j was claimed into its slot): decompress it here */
+        }
+        hs = &pl->slots[h % pl->nslots];
+        if (h < pl->nz && hs->state == SLOT_FREE) { /* a helper is at j: help meanwhile */
+            pool_claim(pl, hs, h);
+            pthread_mutex_unlock(&pl->mu);
+            pool_decompress(pl, hs, h, dctx);
+            pthread_mutex_lock(&pl->mu);
+            continue;
+        }
+        if (!have_deadline) {
+            Py_ssize_t k = pl->zk[j];
+            pool_deadline(&deadline, pl->wait_base_ns + pl->wait_ns_per_byte * pl->size[k]);
+            have_deadline = 1;
+        }
+        pl->awaited = j;
+        if (pthread_cond_timedwait(&pl->ready, &pl->mu, &deadline) != 0 && /* ETIMEDOUT */
+            !(slot->j == j && slot->state == SLOT_READY)) {
+            pl->awaited = -1;
+            slot->abandoned = 1; /* its helper is not running: overtake it */
+            break;
+        }
+        pl->awaited = -1;
     }
     pthread_mutex_unlock(&pl->mu);
     return got;
@@ -1801,8 +1947,7 @@ static void
 pool_release(Pool *pl, Slot *slot)
 {
     pthread_mutex_lock(&pl->mu);
-    slot->state = SLOT_FREE;
-    pthread_cond_broadcast(&pl->freed);
+    pool_freed(pl, slot);
     pthread_mutex_unlock(&pl->mu);
 }
 
@@ -1822,10 +1967,11 @@ pool_end(Pool *pl)
         pthread_join(pl->threads[i], NULL);
     }
     for (i = 0; i < pl->nslots; i++) {
-        zstd_scratch_free(&pl->slots[i].zs);
+        PyMem_RawFree(pl->slots[i].p);
     }
     PyMem_RawFree(pl->slots);
     pl->slots = NULL;
+    pthread_cond_destroy(&pl->ready);
     pthread_cond_destroy(&pl->freed);
     pthread_mutex_destroy(&pl->mu);
 }
@@ -1970,14 +2116,14 @@ ps_add_batches(ParseState *ps, int with_data, Py_ssize_t reserve, int threads,
         ((uint8_t *)valid_v.buf)[k] =
             crc32c_value(b + SCAN_V2_CRC_OFFSET, (size_t)(s - SCAN_V2_CRC_OFFSET)) == stored;
 #ifdef KQ_HAVE_THREADS
-        if (pooled && fast_codec(codec) && (slot = pool_take(&pool, j++)) != NULL) {
+        if (pooled && fast_codec(codec) && (slot = pool_take(&pool, j++, &ps->zs.dctx)) != NULL) {
             if (slot->result < 0) {
                 pool_release(&pool, slot);
                 st = ST_NOMEM;
                 break;
             }
             if (slot->result == 1) {
-                st = ps_batch(ps, slot->zs.p, (Py_ssize_t)slot->len, codec, mode, 0, count,
+                st = ps_batch(ps, slot->p, (Py_ssize_t)slot->len, codec, mode, 0, count,
                               read, k, FAST_DONE);
             }
             else {
@@ -2127,6 +2273,51 @@ done:
     }
     ps_free(ps);
     return result;
+}
+
+PyDoc_STRVAR(pool_tuning_doc,
+"_pool_tuning(wait_base_ns=-1, wait_ns_per_byte=-1, slots_per_thread=-1, helper_delay_ns=-1)\n"
+"    -> tuple\n"
+"\n"
+"add_batches' helper-thread ring: how long the parsing thread waits for a batch a helper is\n"
+"decompressing before it decompresses that batch itself (wait_base_ns plus wait_ns_per_byte\n"
+"per byte of the batch), the ring's slots per thread, and a sleep each helper takes before\n"
+"each batch (0 but in tests: a helper that is not running).  Negative arguments leave a value\n"
+"as it is; returns the four values before the call; takes effect at the next add_batches.\n"
+"For tests: (0, 0, 1, 2_000_000) makes the parsing thread overtake every slow helper.");
+
+static PyObject *
+py_pool_tuning(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    long long base = -1, per_byte = -1, delay = -1;
+    int slots = -1;
+    PyObject *before;
+    if (!PyArg_ParseTuple(args, "|LLiL:_pool_tuning", &base, &per_byte, &slots, &delay)) {
+        return NULL;
+    }
+    if (base > 60LL * 1000000000LL || per_byte > 1000000LL || slots == 0 || slots > 64 ||
+        delay > 1000000000LL) {
+        PyErr_SetString(PyExc_ValueError,
+                        "_pool_tuning: wait_base_ns must be at most 60 s, wait_ns_per_byte at "
+                        "most 1 ms, slots_per_thread from 1 to 64 and helper_delay_ns at most "
+                        "1 s");
+        return NULL;
+    }
+    before = Py_BuildValue("LLiL", pool_wait_base_ns, pool_wait_ns_per_byte,
+                           pool_slots_per_thread, pool_helper_delay_ns);
+    if (base >= 0) {
+        pool_wait_base_ns = base;
+    }
+    if (per_byte >= 0) {
+        pool_wait_ns_per_byte = per_byte;
+    }
+    if (slots > 0) {
+        pool_slots_per_thread = slots;
+    }
+    if (delay >= 0) {
+        pool_helper_delay_ns = delay;
+    }
+    return before;
 }
 
 PyDoc_STRVAR(parse_records_doc,
@@ -3021,6 +3212,7 @@ static PyMethodDef crecords_methods[] = {
     {"crc32c", (PyCFunction)py_crc32c, METH_O, crc32c_doc},
     {"_unpack", (PyCFunction)py_unpack, METH_VARARGS, unpack_doc},
     {"_bind", (PyCFunction)py_bind, METH_VARARGS, bind_doc},
+    {"_pool_tuning", (PyCFunction)py_pool_tuning, METH_VARARGS, pool_tuning_doc},
     {"_crc32c_sw", (PyCFunction)py_crc32c_sw, METH_O, crc32c_sw_doc},
     {NULL, NULL, 0, NULL},
 };

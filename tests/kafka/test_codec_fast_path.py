@@ -320,6 +320,58 @@ def test_helper_threads_change_nothing(data, threads):
         assert d.batches.equals(batches)
 
 
+def _many_batches_segment() -> bytes:
+    """600 batches of 1 to 40 records, zstd and lz4 (every 13th uncompressed, every 11th
+    compressed one's stream cut short): long enough that the parsing thread keeps arriving at
+    batches a helper is still decompressing, and meets declined streams among them."""
+    parts = []
+    offset = 0
+    for b in range(600):
+        n = 1 + (b * 7) % 40
+        codec = Codec.NONE if b % 13 == 0 else Codec.ZSTD if b % 3 else Codec.LZ4
+        raw = build_batch(_records(n, b), codec=codec, base_offset=offset,
+                          base_timestamp=NOW)
+        if codec is not Codec.NONE and b % 11 == 0:
+            raw = _reframe(raw, raw[61:-3])
+        parts.append(raw)
+        offset += n
+    return b"".join(parts)
+
+
+@needs_fast
+@pytest.mark.parametrize("ring", ["default", "overtaking"])
+@pytest.mark.parametrize("threads", [2, 3, 5])
+def test_helpers_overtaken_or_helped_change_nothing(threads, ring):
+    """Whoever decompresses a batch (a helper ahead of the parse, the parsing thread helping
+    while a helper is at the batch it needs, or, with no wait allowed, the parsing thread
+    decompressing again every batch a helper is still at and dropping the helper's late
+    result), the tables are those of one thread, run after run."""
+    data = _many_batches_segment()
+    one = decode_records(data, topic="t", partition=3, threads=1)
+    assert one.batches["decode_error"].null_count < one.batches.num_rows  # cut streams seen
+    # "overtaking": helpers that sleep 2 ms before each batch, one slot per thread and no wait,
+    # so the parsing thread finds the ring full of batches helpers are at, and decompresses
+    # them again at once
+    before = _crecords._pool_tuning(*((0, 0, 1, 2_000_000) if ring == "overtaking" else ()))
+    try:
+        for _ in range(3):
+            many = decode_records(data, topic="t", partition=3, threads=threads)
+            assert many.records.equals(one.records)
+            assert many.batches.equals(one.batches)
+    finally:
+        _crecords._pool_tuning(*before)
+
+
+@pytest.mark.skipif(_crecords is None, reason="C extension not built")
+def test_pool_tuning_bounds():
+    before = _crecords._pool_tuning()
+    assert _crecords._pool_tuning(-1, -1, -1, -1) == before  # negative: unchanged
+    for bad in ((61 * 10**9,), (0, 2 * 10**6), (0, 0, 0), (0, 0, 65), (0, 0, 1, 2 * 10**9)):
+        with pytest.raises(ValueError, match="_pool_tuning"):
+            _crecords._pool_tuning(*bad)
+    assert _crecords._pool_tuning() == before
+
+
 def test_decode_threads_setting(monkeypatch):
     monkeypatch.setenv("KQLAB_DECODE_THREADS", "3")
     assert batch_module.decode_threads() == 3
