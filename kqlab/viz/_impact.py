@@ -7,7 +7,8 @@ under the new policy; a newly accepted one to the reason that rejected it under 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import copy
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import plotly.graph_objects as go
@@ -15,14 +16,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kqlab.validate.view import RecordReasons, ViewError
-from kqlab.viz._figures import _STYLE, _color, _figure, _title
+from kqlab.viz._figures import _STYLE, _color, _title
 from kqlab.viz._style import RuleColors, rule_colors
 
 if TYPE_CHECKING:  # pragma: no cover
     from kqlab.policy.model import Policy
     from kqlab.validate.view import VerdictsView
 
-__all__ = ["impact_table", "policy_impact"]
+__all__ = ["impact_spec", "impact_table", "policy_impact"]
 
 
 def _same_memory(a: pa.Table, b: pa.Table) -> bool:
@@ -119,7 +120,31 @@ def policy_impact(before: VerdictsView, after: VerdictsView, *,
     """Diverging bars per rule: records the new policy rejects that the old accepted (right)
     and records it accepts that the old rejected (left, hatched), each in its rule's colour
     (the same as in every other figure).  With ``policies=(old, new)`` the subtitle
-    summarises the rule changes (:func:`kqlab.policy.diff`)."""
+    summarises the rule changes (:func:`kqlab.policy.diff`).
+
+    The figure is :func:`impact_spec` wrapped without plotly validating it again (the spec
+    is what validation gives, a test checks): the editor draws it after every edit, and
+    validating a few bars and their layout cost as much as computing the impact.
+    Validation is on for whatever is set on the figure afterwards."""
+    spec = impact_spec(before, after, policies=policies, colors=colors)
+    try:
+        fig = go.Figure(spec, _validate=False)
+    except TypeError:  # a plotly without the flag: the validated way
+        return go.Figure(spec)
+    fig._validate = True
+    fig.layout._validate = True
+    return fig
+
+
+def impact_spec(before: VerdictsView, after: VerdictsView, *,
+                policies: tuple[Policy, Policy] | None = None,
+                colors: RuleColors | None = None) -> dict[str, Any]:
+    """:func:`policy_impact` as the plotly JSON dict (``data``, ``layout``), built without
+    plotly's object tree and written as plotly's validation writes it (titles as
+    ``{"text": ...}``, the template as its JSON), so wrapping it unvalidated gives the same
+    figure."""
+    from kqlab.viz._checks import _template
+
     colors = rule_colors(after, rule_colors(before, colors))
     table = impact_table(before, after).to_pydict()
     n_rej, n_acc = sum(table["newly_rejected"]), sum(table["newly_accepted"])
@@ -129,23 +154,25 @@ def policy_impact(before: VerdictsView, after: VerdictsView, *,
 
         change = diff(*policies).summary().replace("\n", "; ")
         note += f" — {change[:200]}"
-    shades = [_color(colors, r) for r in table["reason"]]
-    fig = _figure()
-    fig.add_trace(go.Bar(y=table["reason"], x=table["newly_rejected"], orientation="h",
-                         name="newly rejected", marker={"color": shades},
-                         hovertemplate="%{y}: %{x:,} records newly rejected<extra></extra>"))
-    fig.add_trace(go.Bar(y=table["reason"], x=[-x for x in table["newly_accepted"]],
-                         orientation="h", name="newly accepted",
-                         marker={"color": shades, "opacity": 0.7,
-                                 "pattern": {"shape": "/", "fillmode": "overlay",
-                                             "fgcolor": "rgba(255,255,255,0.75)"}},
-                         customdata=table["newly_accepted"],
-                         hovertemplate="%{y}: %{customdata:,} records newly accepted"
-                         "<extra></extra>"))
-    fig.update_layout(**_STYLE, barmode="relative",
-                      title=_title("Policy impact", note),
-                      height=max(240, 100 + 28 * len(table["reason"])),
-                      yaxis={"autorange": "reversed", "automargin": True},
-                      xaxis={"title": "← newly accepted · records · newly rejected →",
-                             "zeroline": True})
-    return fig
+    reasons = table["reason"]
+    shades = [_color(colors, r) for r in reasons]
+    data = [
+        {"type": "bar", "y": reasons, "x": table["newly_rejected"], "orientation": "h",
+         "name": "newly rejected", "marker": {"color": shades},
+         "hovertemplate": "%{y}: %{x:,} records newly rejected<extra></extra>"},
+        {"type": "bar", "y": list(reasons), "x": [-x for x in table["newly_accepted"]],
+         "orientation": "h", "name": "newly accepted",
+         "marker": {"color": list(shades), "opacity": 0.7,
+                    "pattern": {"shape": "/", "fillmode": "overlay",
+                                "fgcolor": "rgba(255,255,255,0.75)"}},
+         "customdata": table["newly_accepted"],
+         "hovertemplate": "%{y}: %{customdata:,} records newly accepted<extra></extra>"},
+    ]
+    layout: dict[str, Any] = {
+        "template": _template(), **copy.deepcopy(_STYLE), "barmode": "relative",
+        "title": _title("Policy impact", note),
+        "height": max(240, 100 + 28 * len(reasons)),
+        "yaxis": {"autorange": "reversed", "automargin": True},
+        "xaxis": {"title": {"text": "← newly accepted · records · newly rejected →"},
+                  "zeroline": True}}
+    return {"data": data, "layout": layout}

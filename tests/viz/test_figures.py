@@ -142,6 +142,31 @@ def after_policy(policy):
     return policy.with_rules([x for x in policy.rules if x.id != "traceparent"])
 
 
+def test_policy_impact_unvalidated_equals_plotly_validating_its_spec(orders):
+    """policy_impact wraps impact_spec without plotly's validation (the editor draws it on
+    every edit): the figure must be what validating the spec gives, with or without a
+    change, a subtitle and a session's colour map; and it stays a figure one can edit."""
+    import json
+
+    import plotly.graph_objects as go
+
+    from kqlab.viz._impact import impact_spec
+    from kqlab.viz._style import RuleColors
+
+    r, before, policy = orders
+    removed = after_policy(policy)
+    after = r.run(removed)
+    colors = RuleColors()
+    for old, new, kwargs in [(before, after, {"policies": (policy, removed)}),
+                             (after, before, {"colors": colors}), (before, before, {})]:
+        fig = viz.policy_impact(old, new, **kwargs)
+        validated = go.Figure(impact_spec(old, new, **kwargs))
+        assert json.loads(fig.to_json()) == json.loads(validated.to_json())
+        assert [t.type for t in fig.data] == ["bar", "bar"]
+    with pytest.raises(ValueError, match=r"Invalid value .* 'height' property"):
+        fig.update_layout(height="tall")  # validation is on again for later changes
+
+
 def test_figures_of_a_million_records_stay_bounded(million):
     v, sample = million
     assert v.records.num_rows > 999_000
