@@ -37,6 +37,7 @@ __all__ = [
     "CHECK_STATUSES",
     "DECODE_KEY",
     "DECODE_VALUE",
+    "ENFORCED",
     "EXACT",
     "NOT_ENFORCED",
     "NOT_EXPRESSIBLE",
@@ -68,11 +69,13 @@ STATUSES = (EXACT, APPROXIMATE, NOT_EXPRESSIBLE)
 #: here, and one the target's own engine contradicted on the vetting sample
 UNVERIFIED, WITHDRAWN = "unverified", "withdrawn"
 VERDICTS = (EXACT, APPROXIMATE, NOT_EXPRESSIBLE, UNVERIFIED, WITHDRAWN)
-#: how a target carries a sample check (``checks:``): ``stated`` in a contract other tools
-#: read (not run by the target itself), or ``not enforced`` — targets judging one record at a
-#: time have no place for a windowed aggregate over the topic
-STATED, NOT_ENFORCED = "stated", "not enforced"
-CHECK_STATUSES = (STATED, NOT_ENFORCED)
+#: how a target carries a sample check (``checks:``): ``enforced`` — the target computes it
+#: itself (the Structured Streaming enforcer judges each closed window and sends an alert
+#: row), ``stated`` in a contract other tools read (not run by the target itself), or ``not
+#: enforced`` — targets judging one record at a time have no place for a windowed aggregate
+#: over the topic
+ENFORCED, STATED, NOT_ENFORCED = "enforced", "stated", "not enforced"
+CHECK_STATUSES = (ENFORCED, STATED, NOT_ENFORCED)
 #: the label every export of a proposed (unimplemented) Kafka API carries
 PROPOSED = "proposed API, not in Apache Kafka"
 

@@ -34,9 +34,11 @@ target enforces only approximately or not at all, in ``reject`` mode — unless 
 are accepted.
 
 Sample checks (``checks:``) get their own table (:meth:`FidelityReport.check_table`): per
-target ``stated`` where the export carries them (ODCS quality rules) and ``not enforced``
-everywhere else — record-at-a-time enforcement points have no place for an aggregate over
-windows of a topic.  Checks refuse no record, so they are never among the problems.
+target ``enforced`` where the target computes them itself (the Structured Streaming
+enforcer: windowed checks and freshness, an alert row per failing window), ``stated`` where
+the export carries them (ODCS quality rules) and ``not enforced`` everywhere else —
+record-at-a-time enforcement points have no place for an aggregate over windows of a topic.
+Checks refuse no record, so they are never among the problems.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from typing import Any
 
 from kqlab.export.base import (
     APPROXIMATE,
+    ENFORCED,
     EXACT,
     NOT_ENFORCED,
     NOT_EXPRESSIBLE,
@@ -134,8 +137,8 @@ class FidelityReport:
     checks: dict[str, str] = field(default_factory=dict)
 
     def check_table(self) -> list[dict[str, Any]]:
-        """One row per sample check: per target ``stated`` with how (the export carries it)
-        or ``not enforced`` with why."""
+        """One row per sample check: per target ``enforced`` or ``stated`` with how (the
+        target computes it, or the export carries it) or ``not enforced`` with why."""
         rows = []
         for cid, kind in self.checks.items():
             targets = {}
@@ -291,9 +294,10 @@ class FidelityReport:
         out.append("</table>")
         if self.checks:
             out.append("<h2>Sample checks</h2><p>Checks judge the sample (volume, freshness, "
-                       "null rates, drift...), not a record: <b>stated</b> where the export "
-                       "carries them, <b>not enforced</b> where the target has no place for "
-                       "them.</p><table><tr><th>check</th>")
+                       "null rates, drift...), not a record: <b>enforced</b> where the target "
+                       "computes them (alert rows), <b>stated</b> where the export carries "
+                       "them, <b>not enforced</b> where the target has no place for them."
+                       "</p><table><tr><th>check</th>")
             out.extend(f"<th>{e(n)}</th>" for n in names)
             out.append("</tr>")
             for row in self.check_table():
@@ -301,7 +305,8 @@ class FidelityReport:
                            f"{e(row['kind'])}</small></td>")
                 for n in names:
                     cell = row["targets"][n]
-                    bg = "#c9ecc9" if cell["status"] != NOT_ENFORCED else "#e4e4e4"
+                    bg = {ENFORCED: "#9fdf9f", NOT_ENFORCED: "#e4e4e4"}.get(cell["status"],
+                                                                           "#c9ecc9")
                     out.append(f"<td style='background:{bg}'><b>{e(cell['status'])}</b><br>"
                                f"<small>{e(cell['how'])}</small></td>")
                 out.append("</tr>")

@@ -12,6 +12,13 @@ Every rule is claimed ``exact``: the enforcer judges each record with the gate's
 :class:`~kqlab.gate._judge.Judge` (``replay(framing="single")``); ``kqlab export --sample``
 does not start Spark to prove it (the claims stay ``unverified`` in the fidelity report), the
 end-to-end tests in ``tests/spark/test_enforcer*.py`` do.
+
+The policy's sample checks are ``enforced`` where the enforcer computes them
+(:mod:`kqlab.spark.enforcer_checks`: windowed volume, null_rate, duplicate_rate, distinct,
+stat and reject_rate, each closed window judged once into an alert row on the config's
+``checks.alert_topic``; freshness per group at each micro-batch) and ``not enforced`` with
+the reason otherwise (:func:`~kqlab.spark.enforcer_config.check_support`: drift, schema
+drift, checks over the whole sample).
 """
 
 from __future__ import annotations
@@ -21,7 +28,10 @@ from typing import Any
 import yaml
 
 from kqlab.export.base import (
+    ENFORCED,
     EXACT,
+    NOT_ENFORCED,
+    CheckFidelity,
     Export,
     ExportError,
     RuleFidelity,
@@ -33,9 +43,14 @@ from kqlab.export.base import (
     rule_lines,
     secrets_of,
 )
-from kqlab.spark.enforcer_config import ENFORCER_VERSION
+from kqlab.spark.enforcer_config import (
+    DEFAULT_LATENESS_MS,
+    ENFORCER_VERSION,
+    check_support,
+)
 
-__all__ = ["FOLDER", "LAUNCHER", "POLICY_FILE", "build", "enforcer_config", "submit_script"]
+__all__ = ["FOLDER", "LAUNCHER", "POLICY_FILE", "build", "check_rows", "enforcer_config",
+           "submit_script"]
 
 TITLE = "kqlab Structured Streaming enforcer (spark-submit job)"
 FOLDER = "spark-streaming"
@@ -57,12 +72,18 @@ BEHAVIOUR = (
     "micro-batches: records are forwarded when their micro-batch runs (trigger interval, "
     "maxOffsetsPerTrigger); at least once — a restart from the checkpoint runs the "
     "uncommitted micro-batch again and its records may be duplicated (counted as redelivered)",
+    "sample checks per window of record time: a window is judged once the newest record "
+    "seen, less checks.lateness_ms, passes its end, from the records read by then (a record "
+    "later than that is counted late, not judged); volume judges the groups seen so far; "
+    "reject_rate counts the enforcer's own verdicts (each record alone); alert rows are sent "
+    "at least once (keyed check|group|window start)",
 )
 
 
 def enforcer_config(policy: Any, *, policy_path: str | None = None,
                     sink_suffix: str = ".valid", dlq_suffix: str = ".dlq",
-                    max_offsets_per_trigger: int = 200_000) -> dict[str, Any]:
+                    max_offsets_per_trigger: int = 200_000,
+                    lateness_ms: int = DEFAULT_LATENESS_MS) -> dict[str, Any]:
     """The config as data.
 
     Examples
@@ -75,7 +96,7 @@ def enforcer_config(policy: Any, *, policy_path: str | None = None,
     if not policy.topics.names:
         raise ExportError(f"policy {policy.name!r} names no topics: the enforcer needs source "
                           "topic names")
-    return {
+    out: dict[str, Any] = {
         "kqlab_spark_enforcer": ENFORCER_VERSION,
         "policy": {"path": policy_path or POLICY_FILE, "content_hash": policy.content_hash()},
         "topics": [{"source": t, "sink": t + sink_suffix, "dlq": t + dlq_suffix}
@@ -86,6 +107,32 @@ def enforcer_config(policy: Any, *, policy_path: str | None = None,
         "partitioning": "same",
         "connector": "python",
     }
+    if any(check_support(c) is None for c in policy.checks):
+        out["checks"] = {"alert_topic": f"{policy.topics.names[0]}.alerts",
+                         "lateness_ms": lateness_ms, "alert_passing": False}
+    return out
+
+
+def check_rows(policy: Any) -> tuple[CheckFidelity, ...]:
+    """The fidelity rows of the policy's sample checks: ``enforced`` (how) or ``not
+    enforced`` (why), per :func:`~kqlab.spark.enforcer_config.check_support`."""
+    rows = []
+    for c in policy.checks:
+        why = check_support(c)
+        if why is not None:
+            rows.append(CheckFidelity(check=c.id, kind=c.kind, status=NOT_ENFORCED, how=why))
+        elif c.kind == "freshness":
+            rows.append(CheckFidelity(
+                check=c.id, kind=c.kind, status=ENFORCED,
+                how="per group at every micro-batch, against the enforcer's clock; an alert "
+                "row when a group's status changes"))
+        else:
+            how = ("each window judged once when closed (newest record seen less "
+                   "checks.lateness_ms past its end), one alert row per failing window")
+            if c.kind == "reject_rate":
+                how += "; rejections are the enforcer's own verdicts (each record alone)"
+            rows.append(CheckFidelity(check=c.id, kind=c.kind, status=ENFORCED, how=how))
+    return tuple(rows)
 
 
 def submit_script(policy: Any, prov: dict[str, Any]) -> str:
@@ -151,5 +198,9 @@ def build(policy: Any, *, policy_path: str | None = None) -> Export:
                               f"written as one: {exc}") from None
         notes.append(f"{POLICY_FILE} is the policy itself, beside enforcer.yaml: copy the "
                      "folder")
+    if "checks" in cfg:
+        notes.append(f"create the alert topic {cfg['checks']['alert_topic']!r} before the "
+                     "first run: the sample checks send an alert row (JSON) per failing window")
     return Export(target="spark-streaming", title=TITLE, policy=policy.name, files=files,
-                  fidelity=tuple(fid), behaviour=BEHAVIOUR, data=cfg, notes=tuple(notes))
+                  fidelity=tuple(fid), behaviour=BEHAVIOUR, data=cfg, notes=tuple(notes),
+                  checks=check_rows(policy))

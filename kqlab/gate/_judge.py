@@ -39,7 +39,7 @@ from kqlab.kafka.configs import TopicConfig
 from kqlab.policy.model import Policy
 from kqlab.validate.context import EvalContext
 from kqlab.validate.replayer import with_implicit_rules
-from kqlab.validate.rules import evaluate_rule
+from kqlab.validate.rules import RuleResult, evaluate_rule
 
 __all__ = ["Judge", "Judgement"]
 
@@ -60,6 +60,11 @@ class Judgement:
     #: observe rules: records that failed them)
     by_rule: dict[str, int] = field(default_factory=dict)
     observed: dict[str, int] = field(default_factory=dict)
+    #: the evaluation context the rules read (decoded columns, cached) and every rule's
+    #: result by rule id: what the Structured Streaming enforcer computes the policy's
+    #: sample checks from, in the same pass (nothing decoded twice)
+    context: EvalContext | None = None
+    results: dict[str, RuleResult] = field(default_factory=dict)
 
 
 class Judge:
@@ -90,6 +95,7 @@ class Judge:
         messages: list[str] = []
         by_rule: dict[str, int] = {}
         observed: dict[str, int] = {}
+        results: dict[str, RuleResult] = {}
 
         def claim(mask: np.ndarray, rule: str, texts: Any) -> None:
             idx = np.flatnonzero(mask)
@@ -144,7 +150,7 @@ class Judge:
                     "timestamp": ts[bad], "offset": 0, "lower": lo, "upper": hi}).to_pylist())
         if n:
             for rule in self.policy.rules:
-                res = evaluate_rule(ctx, rule)
+                res = results[rule.id] = evaluate_rule(ctx, rule)
                 if not res.failed.any():
                     continue
                 if rule.mode == "reject":
@@ -154,7 +160,8 @@ class Judge:
         dead = first >= 0
         order = first[dead]
         return Judgement(dead, [rules[i] for i in order.tolist()],
-                         [messages[i] for i in order.tolist()], by_rule, observed)
+                         [messages[i] for i in order.tolist()], by_rule, observed, ctx,
+                         results)
 
 
 def _varint_size(v: np.ndarray) -> np.ndarray:

@@ -28,6 +28,23 @@ upper bound of the duplicates: an attempt that died before its first produce dup
 nothing; a micro-batch killed twice before it commits is sent up to three times).  Counters
 survive restarts in ``<checkpoint>/kqlab/metrics.json``.
 
+Sample checks (the policy's ``checks:``, :mod:`kqlab.spark.enforcer_checks`): each task also
+reduces the records it judged to the checks' partial tables — the replay's kernels over the
+judge's own decoded columns and rule results, ``reject_rate`` from the task's verdicts — and
+returns them with its counts; after every record is delivered the driver merges them into
+its check state, judges each window whose end the watermark passed (the newest record
+timestamp seen less ``checks.lateness_ms``) once, as a replay of the same records judges it,
+produces one JSON alert row per failing window (``alert_passing``: per judged window) to
+``checks.alert_topic`` and saves the state under ``<checkpoint>/kqlab/checks/<batch id>/``
+before Spark commits; a re-run micro-batch starts from the state of the one before, so no
+window counts its records twice (its alert rows may be sent again: keyed
+``check|group|window start``).  Windows the state no longer holds are dropped; a record for a
+window already judged is counted ``late`` (metrics ``checks.late``, per check) and judged in
+no window.  Freshness is judged per group at every micro-batch against the clock (``--now``
+or the wall clock) and alerted when a group's status changes.  Which checks run, and why the
+others do not (drift, schema drift, checks over the whole sample), is
+:func:`~kqlab.spark.enforcer_config.check_support`.  ``connector: spark`` computes no checks.
+
 Fault injection (for the crash test): ``KQLAB_ENFORCER_KILL_AT=PHASE:N`` SIGKILLs the driver
 when its ``N``-th micro-batch of this run reaches ``PHASE`` (:data:`KILL_PHASES`): ``planned``
 (nothing produced), ``producing`` (a task produced half its records: the task kills the
@@ -64,8 +81,10 @@ import pyarrow.compute as pc
 
 from kqlab.errors import KqlabError
 from kqlab.spark.enforcer_config import (
+    CheckSettings,
     EnforcerConfigError,
     Route,
+    default_alert_topic,
     load_enforcer_file,
 )
 
@@ -88,6 +107,9 @@ PRODUCED_SCHEMA = pa.schema([
     ("first_offset", pa.int64()), ("last_offset", pa.int64()),
     ("records", pa.int64()), ("dead_lettered", pa.int64()),
     ("by_rule", pa.string()), ("observed", pa.string()),
+    # the sample checks' partials (kqlab.spark.enforcer_checks.TaskChecks.payload), on a
+    # task's first row: a JSON header and one Arrow IPC table per enforced check
+    ("checks", pa.binary()), ("partials", pa.list_(pa.binary())),
 ])
 #: the rows ``connector: spark`` hands Spark's Kafka sink
 SINK_SCHEMA = pa.schema([
@@ -160,6 +182,9 @@ class EnforceJob:
     now: int | None
     policy_id: bytes
     kill_producing: bool = False
+    #: the enforced sample checks' closed windows (check id -> judged up to this end), or
+    #: None when the enforcer computes no check
+    closed: Mapping[str, int] | None = None
 
 
 _PRODUCERS: dict[tuple[Any, ...], Any] = {}
@@ -232,7 +257,10 @@ def enforce_records(job: EnforceJob) -> Callable[[Iterator[pa.RecordBatch]],
     from kqlab.gate._gate import failure_headers
 
     def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from kqlab.spark.enforcer_checks import TaskChecks
+
         judge = _judge(job)
+        checks = None if job.closed is None else TaskChecks(job.policy, dict(job.closed))
         producer = _producer(job.producer)
         _ERRORS.clear()
         produce = producer.produce
@@ -245,6 +273,8 @@ def enforce_records(job: EnforceJob) -> Callable[[Iterator[pa.RecordBatch]],
                 continue
             table = single_records(rb)
             verdict = judge(table)
+            if checks is not None:
+                checks.add(verdict, table.num_rows)
             topics = table.column("topic").to_pylist()
             parts = table.column("partition").to_pylist()
             offsets = table.column("offset").to_pylist()
@@ -300,13 +330,17 @@ def enforce_records(job: EnforceJob) -> Callable[[Iterator[pa.RecordBatch]],
                 del _PRODUCERS[next(k for k, v in _PRODUCERS.items() if v is producer)]
             raise EnforcerError(f"{n} record(s) were not delivered (first: {first}); the "
                                 "micro-batch is not committed and runs again on restart")
+        head, partials = checks.payload() if checks is not None and stats else (None, None)
         for i, ((t, p), st) in enumerate(sorted(stats.items())):
-            # the task's rule counts ride on its first row (the driver sums the rows)
+            # the task's rule counts and check partials ride on its first row (the driver
+            # sums the rows)
             yield pa.RecordBatch.from_pylist([{
                 "topic": t, "partition": p, "first_offset": st["first"],
                 "last_offset": st["last"], "records": st["records"],
                 "dead_lettered": st["dead"], "by_rule": json.dumps(by_rule if i == 0 else {}),
-                "observed": json.dumps(observed if i == 0 else {})}], schema=PRODUCED_SCHEMA)
+                "observed": json.dumps(observed if i == 0 else {}),
+                "checks": head if i == 0 else None, "partials": partials if i == 0 else None}],
+                schema=PRODUCED_SCHEMA)
     return fn
 
 
@@ -371,6 +405,8 @@ class EnforcerSettings:
     connector: str = "python"
     #: print a JSON line per micro-batch on stdout
     json_metrics: bool = False
+    #: the sample checks' alert topic, lateness and which windows are sent
+    checks: CheckSettings = field(default_factory=CheckSettings)
 
 
 class Enforcer:
@@ -404,6 +440,24 @@ class Enforcer:
         self.metrics["restarts"] = int(self.metrics.get("restarts", -1)) + 1
         self.batches: list[dict[str, Any]] = []
         self.on_batch: list[Callable[[dict[str, Any]], None]] = []
+        self.checks = self._stream_checks()
+        self._producer: Any = None
+        self._alert_errors: list[str] = []
+
+    def _stream_checks(self) -> Any:
+        """The enforced sample checks' driver state (None: the policy has none the enforcer
+        computes, or ``connector: spark``, whose judging tasks do not compute them)."""
+        from kqlab.spark.enforcer_checks import StreamChecks, enforced_checks
+
+        if not enforced_checks(self.policy) or self.settings.connector != "python":
+            return None
+        return StreamChecks(self.policy, self.location, self.settings.checks,
+                            self.alert_topic, self._policy_id.decode())
+
+    @property
+    def alert_topic(self) -> str:
+        """Where the sample checks' alert rows go."""
+        return self.settings.checks.alert_topic or default_alert_topic(self.settings.routes)
 
     # -- persistence -----------------------------------------------------------------------
     def _fs(self) -> tuple[Any, str]:
@@ -469,6 +523,11 @@ class Enforcer:
         except Exception as exc:
             raise EnforcerError(f"cannot reach {self.settings.bootstrap}: {exc}") from None
         counts = {t: len(m.partitions) for t, m in md.topics.items() if m.error is None}
+        if self.checks is not None and not counts.get(self.alert_topic):
+            raise EnforcerError(f"alert topic {self.alert_topic!r} does not exist on "
+                                f"{self.settings.bootstrap}: create it (the policy's sample "
+                                "checks send their alert rows there), or name another one "
+                                "in enforcer.yaml's checks.alert_topic")
         for r in self.settings.routes:
             if not counts.get(r.source):
                 raise EnforcerError(f"source topic {r.source!r} does not exist on "
@@ -484,11 +543,12 @@ class Enforcer:
                         "or set partitioning: key")
 
     # -- the query -------------------------------------------------------------------------
-    def _job(self, kill_producing: bool = False) -> EnforceJob:
+    def _job(self, kill_producing: bool = False,
+             closed: Mapping[str, int] | None = None) -> EnforceJob:
         return EnforceJob(self.policy, {r.source: (r.sink, r.dlq) for r in self.settings.routes},
                           {**self._client_config(), **dict(self.settings.producer)},
                           self.settings.partitioning, self.settings.now, self._policy_id,
-                          kill_producing)
+                          kill_producing, closed)
 
     def _die(self, phase: str) -> None:
         if self._kill == (phase, self._runs):
@@ -527,14 +587,67 @@ class Enforcer:
             self._die("planned")
             before = self._attempts(batch_id)
             kill_producing = self._kill == ("producing", self._runs)
+            closed = None if self.checks is None else self.checks.before(batch_id)
             if self.settings.connector == "spark":
                 rows = self._sink_natively(df)
             else:
-                rows = df.mapInArrow(enforce_records(self._job(kill_producing)),
+                rows = df.mapInArrow(enforce_records(self._job(kill_producing, closed)),
                                      from_arrow_schema(PRODUCED_SCHEMA)).collect()
+            if self.checks is not None:
+                self._judge_checks(batch_id, rows)
             self._die("flushed")
             self._account(batch_id, rows, before, time.monotonic() - t0)
             self._handled[batch_id] = self._runs
+
+    def _alert_producer(self) -> Any:
+        """The driver's own idempotent producer for alert rows, with the enforcer's settings
+        (not in the tasks' module-level cache: the tasks' closures must pickle)."""
+        from confluent_kafka import Producer
+
+        if self._producer is None:
+            def on_delivery(err: Any, msg: Any) -> None:
+                if err is not None:
+                    self._alert_errors.append(f"{msg.topic()}[{msg.partition()}]: {err}")
+
+            self._producer = Producer({**PRODUCER_DEFAULTS, **self._job().producer,
+                                       "delivery.report.only.error": True,
+                                       "on_delivery": on_delivery})
+        return self._producer
+
+    def _judge_checks(self, batch_id: int, rows: Sequence[Any]) -> None:
+        """The sample checks after a micro-batch's records are delivered: partials merged,
+        closed windows judged, their alert rows produced and flushed, then the state saved
+        under this micro-batch (a re-run starts again from the one before)."""
+        from kqlab.spark.enforcer_checks import alert_key
+
+        assert self.checks is not None
+        now = self.settings.now if self.settings.now is not None else int(time.time() * 1000)
+        try:
+            alerts = self.checks.after(batch_id, list(rows), now)
+            if alerts:
+                producer = self._alert_producer()
+                errors = self._alert_errors
+                errors.clear()
+                for a in alerts:
+                    while True:
+                        try:
+                            producer.produce(self.alert_topic, json.dumps(a).encode(),
+                                             alert_key(a))
+                            break
+                        except BufferError:
+                            producer.poll(0.05)
+                while producer.flush(1.0):
+                    pass
+                if errors:
+                    first, n = errors[0], len(errors)
+                    errors.clear()
+                    raise EnforcerError(f"{n} alert row(s) were not delivered (first: "
+                                        f"{first}); the micro-batch is not committed and "
+                                        "runs again on restart")
+            self.checks.save()
+        except BaseException:
+            self.checks.reset()  # the state in memory is this failed attempt's
+            raise
 
     def _sink_natively(self, df: Any) -> list[Any]:
         """``connector: spark``: Spark's Kafka rows → kqlab's records → judged rows →
@@ -566,7 +679,7 @@ class Enforcer:
             judged.unpersist()
         return [{"topic": "*", "partition": -1, "first_offset": None, "last_offset": None,
                  "records": total, "dead_lettered": dead, "by_rule": "{}",
-                 "observed": "{}"}]
+                 "observed": "{}", "checks": None, "partials": None}]
 
     def _account(self, batch_id: int, rows: Sequence[Any], before: int,
                  seconds: float) -> None:
@@ -591,6 +704,8 @@ class Enforcer:
         if before:
             m["reruns"] += 1
             m["redelivered"] += n * before
+        if self.checks is not None:  # counters of the state this micro-batch left
+            m["checks"] = self.checks.summary()
         self._save_metrics()
         line = {"event": "batch", "batch_id": batch_id, "records": n, "forwarded": n - dead,
                 "dead_lettered": dead, "by_rule": by_rule, "observed": observed,
@@ -598,6 +713,7 @@ class Enforcer:
                 "reject_rate": round(dead / n, 6) if n else 0.0,
                 "lag": sum(self.lag.values()) if self.lag else None,
                 "seconds": round(seconds, 3),
+                **({"checks": self.checks.line} if self.checks is not None else {}),
                 "partitions": [{"topic": r["topic"], "partition": r["partition"],
                                 "first_offset": r["first_offset"],
                                 "last_offset": r["last_offset"]} for r in rows]}
@@ -802,7 +918,7 @@ def _build(args: argparse.Namespace) -> Enforcer:
         routes=cfg.routes, bootstrap=args.bootstrap, checkpoint=args.checkpoint, client=both,
         producer=prod, source=cfg.source, partitioning=cfg.partitioning, now=args.now,
         trigger_seconds=cfg.trigger_seconds, available_now=args.available_now,
-        connector=cfg.connector, json_metrics=args.json_metrics)
+        connector=cfg.connector, json_metrics=args.json_metrics, checks=cfg.checks)
     return Enforcer(_session(args.master), policy, settings)
 
 

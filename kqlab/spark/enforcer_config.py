@@ -9,6 +9,13 @@
     source: {startingOffsets: earliest, maxOffsetsPerTrigger: 200000}
     trigger_seconds: 0
     partitioning: same
+    checks: {alert_topic: orders.alerts, lateness_ms: 60000, alert_passing: false}
+
+``checks`` says where the enforcer sends the alert rows of the policy's sample checks
+(:mod:`kqlab.spark.enforcer_checks`) and how late a record may come: a window is closed once
+the newest record timestamp seen, less ``lateness_ms``, passes its end.  Absent, the alert
+topic is the first source topic's name + ``.alerts`` (:func:`default_alert_topic`), the
+lateness :data:`DEFAULT_LATENESS_MS`, and only failing windows are sent.
 
 Like the gate's ``gate.yaml`` it names only what the vetted policy fixes — the policy (path
 and content hash, so an edited file is refused) and the topics — plus how the stream reads;
@@ -27,13 +34,14 @@ import yaml
 
 from kqlab.errors import KqlabError
 
-__all__ = ["ENFORCER_VERSION", "SOURCE_OPTIONS", "EnforcerConfigError", "EnforcerFile",
-           "Route", "load_enforcer_file"]
+__all__ = ["DEFAULT_LATENESS_MS", "ENFORCED_CHECK_KINDS", "ENFORCER_VERSION", "SOURCE_OPTIONS",
+           "CheckSettings", "EnforcerConfigError", "EnforcerFile", "Route", "check_support",
+           "default_alert_topic", "load_enforcer_file"]
 
 #: the config format this enforcer reads
 ENFORCER_VERSION = 1
 _KNOWN = {"kqlab_spark_enforcer", "policy", "topics", "source", "trigger_seconds",
-          "partitioning", "connector"}
+          "partitioning", "connector", "checks"}
 #: the ``format("kqlab-kafka")`` options a config may set under ``source``
 SOURCE_OPTIONS = ("startingOffsets", "maxOffsetsPerTrigger", "fetchTimeoutMs",
                   "maxBytesPerFetch")
@@ -41,6 +49,56 @@ SOURCE_OPTIONS = ("startingOffsets", "maxOffsetsPerTrigger", "fetchTimeoutMs",
 #: confluent-kafka producer (default, runs anywhere), or Spark's Kafka connector (a cluster
 #: that has the spark-sql-kafka jar)
 CONNECTORS = ("python", "spark")
+#: how late (ms) a record may be, by default, behind the newest record seen before the
+#: windows it falls in are closed (a minute: partitions read side by side in a micro-batch
+#: are seldom further apart)
+DEFAULT_LATENESS_MS = 60_000
+#: the sample-check kinds the enforcer computes: the windowed ones, each window judged once
+#: when closed, and ``freshness`` (per group, against the clock at each micro-batch)
+ENFORCED_CHECK_KINDS = ("volume", "freshness", "null_rate", "duplicate_rate", "distinct",
+                        "stat", "reject_rate")
+_CHECK_KEYS = {"alert_topic", "lateness_ms", "alert_passing"}
+
+
+def check_support(check: Any) -> str | None:
+    """Why the enforcer does not compute sample check ``check`` (None: it does).
+
+    A stream has no whole sample: a check over the whole sample (no ``window``) never ends,
+    and drift compares the whole sample's distribution with a baseline's.
+
+    Examples
+    --------
+    >>> from kqlab.policy.model import Check
+    >>> check_support(Check(id="v", kind="volume", window="1m", params={"min": 1})) is None
+    True
+    >>> check_support(Check(id="v", kind="volume", params={"min": 1}))[:36]
+    'a check over the whole sample has no'
+    """
+    if check.kind not in ENFORCED_CHECK_KINDS:
+        return (f"{check.kind} compares the whole sample with a baseline; a stream has no "
+                "whole sample, and the enforcer computes no distribution per window (kqlab "
+                "replay judges it)")
+    if check.kind != "freshness" and check.window is None:
+        return ("a check over the whole sample has no end in a stream: give it a window "
+                "(the enforcer judges each closed window; kqlab replay judges the whole "
+                "sample)")
+    return None
+
+
+def default_alert_topic(routes: tuple[Route, ...] | list[Route]) -> str:
+    """The alert topic when the config names none: the first source topic + ``.alerts``."""
+    return f"{routes[0].source}.alerts"
+
+
+@dataclass(frozen=True)
+class CheckSettings:
+    """Where the sample checks' alert rows go and when a window closes."""
+
+    #: None: :func:`default_alert_topic`
+    alert_topic: str | None = None
+    lateness_ms: int = DEFAULT_LATENESS_MS
+    #: send passing windows too (failing ones always)
+    alert_passing: bool = False
 
 
 class EnforcerConfigError(KqlabError, ValueError):
@@ -68,6 +126,7 @@ class EnforcerFile:
     trigger_seconds: float = 0.0
     partitioning: str = "same"
     connector: str = "python"
+    checks: CheckSettings = field(default_factory=CheckSettings)
 
 
 def load_enforcer_file(path: str | Path) -> EnforcerFile:
@@ -118,4 +177,23 @@ def load_enforcer_file(path: str | Path) -> EnforcerFile:
         raise EnforcerConfigError(f"{p}: trigger_seconds must be a number") from None
     return EnforcerFile(p, policy_path, pol.get("content_hash"), tuple(routes),
                         {str(k): str(v) for k, v in source.items()}, trigger, partitioning,
-                        connector)
+                        connector, _check_settings(p, doc.get("checks")))
+
+
+def _check_settings(p: Path, doc: Any) -> CheckSettings:
+    if doc is None:
+        return CheckSettings()
+    if not isinstance(doc, dict) or set(doc) - _CHECK_KEYS:
+        raise EnforcerConfigError(f"{p}: checks takes only {', '.join(sorted(_CHECK_KEYS))}")
+    lateness = doc.get("lateness_ms", DEFAULT_LATENESS_MS)
+    if isinstance(lateness, bool) or not isinstance(lateness, int) or lateness < 0:
+        raise EnforcerConfigError(f"{p}: checks.lateness_ms must be a whole number of "
+                                  f"milliseconds >= 0, not {lateness!r}")
+    passing = doc.get("alert_passing", False)
+    if not isinstance(passing, bool):
+        raise EnforcerConfigError(f"{p}: checks.alert_passing must be true or false, not "
+                                  f"{passing!r}")
+    topic = doc.get("alert_topic")
+    if topic is not None and (not isinstance(topic, str) or not topic):
+        raise EnforcerConfigError(f"{p}: checks.alert_topic must be a topic name")
+    return CheckSettings(topic, lateness, passing)
