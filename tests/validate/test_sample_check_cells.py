@@ -141,6 +141,22 @@ def _by_columns(check, chunk) -> Partial:
                                    "value": pa.array(numbers[use])}, schema=schema), counts)
 
 
+def _consistent(partial: Partial) -> None:
+    """A partial's cells describe its table: each row's code names its own group and window,
+    every cell holds a row, and the kept per-cell rows and totals are its rows' counts."""
+    cells = cells_of(partial)
+    assert cells is not None and len(cells.codes) == partial.table.num_rows
+    assert cells.keys.take(pa.array(cells.codes)).equals(
+        partial.table.select(["group", "window"]).combine_chunks())
+    assert set(cells.codes.tolist()) == set(range(cells.keys.num_rows))
+    if partial.kind != "stat":
+        k = cells.keys.num_rows
+        assert cells.rows is not None and cells.total is not None
+        np.testing.assert_array_equal(cells.rows, np.bincount(cells.codes, minlength=k))
+        np.testing.assert_array_equal(cells.total, np.bincount(
+            cells.codes, weights=partial.table.column("count").to_numpy(), minlength=k))
+
+
 def _sorted(table: pa.Table) -> pa.Table:
     return table.sort_by([(c, "ascending") for c in table.column_names])
 
@@ -160,12 +176,7 @@ def test_each_kind_over_the_cells_equals_the_group_by_of_its_columns(tmp_path, s
         assert {k: v for k, v in got.counts.items() if v} == \
             {k: v for k, v in want.counts.items() if v}, check.id
         if check.kind in ("duplicate_rate", "distinct", "stat"):
-            cells = cells_of(got)
-            assert cells is not None and len(cells.codes) == got.table.num_rows
-            # every row's code names its own group and window; every cell holds a row
-            assert cells.keys.take(pa.array(cells.codes)).equals(
-                got.table.select(["group", "window"]).combine_chunks())
-            assert set(cells.codes.tolist()) == set(range(cells.keys.num_rows))
+            _consistent(got)
 
 
 @pytest.mark.parametrize("seed", [4, 5])
@@ -203,10 +214,8 @@ def test_partials_with_cells_merge_and_judge_as_without(tmp_path, seed, splits):
         alone = partial_of(check, whole)
         assert _judged(check, alone, extent) == _judged(check, with_cells, extent), check.id
         if check.kind in ("duplicate_rate", "distinct", "stat"):
-            cells = cells_of(with_cells)
-            assert cells is not None
-            assert cells.keys.take(pa.array(cells.codes)).equals(
-                with_cells.table.select(["group", "window"]).combine_chunks())
+            _consistent(with_cells)
+            assert cells_of(with_cells).keys.num_rows < with_cells.table.num_rows
             # merged again with a partial without cells: by the columns, same table
             again = merge_partials(check.kind, [with_cells, Partial(check.kind,
                                                                     pieces[0].table)])

@@ -39,6 +39,10 @@ class Cells:
     table: pa.Table
     codes: np.ndarray
     keys: pa.Table
+    #: value-keyed partials: per cell its rows (distinct values) and the sum of their
+    #: ``count`` (values read) — a window's whole judgement, kept through merges
+    rows: np.ndarray | None = None
+    total: np.ndarray | None = None
 
 
 def cells_of(partial: object) -> Cells | None:
@@ -59,14 +63,23 @@ class CellIndex:
 
 
 
-def compact_cells(table: pa.Table, codes: np.ndarray, keys: pa.Table) -> Cells:
+def compact_cells(table: pa.Table, codes: np.ndarray, keys: pa.Table,
+                  count: np.ndarray | None = None) -> Cells:
     """The :class:`Cells` of ``table`` whose rows are in cells ``codes`` of ``keys``,
-    renumbered to the cells they use (a partial's cells all hold rows)."""
-    used = np.bincount(codes, minlength=keys.num_rows) > 0
+    renumbered to the cells they use (a partial's cells all hold rows); given the rows'
+    ``count`` (value-keyed kinds), with each cell's rows and total."""
+    rows = np.bincount(codes, minlength=keys.num_rows)
+    used = rows > 0
+    total = None
+    if count is not None:
+        total = rows if len(count) and int(count.max()) == 1 else \
+            np.bincount(codes, weights=count, minlength=keys.num_rows).round().astype(np.int64)
     if used.all():
-        return Cells(table, codes, keys)
+        return Cells(table, codes, keys, rows if count is not None else None, total)
     renumber = np.cumsum(used) - 1
-    return Cells(table, renumber[codes], keys.filter(pa.array(used)))
+    return Cells(table, renumber[codes], keys.filter(pa.array(used)),
+                 rows[used] if count is not None else None,
+                 None if total is None else total[used])
 
 
 def _label_codes(groups: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:

@@ -169,7 +169,8 @@ def partial_of(check: Check, chunk: Chunk, plan: BaselinePlan | None = None) -> 
                           "window": index.keys.column("window").take(at),
                           "value": grouped.column("value"), "count": grouped.column("count")},
                          schema=schema)
-        return Partial(kind, table, counts, compact_cells(table, cell, index.keys))
+        return Partial(kind, table, counts, compact_cells(
+            table, cell, index.keys, grouped.column("count").to_numpy()))
     if kind == "stat":
         fv = field_values(ctx, str(check.param("field")))
         if fv.values is None:

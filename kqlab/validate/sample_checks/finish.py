@@ -155,9 +155,12 @@ def _per_value_window(check: Check, t: pa.Table, extent: Extent,
     kind = check.kind
     if kind in ("duplicate_rate", "distinct") and cells is not None:
         k = cells.keys.num_rows
-        distinct = np.bincount(cells.codes, minlength=k).astype(np.int64)
-        records = np.rint(np.bincount(cells.codes, weights=t.column("count").to_numpy(),
-                                      minlength=k)).astype(np.int64)
+        if cells.rows is not None and cells.total is not None:  # kept per cell: no row read
+            distinct, records = cells.rows.astype(np.int64), cells.total.astype(np.int64)
+        else:
+            distinct = np.bincount(cells.codes, minlength=k).astype(np.int64)
+            records = np.rint(np.bincount(cells.codes, weights=t.column("count").to_numpy(),
+                                          minlength=k)).astype(np.int64)
         observed = distinct_observed(kind, records, distinct)
         return _framed(check, cells.keys.column("group").to_pylist(),
                        cells.keys.column("window").to_numpy(), records, observed, extent)

@@ -343,8 +343,18 @@ def _merge_by_cells(kind: str, held: list[Partial], cells: list[Cells],
     codes = np.concatenate([m[c.codes] for m, c in zip(maps, cells, strict=True)])
     table = pa.concat_tables([p.table for p in held])
     shared_cells = holders > 1
+    k = keys.num_rows
+    summed = kind != "stat" and all(c.rows is not None and c.total is not None
+                                    for c in cells)
+    rows = total = None
+    if summed:  # per cell: the rows of the partials that hold it, the sum of their counts
+        rows, total = np.zeros(k, np.int64), np.zeros(k, np.int64)
+        for m, c in zip(maps, cells, strict=True):
+            assert c.rows is not None and c.total is not None
+            np.add.at(rows, m, c.rows)
+            np.add.at(total, m, c.total)
     if kind == "stat" or not shared_cells.any():
-        return Partial(kind, table, counts, Cells(table, codes, keys))
+        return Partial(kind, table, counts, Cells(table, codes, keys, rows, total))
     shared = shared_cells[codes]
     mask = pa.array(shared)
     both = table.filter(mask)
@@ -358,4 +368,7 @@ def _merge_by_cells(kind: str, held: list[Partial], cells: list[Cells],
                       "value": regrouped.column("value"), "count": regrouped.column("count")},
                      schema=PARTIAL_SCHEMAS[kind])
     out = pa.concat_tables([table.filter(pc.invert(mask)), again])
-    return Partial(kind, out, counts, Cells(out, np.concatenate([codes[~shared], cell]), keys))
+    if rows is not None:  # a shared cell's rows are its values after grouping them again
+        rows = np.where(shared_cells, np.bincount(cell, minlength=k), rows)
+    return Partial(kind, out, counts, Cells(out, np.concatenate([codes[~shared], cell]), keys,
+                                            rows, total))
