@@ -58,14 +58,15 @@ CHECKS = """checks:
 RULES = "rules:\n  - {id: amount, kind: field_range, field: amount, min: 0, max: 150}\n"
 
 
-def _records(p: int, seed: int, n: int = 700, spread: int = 1):
+def _records(p: int, seed: int, n: int = 700, spread: int = 1, ordered: bool = False):
     """Partition ``p``'s records: repeated keys and customers, nulls, regions, amounts (some
     negative, some missing), a few without a timestamp; ``spread`` stretches time (windows
-    far apart)."""
+    far apart); ``ordered``: keys numbered in order, each once (a producer's order ids)."""
     rng = np.random.default_rng(seed + p)
     out = []
-    for _ in range(n):
-        key = None if rng.random() < 0.05 else f"k{rng.integers(0, n // 2)}".encode()
+    for i in range(n):
+        key = f"o-{i:09d}".encode() if ordered else None if rng.random() < 0.05 else \
+            f"k{rng.integers(0, n // 2)}".encode()
         value = {"amount": float(np.round(rng.normal(100, 40), 1)) if rng.random() > 0.1
                  else None,
                  "customer": None if rng.random() < 0.08 else f"c{rng.integers(0, 50)}",
@@ -75,9 +76,10 @@ def _records(p: int, seed: int, n: int = 700, spread: int = 1):
     return out
 
 
-def _chunk(tmp_path, seed: int, spread: int = 1):
+def _chunk(tmp_path, seed: int, spread: int = 1, ordered: bool = False):
     folder = write_log(tmp_path / f"log{seed}-{spread}",
-                       {p: _records(p, seed, spread=spread) for p in range(3)}, per_batch=7)
+                       {p: _records(p, seed, spread=spread, ordered=ordered)
+                        for p in range(3)}, per_batch=7)
     policy = with_implicit_rules(loads_policy(HEAD + RULES + CHECKS))
     replayer = Replayer(load_sample(folder), now=T0 + 100 * MINUTE * spread)
     verdicts = replayer.run(policy, checks=False)
@@ -166,9 +168,11 @@ def _judged(check, partial, extent):
     return row, windows
 
 
-@pytest.mark.parametrize(("seed", "spread"), [(1, 1), (2, 1), (3, 5_000)])
-def test_each_kind_over_the_cells_equals_the_group_by_of_its_columns(tmp_path, seed, spread):
-    policy, chunk = _chunk(tmp_path, seed, spread)
+@pytest.mark.parametrize(("seed", "spread", "ordered"),
+                         [(1, 1, False), (2, 1, True), (3, 5_000, False)])
+def test_each_kind_over_the_cells_equals_the_group_by_of_its_columns(tmp_path, seed, spread,
+                                                                    ordered):
+    policy, chunk = _chunk(tmp_path, seed, spread, ordered)
     for check in policy.checks:
         got = partial_of(check, chunk)
         want = _by_columns(check, chunk)
@@ -179,13 +183,13 @@ def test_each_kind_over_the_cells_equals_the_group_by_of_its_columns(tmp_path, s
             _consistent(got)
 
 
-@pytest.mark.parametrize("seed", [4, 5])
+@pytest.mark.parametrize(("seed", "ordered"), [(4, False), (5, True)])
 @pytest.mark.parametrize("splits", [2, 5, 13])
-def test_partials_with_cells_merge_and_judge_as_without(tmp_path, seed, splits):
+def test_partials_with_cells_merge_and_judge_as_without(tmp_path, seed, ordered, splits):
     """Chunks cut at random (their cells overlap: every window is in several chunks)
     merged with their cells and without (as read back from Parquet): the same table, the
     same results to the bit."""
-    policy, whole = _chunk(tmp_path, seed)
+    policy, whole = _chunk(tmp_path, seed, ordered=ordered)
     n = whole.n
     rng = np.random.default_rng(seed * splits)
     cuts = [0, *sorted(rng.choice(np.arange(1, n), splits - 1, replace=False).tolist()), n]
@@ -265,3 +269,19 @@ def test_drift_bins_by_comparisons_equal_searchsorted(edges):
                               [np.finfo(float).max, -np.finfo(float).max, 5e-324]])
     got = _bins(inner, numbers)
     np.testing.assert_array_equal(got, np.searchsorted(inner, numbers, side="right"))
+
+
+@pytest.mark.parametrize("labels", [["orders-7"], ["é-0", "b"], [None], [None, "a"]])
+def test_keys_at_equals_a_take(labels):
+    """A partial's group and window columns from its cells' keys: one label repeated is
+    written at once, the same array as a take of the codes."""
+    from kqlab.validate.sample_checks.cells import CELL_KEYS_SCHEMA, keys_at
+
+    keys = pa.table({"group": pa.array(labels * 3, pa.string()),
+                     "window": pa.array(np.arange(3 * len(labels)) * MINUTE)},
+                    schema=CELL_KEYS_SCHEMA)
+    codes = np.random.default_rng(len(labels)).integers(0, keys.num_rows, 5_000)
+    for at in (codes, codes[:0]):
+        group, window = keys_at(keys, at)
+        assert group.equals(keys.column("group").take(pa.array(at)).combine_chunks())
+        assert window.equals(keys.column("window").take(pa.array(at)).combine_chunks())

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 __all__ = ["CELL_KEYS_SCHEMA", "CellIndex", "Cells", "cell_index", "cells_of", "compact_cells",
-           "merge_cells"]
+           "keys_at", "merge_cells"]
 
 #: a cell's identity: its group label (null: no group) and its window start (0: no window)
 CELL_KEYS_SCHEMA = pa.schema([("group", pa.string()), ("window", pa.int64())])
@@ -143,6 +143,24 @@ def cell_index(groups: pa.Array | pa.ChunkedArray, ts: np.ndarray,
     keys = pa.table({"group": labels.take(pa.array(g)), "window": pa.array(starts, pa.int64())},
                     schema=CELL_KEYS_SCHEMA)
     return CellIndex(np.asarray(codes, np.int64), keys)
+
+
+def keys_at(keys: pa.Table, codes: np.ndarray) -> tuple[pa.Array, pa.Array]:
+    """The group labels and window starts of cells ``codes`` of ``keys``, one per code (a
+    partial table's ``group`` and ``window`` columns).  The cells of a chunk usually share
+    one label (one partition): then the labels are written as one string repeated, not
+    taken code by code."""
+    group = keys.column("group").combine_chunks()
+    window = pa.array(keys.column("window").to_numpy()[codes])
+    labels = pc.unique(group)
+    n = len(codes)
+    if len(labels) == 1 and labels.null_count == 0 and n:
+        text = labels[0].as_py().encode()
+        if len(text) * n < 2**31:
+            offsets = np.arange(n + 1, dtype=np.int32) * np.int32(len(text))
+            return pa.StringArray.from_buffers(n, pa.py_buffer(offsets),
+                                               pa.py_buffer(text * n)), window
+    return group.take(pa.array(codes)), window
 
 
 def merge_cells(cells: list[Cells]) -> tuple[list[np.ndarray], pa.Table, np.ndarray]:

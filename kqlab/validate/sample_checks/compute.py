@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from kqlab.policy.model import Check
 from kqlab.validate.context import EvalContext
-from kqlab.validate.sample_checks.cells import CellIndex, cell_index, compact_cells
+from kqlab.validate.sample_checks.cells import CellIndex, cell_index, compact_cells, keys_at
 from kqlab.validate.sample_checks.columns import (
     field_values,
     group_labels,
@@ -31,6 +31,7 @@ from kqlab.validate.sample_checks.partials import (
     PARTIAL_SCHEMAS,
     Extent,
     Partial,
+    _strictly_increasing,
     group_aggregate,
 )
 
@@ -161,16 +162,18 @@ def partial_of(check: Check, chunk: Chunk, plan: BaselinePlan | None = None) -> 
             return Partial(kind, schema.empty_table(), counts)
         rows = _rows(present)
         codes = _where(index.codes, present)
-        grouped = group_aggregate({"cell": codes, "value": _at(values, rows, present)},
-                                  {"count": ("count", None)}, len(codes), _BY_CELL)
-        cell = grouped.column("cell").to_numpy()
-        at = pa.array(cell)
-        table = pa.table({"group": index.keys.column("group").take(at),
-                          "window": index.keys.column("window").take(at),
-                          "value": grouped.column("value"), "count": grouped.column("count")},
-                         schema=schema)
-        return Partial(kind, table, counts, compact_cells(
-            table, cell, index.keys, grouped.column("count").to_numpy()))
+        kept = _at(values, rows, present)
+        if _strictly_increasing(kept):  # keys numbered in order: each its own row, once
+            cell, value, count = codes, kept, np.ones(len(codes), np.int64)
+        else:
+            grouped = group_aggregate({"cell": codes, "value": kept},
+                                      {"count": ("count", None)}, len(codes), _BY_CELL)
+            cell = grouped.column("cell").to_numpy()
+            value, count = grouped.column("value"), grouped.column("count").to_numpy()
+        group, window = keys_at(index.keys, cell)
+        table = pa.table({"group": group, "window": window, "value": value,
+                          "count": pa.array(count)}, schema=schema)
+        return Partial(kind, table, counts, compact_cells(table, cell, index.keys, count))
     if kind == "stat":
         fv = field_values(ctx, str(check.param("field")))
         if fv.values is None:
@@ -181,9 +184,8 @@ def partial_of(check: Check, chunk: Chunk, plan: BaselinePlan | None = None) -> 
                                     (timed & ~fv.nulls & ~valid).sum())
         use = timed & valid
         codes = _where(index.codes, use)
-        at = pa.array(codes)
-        table = pa.table({"group": index.keys.column("group").take(at),
-                          "window": index.keys.column("window").take(at),
+        group, window = keys_at(index.keys, codes)
+        table = pa.table({"group": group, "window": window,
                           "value": pa.array(_where(numbers, use))}, schema=schema)
         return Partial(kind, table, counts, compact_cells(table, codes, index.keys))
     raise KeyError(f"no local implementation of check kind {kind!r}")

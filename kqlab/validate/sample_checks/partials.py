@@ -46,7 +46,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kqlab.validate.sample_checks.cells import Cells, cells_of, merge_cells
+from kqlab.validate.sample_checks.cells import Cells, cells_of, keys_at, merge_cells
 
 __all__ = ["PARTIAL_LAYOUT", "PARTIAL_SCHEMAS", "Extent", "Partial", "group_aggregate",
            "merge_partials"]
@@ -362,9 +362,8 @@ def _merge_by_cells(kind: str, held: list[Partial], cells: list[Cells],
         {"cell": codes[shared], "value": both.column("value")},
         {"count": ("sum", both.column("count").to_numpy())}, both.num_rows, _BY_CELL)
     cell = regrouped.column("cell").to_numpy()
-    at = pa.array(cell)
-    again = pa.table({"group": keys.column("group").take(at),
-                      "window": keys.column("window").take(at),
+    group, window = keys_at(keys, cell)
+    again = pa.table({"group": group, "window": window,
                       "value": regrouped.column("value"), "count": regrouped.column("count")},
                      schema=PARTIAL_SCHEMAS[kind])
     out = pa.concat_tables([table.filter(pc.invert(mask)), again])
