@@ -285,3 +285,17 @@ def test_keys_at_equals_a_take(labels):
         group, window = keys_at(keys, at)
         assert group.equals(keys.column("group").take(pa.array(at)).combine_chunks())
         assert window.equals(keys.column("window").take(pa.array(at)).combine_chunks())
+
+
+@pytest.mark.parametrize("runs", [1, 7, 300, 5_000, 50_000])
+def test_cell_order_by_runs_equals_a_stable_argsort(runs):
+    """The stat finish lays a partial's rows out in cell order run by run: the very order a
+    stable sort of the cell codes gives (runs of one cell apart, short runs, long runs)."""
+    from kqlab.validate.sample_checks.finish import _cell_order
+
+    rng = np.random.default_rng(runs)
+    n = 60_000
+    lengths = rng.multinomial(n - runs, np.ones(runs) / runs) + 1
+    cell = np.repeat(rng.integers(0, 40, runs), lengths)
+    np.testing.assert_array_equal(_cell_order(cell), np.argsort(cell, kind="stable"))
+    assert _cell_order(cell[:10]).tolist() == np.argsort(cell[:10], kind="stable").tolist()

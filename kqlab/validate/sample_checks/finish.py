@@ -287,8 +287,7 @@ def _stat_cells(stat: str, cell: np.ndarray, values: np.ndarray
         # few cells: values put in cell order (a counting sort of small codes, nearly
         # sequential reads), then each cell's values sorted in place (numpy's vectorised
         # sort, several times cheaper than an argsort and its gathers)
-        small = cell.astype(np.uint16) if cell.max() < 2**16 else cell
-        by_cell = np.argsort(small, kind="stable")
+        by_cell = _cell_order(cell)
         v = values[by_cell]
         counts = per_cell[used]
         ends = np.cumsum(counts)
@@ -333,6 +332,24 @@ def _stat_cells(stat: str, cell: np.ndarray, values: np.ndarray
         a, b = v[starts + lo], v[starts + hi]
         observed = a + (b - a) * frac
     return first, counts, observed
+
+
+def _cell_order(cell: np.ndarray) -> np.ndarray:
+    """The rows in cell order, each cell's in row order (``argsort(cell, "stable")``).  A
+    partial's rows come in runs of one cell (a partition's records in time order): then the
+    runs are ordered and laid out, not the rows sorted."""
+    n = len(cell)
+    heads = np.flatnonzero(cell[1:] != cell[:-1]) + 1
+    if n < 4096 or len(heads) > n // 16:
+        small = cell.astype(np.uint16) if cell.max() < 2**16 else cell
+        return np.argsort(small, kind="stable")
+    heads = np.concatenate([np.zeros(1, np.int64), heads])
+    lengths = np.diff(np.append(heads, n))
+    runs = np.argsort(cell[heads], kind="stable")  # runs of one cell keep their order
+    starts, lengths = heads[runs], lengths[runs]
+    # each row of a run: its run's first row, plus its place in the run
+    placed = np.cumsum(lengths) - lengths
+    return np.repeat(starts - placed, lengths) + np.arange(n)
 
 
 def _order_stats(stat: str, counts: np.ndarray) -> list[list[int] | None]:
