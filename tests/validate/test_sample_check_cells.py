@@ -299,3 +299,41 @@ def test_cell_order_by_runs_equals_a_stable_argsort(runs):
     cell = np.repeat(rng.integers(0, 40, runs), lengths)
     np.testing.assert_array_equal(_cell_order(cell), np.argsort(cell, kind="stable"))
     assert _cell_order(cell[:10]).tolist() == np.argsort(cell[:10], kind="stable").tolist()
+
+
+@pytest.mark.parametrize("case", ["fixed", "widths", "nul_and_empty", "utf8", "sliced",
+                                  "late_value", "many", "long", "nulls", "string"])
+def test_short_codes_are_exact_or_declined(case):
+    """A column of few short values coded by its bytes as words: codes equal exactly when
+    the values do (empty values, NUL bytes, a value that is another's prefix, multi-byte
+    text, a slice); a value only after the first 1024 rows, more than 8 values, a value
+    of 8 bytes or a null declines (the hash path takes the column)."""
+    from kqlab.validate.sample_checks.partials import SHORT_VALUES, short_codes
+
+    rng = np.random.default_rng(len(case))
+    pools = {"fixed": [b"EUR", b"USD", b"GBP"], "widths": [b"a", b"ab", b"abc", b"abcdefg"],
+             "nul_and_empty": [b"", b"\0", b"\0\0", b"a\0", b"a"],
+             "utf8": ["é".encode(), "ü".encode(), b"e", "€".encode()],
+             "sliced": [b"x", b"yy", b"zzz"], "late_value": [b"p", b"q"],
+             "many": [b"v%d" % i for i in range(SHORT_VALUES + 1)],
+             "long": [b"a", b"abcdefgh"], "nulls": [b"a", None], "string": [b"a", b"bc"]}
+    pool = pools[case]
+    drawn = [pool[i] for i in rng.integers(0, len(pool), 5_000).tolist()]
+    if case == "late_value":
+        drawn[4_000] = b"r"
+    typ = pa.string() if case == "string" else pa.large_binary()
+    column = pa.array([None if v is None else v.decode() if case == "string" else v
+                       for v in drawn], typ)
+    if case == "sliced":
+        column, drawn = column.slice(17, 4_000), drawn[17:4_017]
+    got = short_codes(column)
+    if case in ("late_value", "many", "long", "nulls"):
+        assert got is None
+        return
+    assert got is not None
+    codes, first = got
+    values = column.to_pylist()
+    # equal values, equal codes; each code's first row holds its value, first of all
+    assert len(set(zip(codes.tolist(), values, strict=True))) == len(set(values)) == len(first)
+    for code, row in enumerate(first.tolist()):
+        assert codes[row] == code and values.index(values[row]) == row

@@ -33,6 +33,7 @@ from kqlab.validate.sample_checks.partials import (
     Partial,
     _strictly_increasing,
     group_aggregate,
+    short_codes,
 )
 
 if TYPE_CHECKING:
@@ -165,6 +166,14 @@ def partial_of(check: Check, chunk: Chunk, plan: BaselinePlan | None = None) -> 
         kept = _at(values, rows, present)
         if _strictly_increasing(kept):  # keys numbered in order: each its own row, once
             cell, value, count = codes, kept, np.ones(len(codes), np.int64)
+        elif (short := short_codes(kept)) is not None:  # few short values: counted by code
+            vcodes, firsts = short
+            k = len(firsts)
+            per = np.bincount(codes * k + vcodes, minlength=index.keys.num_rows * k)
+            at = np.flatnonzero(per)
+            cell = at // k
+            value = kept.take(pa.array(firsts[at % k]))
+            count = per[at].astype(np.int64)
         else:
             grouped = group_aggregate({"cell": codes, "value": kept},
                                       {"count": ("count", None)}, len(codes), _BY_CELL)

@@ -162,6 +162,62 @@ def _run_heads(column: pa.Array) -> np.ndarray | None:
     return np.concatenate([np.zeros(1, np.int64), heads.astype(np.int64)])
 
 
+#: a column with at most this many distinct short values is counted by :func:`short_codes`
+SHORT_VALUES = 8
+
+
+def short_codes(column: pa.Array) -> tuple[np.ndarray, np.ndarray] | None:
+    """Dense codes of a binary or string column of few distinct values of at most 7 bytes
+    each (currencies, regions, statuses), and the first row of each code; None when it is
+    not such a column (then it is hashed as any other).
+
+    Each value is read as one 64-bit word: its bytes, and its length in the top byte.  For
+    values of 7 bytes or fewer that word *is* the value (two values are equal exactly when
+    their words are), so no hash is computed and none can collide.  The distinct words of
+    the first 1024 rows are the candidates; a comparison per candidate gives each row its
+    code, and a row matching none (a value the prefix lacks) sends the column to the hash."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    t = column.type
+    large = pa.types.is_large_binary(t) or pa.types.is_large_string(t)
+    n = len(column)
+    if n < 256 or column.null_count or not (large or pa.types.is_binary(t) or
+                                              pa.types.is_string(t)):
+        return None
+    _, offs, data = column.buffers()
+    width = 8 if large else 4
+    offsets = np.frombuffer(offs, np.int64 if large else np.int32, n + 1,
+                            column.offset * width).astype(np.int64)
+    lengths = offsets[1:] - offsets[:-1]
+    if int(lengths.max()) > 7:
+        return None
+    start, end = int(offsets[0]), int(offsets[-1])
+    raw = np.frombuffer(data, np.uint8, end - start, start) if data is not None and \
+        end > start else np.zeros(0, np.uint8)
+    size = int(lengths[0])
+    if (lengths == size).all():  # one width (codes of a kind): the bytes are a matrix
+        packed = np.zeros((n, 8), np.uint8)
+        packed[:, :size] = raw.reshape(n, size)
+        words = packed.view("<u8").reshape(n)
+    else:  # any widths: each row reads a whole (unaligned) word, its tail masked off
+        padded = np.zeros(end - start + 8, np.uint8)
+        padded[:end - start] = raw
+        words = np.ndarray((len(padded) - 7,), np.dtype("<u8"), padded,
+                           strides=(1,))[offsets[:-1] - start]
+        words = words & ((np.uint64(1) << (lengths * 8).astype(np.uint64)) - np.uint64(1))
+    word = words | (lengths.astype(np.uint64) << np.uint64(56))
+    candidates, first = np.unique(word[:1024], return_index=True)
+    if len(candidates) > SHORT_VALUES:
+        return None
+    # each row's rank among the (sorted) candidates, then checked to be one of them
+    codes = np.zeros(n, np.uint8)
+    for w in candidates[1:].tolist():
+        codes += word >= np.uint64(w)
+    if not (candidates[codes] == word).all():
+        return None
+    return codes.astype(np.int64), first.astype(np.int64)
+
+
 def _strictly_increasing(column: pa.Array | pa.ChunkedArray | np.ndarray) -> bool:
     """Whether a string or binary column without nulls is in strictly increasing order:
     then every row holds its own value (keys a producer numbered in order), known without
