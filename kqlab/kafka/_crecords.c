@@ -1672,15 +1672,16 @@ done:
  *   slot (so it never idles while there is work: on two cores it decompresses about the share
  *   that the parse leaves it time for, which balances the two threads by itself), and waits
  *   for j only when the ring is full;
- * - waits at most a bound scaled to j's size (POOL_WAIT_*): a helper that is not running (a
- *   busy machine) is overtaken, j is decompressed again on the parsing thread and the
+ * - waits by spinning, at most about twice as long as decompressing j takes (POOL_WAIT_*),
+ *   never by sleeping: a running helper finishes within microseconds, and on a busy machine a
+ *   thread that sleeps gives its core away and then waits for one again; a helper still at j
+ *   after that is not running, so j is decompressed again on the parsing thread and the
  *   helper's late result is dropped.
  * Every decompression is the same fast path into a private buffer, so the bytes parsed are the
  * same whichever thread produced them; a slot says what the fast path found, and a declined
  * stream still goes to the caller's exact reader, on the parsing thread.
  */
 #if defined(__unix__) || defined(__APPLE__)
-#include <errno.h>
 #include <pthread.h>
 #include <time.h>
 #define KQ_HAVE_THREADS 1
@@ -1692,11 +1693,11 @@ done:
 /* ring slots per thread: enough that the parsing thread rarely finds none to help with, few
  * enough that a slot is still in a cache when it is parsed */
 #define POOL_SLOTS_PER_THREAD 4
-/* how long the parsing thread waits for a batch a helper is decompressing before it
- * decompresses it itself: a base plus a time per compressed byte far above what decoding takes
- * (~1 ns/B here), so only a helper that is not running is overtaken */
-#define POOL_WAIT_BASE_NS 200000LL
-#define POOL_WAIT_NS_PER_BYTE 20LL
+/* how long the parsing thread spins for a batch a helper is decompressing before it
+ * decompresses the batch itself: about twice what decompressing it takes (zstd here: ~1 ns per
+ * decompressed byte, ~4 ns per compressed byte of JSON-like text) */
+#define POOL_WAIT_BASE_NS 10000LL
+#define POOL_WAIT_NS_PER_BYTE 10LL
 /* the values in force (set with the GIL held, read by pool_start with the GIL held; tests
  * change them with _pool_tuning to make the parsing thread overtake its helpers) */
 static long long pool_wait_base_ns = POOL_WAIT_BASE_NS;
@@ -1733,10 +1734,8 @@ typedef struct {
     long long helper_delay_ns;
     int nfree;           /* FREE slots */
     int helpers_waiting; /* helpers waiting for a free slot */
-    Py_ssize_t awaited;  /* the ordinal the parsing thread waits for, -1: none */
     pthread_mutex_t mu;
     pthread_cond_t freed; /* a slot became FREE (or stop): helpers wait on it */
-    pthread_cond_t ready; /* a helper finished a slot: the parsing thread waits on it */
     pthread_t threads[POOL_MAX_HELPERS];
     int nthreads;
 } Pool;
@@ -1796,9 +1795,6 @@ pool_decompress(Pool *pl, Slot *slot, Py_ssize_t j, void **dctx)
         slot->result = r;
         slot->state = SLOT_READY;
     }
-    if (pl->awaited == j || (pl->awaited >= 0 && slot->state == SLOT_FREE)) {
-        pthread_cond_signal(&pl->ready); /* its batch, or a free slot it can help with */
-    }
     pthread_mutex_unlock(&pl->mu);
 }
 
@@ -1844,13 +1840,11 @@ static int
 pool_start(Pool *pl, int helpers)
 {
     int i;
-    pthread_condattr_t ca;
     if (helpers > POOL_MAX_HELPERS) {
         helpers = POOL_MAX_HELPERS;
     }
     pl->nslots = pool_slots_per_thread * (helpers + 1);
     pl->nfree = pl->nslots;
-    pl->awaited = -1;
     pl->wait_base_ns = pool_wait_base_ns;
     pl->wait_ns_per_byte = pool_wait_ns_per_byte;
     pl->helper_delay_ns = pool_helper_delay_ns;
@@ -1860,12 +1854,6 @@ pool_start(Pool *pl, int helpers)
     }
     pthread_mutex_init(&pl->mu, NULL);
     pthread_cond_init(&pl->freed, NULL);
-    pthread_condattr_init(&ca);
-#if defined(__linux__)
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* pool_deadline's clock */
-#endif
-    pthread_cond_init(&pl->ready, &ca);
-    pthread_condattr_destroy(&ca);
     for (i = 0; i < helpers; i++) {
         if (pthread_create(&pl->threads[i], NULL, pool_helper, pl) != 0) {
             break;
@@ -1875,18 +1863,26 @@ pool_start(Pool *pl, int helpers)
     return pl->nthreads;
 }
 
-/* now + ns on the clock of pl->ready */
-static void
-pool_deadline(struct timespec *ts, long long ns)
+static long long
+pool_now_ns(void)
 {
-#if defined(__linux__)
-    clock_gettime(CLOCK_MONOTONIC, ts);
-#else
-    clock_gettime(CLOCK_REALTIME, ts);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* A short busy wait (~0.1-1 us) that tells the CPU so. */
+static inline void
+pool_pause(void)
+{
+    int i;
+    for (i = 0; i < 16; i++) {
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+        __builtin_ia32_pause();
+#elif (defined(__GNUC__) || defined(__clang__)) && defined(__aarch64__)
+        __asm__ __volatile__("yield");
 #endif
-    ns += ts->tv_nsec;
-    ts->tv_sec += (time_t)(ns / 1000000000LL);
-    ts->tv_nsec = (long)(ns % 1000000000LL);
+    }
 }
 
 /*
@@ -1900,8 +1896,7 @@ pool_take(Pool *pl, Py_ssize_t j, void **dctx)
 {
     Slot *slot = &pl->slots[j % pl->nslots];
     Slot *got = NULL;
-    struct timespec deadline;
-    int have_deadline = 0;
+    long long deadline = -1;
     pthread_mutex_lock(&pl->mu);
     for (;;) {
         Py_ssize_t h = pl->next;
@@ -1923,21 +1918,20 @@ pool_take(Pool *pl, Py_ssize_t j, void **dctx)
             pthread_mutex_unlock(&pl->mu);
             pool_decompress(pl, hs, h, dctx);
             pthread_mutex_lock(&pl->mu);
+            deadline = -1; /* the wait starts when there is nothing left to help with */
             continue;
         }
-        if (!have_deadline) {
-            Py_ssize_t k = pl->zk[j];
-            pool_deadline(&deadline, pl->wait_base_ns + pl->wait_ns_per_byte * pl->size[k]);
-            have_deadline = 1;
+        if (deadline < 0) {
+            deadline = pool_now_ns() + pl->wait_base_ns +
+                       pl->wait_ns_per_byte * (long long)pl->size[pl->zk[j]];
         }
-        pl->awaited = j;
-        if (pthread_cond_timedwait(&pl->ready, &pl->mu, &deadline) != 0 && /* ETIMEDOUT */
-            !(slot->j == j && slot->state == SLOT_READY)) {
-            pl->awaited = -1;
+        else if (pool_now_ns() >= deadline) {
             slot->abandoned = 1; /* its helper is not running: overtake it */
             break;
         }
-        pl->awaited = -1;
+        pthread_mutex_unlock(&pl->mu);
+        pool_pause();
+        pthread_mutex_lock(&pl->mu);
     }
     pthread_mutex_unlock(&pl->mu);
     return got;
@@ -1971,7 +1965,6 @@ pool_end(Pool *pl)
     }
     PyMem_RawFree(pl->slots);
     pl->slots = NULL;
-    pthread_cond_destroy(&pl->ready);
     pthread_cond_destroy(&pl->freed);
     pthread_mutex_destroy(&pl->mu);
 }
