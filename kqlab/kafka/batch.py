@@ -288,13 +288,16 @@ MAX_DECODE_THREADS = 4
 def decode_threads() -> int:
     """How many threads the decoder decompresses zstd and lz4 batches on:
     ``KQLAB_DECODE_THREADS`` when set, else one plus one per idle CPU of this process (its CPUs
-    less the one-minute load average), up to :data:`MAX_DECODE_THREADS`.
+    less the one-minute load average, rounded to the nearest), up to
+    :data:`MAX_DECODE_THREADS`.
 
     Decompression is most of the time spent decoding a compressed segment; the parser's
-    helper threads take it off the parsing thread (the decoded tables do not depend on the
-    number).  A helper only pays off on a core nobody else wants: on a machine that is already
-    busy it costs ~10 % more CPU for no gain in time (measured on 2 cores at load 6), hence the
-    load average.  Set ``KQLAB_DECODE_THREADS=1`` where every core runs an engine task."""
+    helper threads take it off the parsing thread, which decompresses the batches no helper
+    has claimed (the decoded tables do not depend on the number).  A helper pays off on a core
+    nobody else wants (zstd, ``benchmarks/decode.py --quick`` on 2 cores: 42 ms instead of
+    61 ms wall); on a machine that is already busy it costs ~5 % more CPU for about the same
+    wall time (load 3-5), so half an idle core is reason enough to start one.  Set
+    ``KQLAB_DECODE_THREADS=1`` where every core runs an engine task."""
     text = os.environ.get("KQLAB_DECODE_THREADS", "").strip()
     if text:
         try:
@@ -310,7 +313,7 @@ def decode_threads() -> int:
         idle = cpus - os.getloadavg()[0]
     except OSError:  # no load average here
         idle = cpus - 1
-    return max(1, min(1 + int(idle), cpus, MAX_DECODE_THREADS))
+    return max(1, min(1 + int(idle + 0.5), cpus, MAX_DECODE_THREADS))
 
 _BATCH_COLUMNS = [f.name for f in BATCHES_SCHEMA]
 # the columns kept per row as read; decode_error and the DECODE_COLUMNS are kept apart because
