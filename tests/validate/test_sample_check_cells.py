@@ -337,3 +337,36 @@ def test_short_codes_are_exact_or_declined(case):
     assert len(set(zip(codes.tolist(), values, strict=True))) == len(set(values)) == len(first)
     for code, row in enumerate(first.tolist()):
         assert codes[row] == code and values.index(values[row]) == row
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_record_shapes_equal_each_records_own_field_set(tmp_path, seed):
+    """A record's shape is ``fields:`` and its non-null top-level fields, sorted: fields
+    every object holds, fields none holds and fields some hold, null values and
+    tombstones, as a record-by-record reading of the decoded objects says."""
+    from kqlab.validate.sample_checks.shapes import record_shapes
+
+    rng = np.random.default_rng(seed)
+    names = ["zeta", "alpha", "always", "never", "mid", "b"]
+    recs = []
+    for i in range(900):
+        doc: dict | None = {"always": i, "never": None}
+        for name in ("zeta", "alpha", "mid", "b"):
+            r = rng.random()
+            if r < 0.3:
+                doc[name] = i
+            elif r < 0.4:
+                doc[name] = None
+        if rng.random() < 0.03:
+            doc = None  # a tombstone
+        recs.append((f"k{i}".encode(), doc, T0 + i))
+    folder = write_log(tmp_path / "log", {0: recs})
+    policy = loads_policy(HEAD)
+    replayer = Replayer(load_sample(folder), now=T0)
+    ctx = replayer.context(policy)
+    got = record_shapes(ctx)
+    if isinstance(got, pa.DictionaryArray):
+        got = got.dictionary_decode()
+    want = [None if doc is None else "fields:" + ",".join(sorted(
+        k for k in names if doc.get(k) is not None)) for _, doc, _ in recs]
+    assert [v.decode() if isinstance(v, bytes) else v for v in got.to_pylist()] == want

@@ -264,11 +264,9 @@ def _rate_table(kind: str, index: CellIndex, timed: np.ndarray, hits: np.ndarray
     k = index.keys.num_rows
     records = np.bincount(codes, minlength=k)
     merged = {}
-    if hits is not None:
+    if hits is not None:  # the hits' codes counted (hits are few: no weights to build)
         name = "nulls" if kind == "null_rate" else "rejected"
-        merged[name] = np.bincount(codes, weights=_where(hits, timed).astype(np.float64),
-                                   minlength=k)
-        merged[name] = np.rint(merged[name])
+        merged[name] = np.bincount(codes[_where(hits, timed)], minlength=k)
     return _cell_table(index, records, merged, PARTIAL_SCHEMAS[kind])
 
 

@@ -38,11 +38,18 @@ def _field_sets(ctx: EvalContext) -> pa.Array | None:
         np.zeros(0, np.int64)
     words = []
     for start in range(0, len(names), _WORD):
-        code = np.zeros(n, dtype=np.int64)
+        const = 0  # the bits of the fields every object holds (or none does): no pass
+        code: np.ndarray | None = None
         for bit, i in enumerate(order[start:start + _WORD].tolist()):
-            valid = pc.struct_field(values, [i]).is_valid().to_numpy(zero_copy_only=False)
-            code |= valid.astype(np.int64) << bit
-        words.append(code)
+            child = pc.struct_field(values, [i])  # null where the value itself is null
+            if child.null_count == values.null_count:  # set in every object
+                const |= 1 << bit
+                continue
+            if child.null_count == n:  # in none
+                continue
+            valid = child.is_valid().to_numpy(zero_copy_only=False).astype(np.int64) << bit
+            code = valid if code is None else code | valid
+        words.append(np.full(n, const, np.int64) if code is None else code | const)
     if not words:
         words = [np.zeros(n, np.int64)]
     if len(words) == 1 and len(names) <= 20:  # a small code range: counting, no sort
