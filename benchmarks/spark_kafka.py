@@ -111,13 +111,14 @@ def gate_rate(bootstrap: str, n: int, suffix: str) -> float:
 
 
 def enforcer_rate(spark: object, bootstrap: str, topic: str, n: int, suffix: str,
-                  checkpoint: str) -> tuple[float, dict]:
+                  checkpoint: str, policy: object = None) -> tuple[float, dict]:
+    """The enforcer's rate on ``topic`` (``policy``: the demo clicks policy by default)."""
     from kqlab.sources.demo_topics import load_policies
     from kqlab.spark.enforcer import Enforcer, EnforcerSettings
     from kqlab.spark.enforcer_config import Route
 
     starts: list[float] = []
-    e = Enforcer(spark, load_policies()["clicks"], EnforcerSettings(
+    e = Enforcer(spark, policy or load_policies()["clicks"], EnforcerSettings(
         routes=(Route(topic, f"enf.valid{suffix}", f"enf.dlq{suffix}"),),
         bootstrap=bootstrap, checkpoint=checkpoint, now=NOW, available_now=True,
         source={"maxOffsetsPerTrigger": str(max(n, 1))}))
