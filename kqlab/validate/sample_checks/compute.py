@@ -83,17 +83,12 @@ def extent_of(chunk: Chunk) -> Extent:
     keep = ~chunk.control if len(chunk.control) == len(ts) else np.ones(len(ts), bool)
     timed = ts[keep & (ts >= 0)]
     return Extent(int(timed.min()) if len(timed) else None,
-                  int(timed.max()) if len(timed) else None, int(keep.sum()))
+                  int(timed.max()) if len(timed) else None, _count(keep))
 
 
-def _windows(check: Check, ts: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each record's window index (``ts // window``; 0 without ``window``: its start is
-    ``index * window``), and ``keep`` narrowed to records a windowed check can place (a
-    timestamp)."""
-    w = check.window_ms
-    if w is None:
-        return np.zeros(len(ts), dtype=np.int64), keep
-    return ts // w, keep & (ts >= 0)
+def _count(mask: np.ndarray) -> int:
+    """Rows a mask keeps (``count_nonzero``: several times cheaper than a bool ``sum``)."""
+    return int(np.count_nonzero(mask))
 
 
 def _rows(keep: np.ndarray) -> pa.Array | None:
@@ -116,14 +111,14 @@ def partial_of(check: Check, chunk: Chunk, plan: BaselinePlan | None = None) -> 
     ctx = chunk.ctx
     kind = check.kind
     keep = reads(ctx, chunk.control, check.when)
-    counts = {"records": int(keep.sum())}
+    counts = {"records": _count(keep)}
     if not keep.any():
         return Partial(kind, PARTIAL_SCHEMAS[kind].empty_table(), counts)
     ts = ctx.timestamps
     if kind in ("drift", "schema_drift"):
         return Partial(kind, _shape_partial(check, chunk, keep, plan, counts), counts)
     timed = keep & (ts >= 0) if check.window_ms is not None else keep
-    counts["untimed"] = int((keep & ~timed).sum())
+    counts["untimed"] = counts["records"] - _count(timed)
     index = _cell_index(ctx, check)
     schema = PARTIAL_SCHEMAS[kind]
     if kind == "freshness":
@@ -190,7 +185,7 @@ def partial_of(check: Check, chunk: Chunk, plan: BaselinePlan | None = None) -> 
             return Partial(kind, schema.empty_table(), counts)
         valid, numbers, non_numeric = numeric_values(fv)
         counts["non_numeric"] = int(non_numeric if keep.all() else
-                                    (timed & ~fv.nulls & ~valid).sum())
+                                    _count(timed & ~fv.nulls & ~valid))
         use = timed & valid
         codes = _where(index.codes, use)
         group, window = keys_at(index.keys, codes)
@@ -291,7 +286,7 @@ def _shape_partial(check: Check, chunk: Chunk, keep: np.ndarray, plan: BaselineP
                              "count": pa.array(per[at].astype(np.int64))}, schema=schema)
         rows = _rows(present)
         return group_aggregate({"value": _at(shapes, rows, present)},
-                               {"count": ("count", None)}, int(present.sum()), schema)
+                               {"count": ("count", None)}, _count(present), schema)
     fv = field_values(ctx, str(check.param("field")))
     if fv.values is None:
         counts["not_scalar"] = 1
@@ -299,7 +294,7 @@ def _shape_partial(check: Check, chunk: Chunk, keep: np.ndarray, plan: BaselineP
     if plan is not None and plan.edges is not None:
         valid, numbers, _ = numeric_values(fv)
         use = keep & valid
-        counts["non_numeric"] = int((keep & ~fv.nulls & ~valid).sum())
+        counts["non_numeric"] = _count(keep & ~fv.nulls & ~valid)
         per = np.bincount(_bins(plan.edges, _where(numbers, use)),
                           minlength=len(plan.edges) + 1)
         at = np.flatnonzero(per)
