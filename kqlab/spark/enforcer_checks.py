@@ -257,7 +257,8 @@ class StreamChecks:
         assert st is not None and st.batch_id == batch_id - 1
         payloads = [(orjson.loads(r["checks"]), [_from_ipc(b) for b in r["partials"]])
                     for r in rows if r["checks"] is not None]
-        extent = Extent(*st.extent)
+        first, last, records = st.extent
+        extent = Extent(first, last, int(records or 0))
         late_now = 0
         for head, _ in payloads:
             extent = extent.merge(Extent(*head["extent"]))
@@ -334,7 +335,9 @@ class StreamChecks:
         st = self.state
         assert st is not None
         row, windows = finish_check(check, st.partials[check.id], extent, now)
-        last = dict(st.fresh.get(check.id, []))
+        last: dict[str | None, str | None] = {}
+        for g, s in st.fresh.get(check.id, []):  # [group, status] pairs (JSON lists)
+            last[g] = s
         changed = [i for i, (g, s) in enumerate(zip(windows.column("group").to_pylist(),
                                                     windows.column("status").to_pylist(),
                                                     strict=True)) if last.get(g) != s]
