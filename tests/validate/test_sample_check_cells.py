@@ -370,3 +370,19 @@ def test_record_shapes_equal_each_records_own_field_set(tmp_path, seed):
     want = [None if doc is None else "fields:" + ",".join(sorted(
         k for k in names if doc.get(k) is not None)) for _, doc, _ in recs]
     assert [v.decode() if isinstance(v, bytes) else v for v in got.to_pylist()] == want
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 20, 1_001])
+def test_order_stat_of_two_neighbours_equals_a_sort(n):
+    """A quantile's two neighbouring order statistics put in place as a sort puts them
+    (ties, the last two positions, one value)."""
+    from kqlab.validate.sample_checks.finish import _order_stat
+
+    rng = np.random.default_rng(n)
+    values = np.round(rng.normal(0, 3, n))  # ties
+    for lo in sorted({0, n // 2, max(n - 2, 0), int(0.95 * (n - 1))}):
+        kth = sorted({lo, min(lo + 1, n - 1)})
+        v = values.copy()
+        _order_stat(v, kth)
+        assert v[kth].tolist() == np.sort(values)[kth].tolist()
+        assert sorted(v.tolist()) == sorted(values.tolist())
