@@ -240,6 +240,35 @@ def test_a_state_seen_before_takes_its_batches_from_that_pass(log):
     assert len(r.assembler._runs) <= BROKER_RUNS_KEPT
 
 
+def test_an_edit_that_flips_most_batches_goes_to_a_full_pass_before_comparing_texts(log):
+    """A rule that fails most records flips the verdict of nearly every batch: the records
+    failing in one input and passing in the other already name too many batches to splice,
+    so the full pass runs without the texts of the two inputs being compared; an edit of a
+    few batches still compares them and splices.  Always a fresh replay."""
+    r = Replayer(log, now=NOW)
+    a = r.assembler
+    nb = r.sample.batches.num_rows
+    compared = []
+    changed_batches = a._changed_batches
+
+    def counting(old, new):
+        compared.append(1)
+        return changed_batches(old, new)
+
+    a._changed_batches = counting
+    tiny = Rule(id="tiny", kind="value_size", params={"max": 5})  # most values are longer
+    steps = [(policy(TRACE, SIZE), "first"), (policy(TRACE, SIZE, tiny), "full"),
+             (policy(TRACE, SIZE, tiny, ENV), "splice"), (policy(TRACE, SIZE, ENV), "full")]
+    for p, expect in steps:
+        before, n_compared = a.broker_batches, len(compared)
+        assert_same(r.run(p), replay(log, p, now=NOW))
+        ran = a.broker_batches - before
+        if expect == "splice":
+            assert 0 < ran < nb and len(compared) > n_compared
+        else:
+            assert ran == nb and len(compared) == n_compared, (expect, ran)
+
+
 def test_an_edit_builds_no_record_table_until_one_is_read(log):
     """An edit's verdicts hold the record table deferred: counts, outcomes, reasons, spans,
     the timeline and the impact diff read codes and coordinates only; the first read of
