@@ -152,6 +152,7 @@ class StreamChecks:
         self.alert_topic = alert_topic
         self.policy_id = policy_id
         self.state: CheckState | None = None
+        self._keys: dict[str, str] = {}
         #: the last micro-batch's line: alerts sent, late records, watermark
         self.line: dict[str, Any] = {}
 
@@ -198,7 +199,8 @@ class StreamChecks:
                             stats=doc["stats"], watermark=doc["watermark"])
             for check in self.checks:
                 saved = doc["checks"].get(check.id)
-                if saved is None:
+                if saved is None or saved.get("key") != self._key(check):
+                    self._start_afresh(st, check)
                     continue
                 table = PARTIAL_SCHEMAS[check.kind].empty_table()
                 if saved["file"]:
@@ -212,6 +214,32 @@ class StreamChecks:
             st.stats.setdefault(check.id, {"windows": 0, "failing": 0, "alerts": 0,
                                            "late": 0})
         return st
+
+    def _key(self, check: Check) -> str:
+        """What the check's saved state depends on: the check without its thresholds (its
+        kind, field, window, group, when; for ``reject_rate`` what decides a rejection) —
+        :func:`~kqlab.validate.sample_checks.partial_key`, as the replayer caches partials."""
+        import hashlib
+
+        from kqlab.validate.sample_checks import partial_key
+
+        if check.id not in self._keys:
+            self._keys[check.id] = hashlib.sha256(
+                partial_key(check, self.policy, "single")).hexdigest()[:16]
+        return self._keys[check.id]
+
+    @staticmethod
+    def _start_afresh(st: CheckState, check: Check) -> None:
+        """A check new to the checkpoint (or changed beyond its thresholds: a policy exported
+        again onto the same checkpoint) starts with no records, its windows judged from the
+        first one after the newest record seen — never the stream's past, whose records it
+        did not read (an empty window there would fail a volume check); records of the
+        micro-batches to come that fall before it are counted late."""
+        for table in (st.closed, st.groups, st.fresh):
+            table.pop(check.id, None)
+        w, newest = check.window_ms, st.extent[1]
+        if w is not None and newest is not None:
+            st.closed[check.id] = (int(newest) // w + 1) * w
 
     def save(self) -> None:
         """The state, under its micro-batch's folder (``state.json`` last: a folder without
@@ -233,7 +261,7 @@ class StreamChecks:
             name = f"c{i:03d}.parquet" if p.table.num_rows else None
             if name:
                 pq.write_table(p.table, f"{folder}/{name}", filesystem=fs, compression="zstd")
-            checks[check.id] = {"file": name, "counts": p.counts}
+            checks[check.id] = {"file": name, "counts": p.counts, "key": self._key(check)}
         doc = {"batch_id": st.batch_id, "extent": st.extent, "closed": st.closed,
                "groups": st.groups, "fresh": st.fresh, "stats": st.stats,
                "watermark": st.watermark, "checks": checks}
