@@ -386,3 +386,35 @@ def test_order_stat_of_two_neighbours_equals_a_sort(n):
         _order_stat(v, kth)
         assert v[kth].tolist() == np.sort(values)[kth].tolist()
         assert sorted(v.tolist()) == sorted(values.tolist())
+
+
+@pytest.mark.parametrize("case", ["same", "last_byte", "lengths", "null", "sliced", "empty",
+                                  "one"])
+def test_one_partition_labels_equal_record_by_record(case):
+    """A chunk of one topic-partition is labelled at once when its topic column holds one
+    value (told from offsets and bytes): the labels a record-by-record reading gives, and
+    a column that differs anywhere (its last byte, a length, a null) is not taken for one."""
+    from kqlab.validate.sample_checks.columns import _one_text, _partition_labels
+
+    n = 3_000
+    topics = ["orders"] * n
+    if case == "last_byte":
+        topics[-1] = "orderz"
+    elif case == "lengths":
+        topics[n // 2] = "orders2"
+    elif case == "empty":
+        topics = [""] * n
+    elif case == "one":
+        topics = ["orders"]
+    column = pa.array([None if case == "null" and i == 7 else t
+                       for i, t in enumerate(topics)], pa.string())
+    if case == "sliced":
+        column = pa.array(["audit", *topics, "audit"], pa.string()).slice(1, n)
+    same = case in ("same", "sliced", "empty", "one")
+    assert _one_text(column) is same
+    if case == "null":  # a records table's topic is never null
+        return
+    part = np.full(len(column), 3, np.int64)
+    labels = _partition_labels(column, part)
+    assert labels.dictionary_decode().to_pylist() == [
+        f"{t}-3" for t in column.to_pylist()]

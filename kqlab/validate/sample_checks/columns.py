@@ -169,6 +169,10 @@ def _partition_labels(topic: pa.Array, part: np.ndarray) -> pa.DictionaryArray:
     each run of one (topic, partition) only, then repeated — comparing neighbours costs a
     fraction of hashing every record's topic."""
     n = len(part)
+    if n and int(part.min()) == int(part.max()) and _one_text(topic):  # one partition
+        label = f"{topic[0].as_py()}-{int(part[0])}"
+        return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)),
+                                              pa.array([label], pa.string()))
     if n > 1024:
         changed = part[1:] != part[:-1]
         if isinstance(topic, pa.ChunkedArray):
@@ -201,6 +205,29 @@ def _partition_labels(topic: pa.Array, part: np.ndarray) -> pa.DictionaryArray:
     labels = [f"{names[t[i]]}-{part[i]}" for i in first.tolist()]
     return pa.DictionaryArray.from_arrays(pa.array(which.reshape(-1).astype(np.int32)),
                                           pa.array(labels, pa.string()))
+
+
+def _one_text(column: pa.Array | pa.ChunkedArray) -> bool:
+    """Whether a string column without nulls holds one value throughout (a chunk's topic),
+    told from its offsets and bytes without comparing strings."""
+    if isinstance(column, pa.ChunkedArray):
+        if column.num_chunks != 1:
+            return False
+        column = column.chunk(0)
+    n = len(column)
+    if not n or column.null_count or not pa.types.is_string(column.type):
+        return False
+    _, offs, data = column.buffers()
+    offsets = np.frombuffer(offs, np.int32, n + 1, column.offset * 4)
+    size = int(offsets[1] - offsets[0])
+    if not (np.diff(offsets) == size).all():
+        return False
+    if size == 0:
+        return True
+    raw = np.frombuffer(data, np.uint8, n * size, int(offsets[0]))
+    # every value as long as the first and each byte equal to the one a value earlier:
+    # every value is the first
+    return bool(np.array_equal(raw[size:], raw[:-size]))
 
 
 def _as_label(values: pa.Array) -> pa.Array:

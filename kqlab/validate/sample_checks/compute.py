@@ -91,17 +91,11 @@ def _count(mask: np.ndarray) -> int:
     return int(np.count_nonzero(mask))
 
 
-def _rows(keep: np.ndarray) -> pa.Array | None:
-    """The kept rows as Arrow indices, or None when every row is kept (nothing to take)."""
-    return None if keep.all() else pa.array(np.flatnonzero(keep))
-
-
-def _at(column: pa.Array | np.ndarray, rows: pa.Array | None, keep: np.ndarray
-        ) -> pa.Array | np.ndarray:
-    """``column`` at the kept rows (itself when all are kept)."""
-    if rows is None:
+def _at(column: pa.Array | np.ndarray, keep: np.ndarray) -> pa.Array | np.ndarray:
+    """``column`` at the kept rows (itself when all are kept); Arrow columns filtered by the
+    mask, which reads them in order (cheaper than a take of the rows)."""
+    if keep.all():
         return column
-    # a filter by the mask reads the column in order: cheaper than a take of the rows
     return column[keep] if isinstance(column, np.ndarray) else column.filter(pa.array(keep))
 
 
@@ -156,9 +150,8 @@ def partial_of(check: Check, chunk: Chunk, plan: BaselinePlan | None = None) -> 
         present = timed & ~np.asarray(values.is_null().to_numpy(zero_copy_only=False), bool)
         if not present.any():
             return Partial(kind, schema.empty_table(), counts)
-        rows = _rows(present)
         codes = _where(index.codes, present)
-        kept = _at(values, rows, present)
+        kept = _at(values, present)
         if _strictly_increasing(kept):  # keys numbered in order: each its own row, once
             cell, value, count = codes, kept, np.ones(len(codes), np.int64)
         elif (short := short_codes(kept)) is not None:  # few short values: counted by code
@@ -284,8 +277,7 @@ def _shape_partial(check: Check, chunk: Chunk, keep: np.ndarray, plan: BaselineP
             at = np.flatnonzero(per)
             return pa.table({"value": shapes.dictionary.take(pa.array(at)),
                              "count": pa.array(per[at].astype(np.int64))}, schema=schema)
-        rows = _rows(present)
-        return group_aggregate({"value": _at(shapes, rows, present)},
+        return group_aggregate({"value": _at(shapes, present)},
                                {"count": ("count", None)}, _count(present), schema)
     fv = field_values(ctx, str(check.param("field")))
     if fv.values is None:
