@@ -201,7 +201,7 @@ class _PolicyInput:
     def _indices(self) -> pa.Array:
         """``first`` as Arrow indices, null where a record passes (made once per input)."""
         if self._arrow_first is None:
-            self._arrow_first = _masked(self.first)
+            self._arrow_first = _masked(self.first, self.failing)
         return self._arrow_first
 
     def python(self, rec: np.ndarray | None = None) -> list[str | None]:
@@ -210,9 +210,20 @@ class _PolicyInput:
         return self.messages.take(pa.array(f, mask=f < 0)).to_pylist()
 
 
-def _masked(first: np.ndarray) -> pa.Array:
-    """Indices into a policy input's messages, null where the record passes (-1)."""
-    return pa.array(first, mask=first < 0)
+def _masked(first: np.ndarray, failing: np.ndarray | None = None) -> pa.Array:
+    """Indices into a policy input's messages, null where the record passes (-1, or not
+    ``failing``): the values are ``first``'s own buffer (not copied; the input never changes
+    it), the validity bits packed from the mask."""
+    first = np.ascontiguousarray(first, dtype=np.int64)
+    if failing is None:
+        failing = first >= 0
+    valid = int(np.count_nonzero(failing))
+    if valid == len(first):
+        return pa.array(first)
+    bits = np.packbits(failing, bitorder="little")
+    return pa.Array.from_buffers(pa.int64(), len(first), [pa.py_buffer(bits),
+                                                          pa.py_buffer(first)],
+                                 null_count=len(first) - valid)
 
 
 @dataclass
