@@ -259,6 +259,64 @@ def test_c_result_arrays_are_writable():
             arr[...] = arr  # writable, like the reference's copies
 
 
+# -- large data buffers reused by later parses --------------------------------------------------
+
+def _big_region(seed: int) -> tuple[bytes, int]:
+    """2500 records of 2000-byte values: 5 MB of values, above the size whose data buffers the
+    C parser keeps for later parses."""
+    rng = np.random.default_rng(seed)
+    recs = [encode_record(0, i, i, b"k%d" % i, rng.bytes(2000), []) for i in range(2500)]
+    return b"".join(recs), len(recs)
+
+
+def _parse_big(region: bytes, n: int, reserve: int) -> ParsedRecords:
+    from kqlab.kafka._crecords import RecordsParser
+
+    parser = RecordsParser(True, reserve)
+    parser.add([region], [n], ReadMode.BUFFER)
+    return ParsedRecords(*parser.finish())
+
+
+@needs_c
+def test_reused_buffers_never_change_what_is_held():
+    """A parse reuses a kept data buffer only when nothing else references it: values still
+    held (by the result, or only by a numpy view of its bytes) stay as they were, and every
+    parse equals the reference."""
+    from kqlab.kafka import _crecords
+
+    _crecords._release_buffers()
+    a, n = _big_region(1)
+    b, _ = _big_region(2)
+    want = {id(a): parse_py([a], [n]), id(b): parse_py([b], [n])}
+    held = _parse_big(a, n, len(a))
+    only_view = np.frombuffer(_parse_big(a, n, len(a)).value_data, np.uint8)[100:5000]
+    for region in (b, a, b, b, a):
+        got = _parse_big(region, n, len(region))
+        assert_same(got, want[id(region)])
+        del got  # its buffers may be reused by the next parse
+    assert_same(held, want[id(a)])
+    assert only_view.tobytes() == want[id(a)].value_data[100:5000]
+    assert _crecords._release_buffers() >= 1  # large buffers were kept
+
+
+@needs_c
+def test_a_reused_buffer_hashes_as_its_bytes():
+    """A bytes object's hash is cached on it: a reused buffer must not keep the one of the
+    values it held before (the reserve equals the kept size, the one case a resize could be
+    skipped)."""
+    from kqlab.kafka import _crecords
+
+    _crecords._release_buffers()
+    a, n = _big_region(3)
+    b, _ = _big_region(4)
+    first = _parse_big(a, n, 2500 * 2000)
+    hash(first.value_data)
+    del first
+    second = _parse_big(b, n, 2500 * 2000)
+    assert hash(second.value_data) == hash(bytes(bytearray(second.value_data)))
+    _crecords._release_buffers()
+
+
 def test_active_implementation_is_the_requested_one():
     # the C extension is built by `pip install -e .`; KQLAB_PURE_PYTHON=1 forces the reference
     assert parse_c is not None, "kqlab.kafka._crecords is not built (pip install -e .)"
