@@ -132,9 +132,11 @@ def replay_stream(source: str | Path, policy: Policy, *, now: int | None = None,
     done_bytes = 0
     checks: CheckRun | None = None
     plans: dict[bytes, object] = {}  # baselines, read once for every chunk
+    load = _Load()
     prepared = _prepared(_chunks(partitions, chunk_batches), policy, now, resolver, base_dir,
-                         effective, profile)
+                         effective, profile, load)
     for replayer in (_read_ahead(prepared) if read_ahead_pays() else prepared):
+        spent = time.thread_time()
         sample = replayer.sample
         replayer.assembler.validators = validators
         replayer._check_plans = plans
@@ -145,6 +147,7 @@ def replay_stream(source: str | Path, policy: Policy, *, now: int | None = None,
                 checks = run
             else:
                 checks.merge(run)
+        load.judged += time.thread_time() - spent
         parts.add(chunk_verdicts)
         done_bytes += int(pc.sum(sample.batches.column("size_bytes")).as_py() or 0)
         if progress is not None:
@@ -221,27 +224,51 @@ def _chunks(partitions: list[Path], chunk_batches: int) -> Iterator[Sample]:
                          list(chunk.issues))
 
 
+@dataclass
+class _Load:
+    """Thread CPU seconds the chunks so far cost the reading thread (reading, decoding and
+    the checks computed there) and the judging thread (rules, broker checks, verdicts and
+    the checks computed there)."""
+
+    read: float = 0.0
+    judged: float = 0.0
+
+    def read_has_room(self) -> bool:
+        """Whether the next chunk's checks that read the records alone go to the reading
+        thread: when it has had the lighter share so far (a JSON topic's decode is most of
+        a replay, many rules make the judging heavier), so neither thread waits for the
+        other more than it must.  Either thread computes the very same partials (same
+        function, same cache key): this only balances the two."""
+        return self.read < self.judged
+
+
 def _prepared(samples: Iterator[Sample], policy: Policy, now: int,
               resolver: SchemaResolver | None, base_dir: str | Path | None,
-              effective: Policy | None = None, profile: str | None = None
-              ) -> Iterator[Replayer]:
+              effective: Policy | None = None, profile: str | None = None,
+              load: _Load | None = None) -> Iterator[Replayer]:
     """A :class:`Replayer` of each chunk with its values already decoded (on the reading
     thread, see :func:`_read_ahead`): a replay decodes every value when the policy's value
     format decodes (the implicit ``decode:value`` rule), and this is the very call the rules
     make (``EvalContext.decoded``, cached in the replayer's context for this policy).  Given
     the ``effective`` policy and ``profile``, the sample checks that read the records alone
-    are computed here as well (:meth:`Replayer.prepare_checks`)."""
+    are computed here as well (:meth:`Replayer.prepare_checks`) when ``load`` says this
+    thread had the lighter last chunk (else the judging thread computes them)."""
     from kqlab.validate.rules import decodes
 
     decode = decodes(policy.value)
+    spent = time.thread_time()  # the chunk's reading and parsing count too
     for sample in samples:
         replayer = Replayer(sample, now=now, resolver=resolver, base_dir=base_dir)
         if decode:
             replayer.context(policy).decoded("value")
-        if effective is not None and profile is not None:
+        if effective is not None and profile is not None and (
+                load is None or load.read_has_room()):
             # the sample checks that read the records alone, computed here too
             replayer.prepare_checks(effective, profile)
+        if load is not None:
+            load.read += time.thread_time() - spent
         yield replayer
+        spent = time.thread_time()
 
 
 def read_ahead_pays() -> bool:

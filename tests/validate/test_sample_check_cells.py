@@ -418,3 +418,27 @@ def test_one_partition_labels_equal_record_by_record(case):
     labels = _partition_labels(column, part)
     assert labels.dictionary_decode().to_pylist() == [
         f"{t}-3" for t in column.to_pylist()]
+
+
+@pytest.mark.parametrize("read_ahead", ["1", "0"])
+def test_checks_are_the_same_whichever_thread_computes_them(tmp_path, monkeypatch,
+                                                            read_ahead):
+    """The streamed replay gives the checks that read the records alone to the reading or
+    the judging thread, whichever has had less to do: the results are the same either way,
+    and the whole replay's."""
+    from kqlab.validate import replay
+    from kqlab.validate import stream as stream_mod
+
+    folder = write_log(tmp_path / "log", {p: _records(p, 9) for p in range(3)}, per_batch=7)
+    policy = loads_policy(HEAD + RULES + CHECKS)
+    monkeypatch.setenv("KQLAB_READ_AHEAD", read_ahead)
+    now = T0 + 100 * MINUTE
+    whole = replay(folder, policy, now=now).checks()
+    for room in (True, False, None):
+        if room is not None:
+            monkeypatch.setattr(stream_mod._Load, "read_has_room", lambda self, r=room: r)
+        else:
+            monkeypatch.undo()
+            monkeypatch.setenv("KQLAB_READ_AHEAD", read_ahead)
+        got = stream_mod.replay_stream(folder, policy, now=now, chunk_batches=13).checks()
+        assert got.equals(whole), room
