@@ -124,8 +124,9 @@ def check_rows(policy: Any) -> tuple[CheckFidelity, ...]:
         elif c.kind == "freshness":
             rows.append(CheckFidelity(
                 check=c.id, kind=c.kind, status=ENFORCED,
-                how="per group at every micro-batch, against the enforcer's clock; an alert "
-                "row when a group's status changes"))
+                how="per group at every micro-batch and every trigger interval between them "
+                "(a silent topic runs none), against the enforcer's clock; an alert row when "
+                "a group's status changes"))
         else:
             how = ("each window judged once when closed (newest record seen less "
                    "checks.lateness_ms past its end), one alert row per failing window")

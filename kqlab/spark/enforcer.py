@@ -41,8 +41,9 @@ window counts its records twice (its alert rows may be sent again: keyed
 ``check|group|window start``).  Windows the state no longer holds are dropped; a record for a
 window already judged is counted ``late`` (metrics ``checks.late``, per check) and judged in
 no window.  Freshness is judged per group at every micro-batch against the clock (``--now``
-or the wall clock) and alerted when a group's status changes.  Which checks run, and why the
-others do not (drift, schema drift, checks over the whole sample), is
+or the wall clock), and between micro-batches every trigger interval against the wall clock
+(a silent topic runs none), and alerted when a group's status changes.  Which checks run,
+and why the others do not (drift, schema drift, checks over the whole sample), is
 :func:`~kqlab.spark.enforcer_config.check_support`.  ``connector: spark`` computes no checks.
 
 Fault injection (for the crash test): ``KQLAB_ENFORCER_KILL_AT=PHASE:N`` SIGKILLs the driver
@@ -443,6 +444,7 @@ class Enforcer:
         self.checks = self._stream_checks()
         self._producer: Any = None
         self._alert_errors: list[str] = []
+        self._ticked = time.monotonic()  # the last freshness judgement (micro-batch or tick)
 
     def _stream_checks(self) -> Any:
         """The enforced sample checks' driver state (None: the policy has none the enforcer
@@ -598,6 +600,7 @@ class Enforcer:
             self._die("flushed")
             self._account(batch_id, rows, before, time.monotonic() - t0)
             self._handled[batch_id] = self._runs
+            self._ticked = time.monotonic()
 
     def _alert_producer(self) -> Any:
         """The driver's own idempotent producer for alert rows, with the enforcer's settings
@@ -614,36 +617,61 @@ class Enforcer:
                                        "on_delivery": on_delivery})
         return self._producer
 
+    def _freshness_tick(self) -> None:
+        """Between micro-batches, every trigger interval (at least a second), the freshness
+        checks judged again against the wall clock: a topic gone silent runs no micro-batch,
+        and its age grows all the same.  Not with ``--now`` (a fixed clock changes
+        nothing) or ``--available-now``.  A failed delivery is reported on stderr and the
+        state reloaded (the next micro-batch judges freshness again)."""
+        s = self.settings
+        if self.checks is None or not self.checks.has_freshness or s.now is not None or \
+                s.available_now or time.monotonic() - self._ticked < max(s.trigger_seconds,
+                                                                         1.0):
+            return
+        with self._batch_lock:
+            self._ticked = time.monotonic()
+            try:
+                self._send_alerts(self.checks.tick(int(time.time() * 1000)))
+            except EnforcerError as exc:
+                self.checks.reset()
+                print(f"kqlab enforcer: freshness alerts: {exc}", file=sys.stderr, flush=True)
+
+    def _send_alerts(self, alerts: Sequence[dict[str, Any]]) -> None:
+        """Produce alert rows to the alert topic and wait for them (:class:`EnforcerError`
+        when one is not delivered)."""
+        from kqlab.spark.enforcer_checks import alert_key
+
+        if not alerts:
+            return
+        producer = self._alert_producer()
+        errors = self._alert_errors
+        errors.clear()
+        for a in alerts:
+            while True:
+                try:
+                    producer.produce(self.alert_topic, json.dumps(a).encode(), alert_key(a))
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        while producer.flush(1.0):
+            pass
+        if errors:
+            first, n = errors[0], len(errors)
+            errors.clear()
+            raise EnforcerError(f"{n} alert row(s) were not delivered (first: {first})")
+
     def _judge_checks(self, batch_id: int, rows: Sequence[Any]) -> None:
         """The sample checks after a micro-batch's records are delivered: partials merged,
         closed windows judged, their alert rows produced and flushed, then the state saved
         under this micro-batch (a re-run starts again from the one before)."""
-        from kqlab.spark.enforcer_checks import alert_key
-
         assert self.checks is not None
         now = self.settings.now if self.settings.now is not None else int(time.time() * 1000)
         try:
-            alerts = self.checks.after(batch_id, list(rows), now)
-            if alerts:
-                producer = self._alert_producer()
-                errors = self._alert_errors
-                errors.clear()
-                for a in alerts:
-                    while True:
-                        try:
-                            producer.produce(self.alert_topic, json.dumps(a).encode(),
-                                             alert_key(a))
-                            break
-                        except BufferError:
-                            producer.poll(0.05)
-                while producer.flush(1.0):
-                    pass
-                if errors:
-                    first, n = errors[0], len(errors)
-                    errors.clear()
-                    raise EnforcerError(f"{n} alert row(s) were not delivered (first: "
-                                        f"{first}); the micro-batch is not committed and "
-                                        "runs again on restart")
+            try:
+                self._send_alerts(self.checks.after(batch_id, list(rows), now))
+            except EnforcerError as exc:
+                raise EnforcerError(f"{exc}; the micro-batch is not committed and runs "
+                                    "again on restart") from None
             self.checks.save()
         except BaseException:
             self.checks.reset()  # the state in memory is this failed attempt's
@@ -785,6 +813,7 @@ class Enforcer:
                         self.query.stop()
                     break
                 self.query.awaitTermination(0.2)
+                self._freshness_tick()
             if not self._closed:
                 exc = self.query.exception()
                 if exc is not None:
@@ -794,6 +823,8 @@ class Enforcer:
         finally:
             with contextlib.suppress(Exception):
                 self.spark.streams.removeListener(listener)
+            if self._producer is not None:  # every alert was flushed with its micro-batch
+                self._producer = None  # its client closes (no reconnecting after the run)
         return self.snapshot()
 
     def stop(self) -> None:

@@ -16,8 +16,9 @@ The computation is the replay's (``docs/sample-checks.md``), split where a strea
   :func:`~kqlab.validate.sample_checks.finish_check` — the same observed values as a replay
   of the same records — and drops those windows from the state, so memory holds the open
   windows only.  ``volume`` judges the empty windows of every group seen so far (a quiet
-  partition); ``freshness`` judges each group at every micro-batch against the enforcer's
-  clock and alerts when a group's status changes.
+  partition); ``freshness`` judges each group at every micro-batch (and, from the state the
+  last one left, between them: :meth:`StreamChecks.tick`) against the enforcer's clock and
+  alerts when a group's status changes.
 
 The state is kept per micro-batch under ``<checkpoint>/kqlab/checks/<batch id>/`` (one
 Parquet file per check's open partial, ``state.json`` written last), and a micro-batch
@@ -401,6 +402,28 @@ class StreamChecks:
                         "batch_id": batch_id})
         stats["alerts"] += len(out)
         return out
+
+    def tick(self, now: int) -> list[dict[str, Any]]:
+        """Between micro-batches (a silent topic runs none): the freshness checks judged
+        again against ``now`` from the state the last micro-batch left; alert rows where a
+        group's status changed (``batch_id``: that micro-batch's)."""
+        from kqlab.validate.sample_checks import Extent
+
+        st = self.state
+        if st is None or st.batch_id < 0:
+            return []
+        first, last, records = st.extent
+        extent = Extent(first, last, int(records or 0))
+        alerts: list[dict[str, Any]] = []
+        for check in self.checks:
+            if check.kind == "freshness":
+                alerts += self._freshness(check, extent, now, st.batch_id)
+        return alerts
+
+    @property
+    def has_freshness(self) -> bool:
+        """Whether a freshness check is enforced (the clock alone can change its result)."""
+        return any(c.kind == "freshness" for c in self.checks)
 
     def summary(self) -> dict[str, Any]:
         """The checks' counters for the enforcer's metrics."""

@@ -412,3 +412,59 @@ def test_a_check_changed_on_the_same_checkpoint_starts_afresh_at_the_watermark(p
     # the null-rate jump (window 15) came before the switch: the 20 s nulls check never saw it
     assert not alert_windows(s2.alerts)["nulls"] and (newest - T0) // W > 15
     assert all(v["late"] == 0 for v in s2.driver.summary()["by_check"].values())
+
+
+def test_a_silent_topic_goes_stale_between_micro_batches(spark, kafka, tmp_path):
+    """No record, no micro-batch: the driver judges freshness again every trigger interval
+    against the wall clock, and alerts when a partition's newest record grows too old."""
+    import threading
+    import time
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    from kqlab.spark.enforcer import Enforcer, EnforcerSettings
+    from kqlab.spark.enforcer_config import Route
+
+    fresh = loads_policy("""kqlab: 1
+name: fresh-only
+topics: {names: [f.raw]}
+checks:
+- {id: fresh, kind: freshness, by: partition, max_age_ms: 1000}
+""")
+    for t, n in (("f.raw", 2), ("f.raw.valid", 2), ("f.raw.dlq", 2), ("f.raw.alerts", 1)):
+        kafka.create_topic(t, partitions=n)
+    e = Enforcer(spark, fresh, EnforcerSettings(
+        routes=(Route("f.raw", "f.raw.valid", "f.raw.dlq"),), bootstrap=kafka.bootstrap,
+        checkpoint=str(tmp_path / "ck"), trigger_seconds=0.5))
+    run = threading.Thread(target=e.run, daemon=True)
+    run.start()
+
+    def batches(n: int) -> None:
+        deadline = time.monotonic() + 90
+        while len(e.batches) < n and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(e.batches) >= n, "the enforcer ran no micro-batch"
+
+    c = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "f-test"})
+    c.assign([TopicPartition("f.raw.alerts", 0, 0)])
+    alerts: list[dict] = []
+    try:
+        # partition 1 stamped an hour ahead (never stale here): the workers start on it
+        kafka.produce("f.raw", [{"value": b"x", "partition": 1,
+                                 "timestamp": int(time.time() * 1000) + 3_600_000}])
+        batches(1)
+        # partition 0 stamped 6 s ahead: fresh when its micro-batch judges it, stale 7 s on
+        kafka.produce("f.raw", [{"value": b"x", "partition": 0,
+                                 "timestamp": int(time.time() * 1000) + 6_000}])
+        batches(2)
+        deadline = time.monotonic() + 60
+        while not alerts and time.monotonic() < deadline:
+            alerts += [json.loads(m.value()) for m in c.consume(10, 0.5) if not m.error()]
+    finally:
+        c.close()
+        e.stop()
+        run.join(60)
+    assert len(e.batches) == 2 and [b["checks"]["alerts"] for b in e.batches] == [0, 0]
+    assert [(a["group"], a["status"], a["batch_id"]) for a in alerts] == \
+        [("f.raw-0", "fail", e.batches[1]["batch_id"])]
+    assert alerts[0]["observed"] > 1000
