@@ -381,8 +381,8 @@ advise_hugepages(void *p, Py_ssize_t n)
  * one whose only reference is this one (every reader of a bytes object's memory holds a
  * reference to it: Arrow and numpy through the buffer protocol, slices by copying), so no
  * table or array can see its memory change.  Fresh memory costs a page fault and the kernel
- * zeroing each page: measured ~30 % of the CPU of decoding an uncompressed 52 MB segment and
- * ~12 % of a zstd one; a reused buffer's pages are mapped already.  The cost: up to
+ * zeroing each page: reusing saved ~20 % of the CPU of decoding an uncompressed 52 MB segment
+ * and ~9 % of a zstd one (benchmarks/decode.py --quick), a reused buffer's pages being mapped.  The cost: up to
  * BUFPOOL_SIZE such buffers stay allocated after their tables are gone, until a parse takes
  * them or pushes them out (_release_buffers() drops them).  Only used with the GIL held.
  */
@@ -1809,7 +1809,7 @@ pool_claim(Pool *pl, Slot *slot, Py_ssize_t j)
 /*
  * A slot became FREE (the lock is held).  Waiting helpers are woken once half the ring is
  * free, not at every slot: on a machine whose cores are all busy a helper shares one with the
- * parsing thread, and a wake per batch measured ~2 context switches per batch (+10 % CPU).
+ * parsing thread, and a wake per freed slot measured 1.7 context switches per batch (0.55 so).
  */
 static inline void
 pool_freed(Pool *pl, Slot *slot)
