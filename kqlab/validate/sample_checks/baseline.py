@@ -11,6 +11,7 @@ partial is computed by the very function that computes the sample's
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from pathlib import Path
 
@@ -35,6 +36,8 @@ def baseline_path(check: Check, base_dir: Path | None) -> Path:
 
 #: plans made from baselines, by what they depend on (:func:`_plan_key`), newest last
 _PLANS: OrderedDict[bytes, BaselinePlan] = OrderedDict()
+#: replays on several threads (a notebook's, a server's) share the plans
+_PLANS_LOCK = threading.Lock()
 #: at most this many are kept (each holds a baseline's bins or categories, not its records)
 MAX_CACHED_PLANS = 16
 
@@ -64,7 +67,8 @@ def _plan_key(check: Check, policy: Policy, path: Path, now: int) -> bytes:
 
 def clear_baseline_cache() -> None:
     """Forget every plan made (the next replay reads its baselines again)."""
-    _PLANS.clear()
+    with _PLANS_LOCK:
+        _PLANS.clear()
 
 
 def baseline_plan(check: Check, policy: Policy, base_dir: Path | None, now: int,
@@ -87,15 +91,17 @@ def baseline_plan(check: Check, policy: Policy, base_dir: Path | None, now: int,
         key = _plan_key(check, policy, path, now)
     except OSError:  # a file gone while listing: read it (and report what reading finds)
         return _baseline_plan(check, policy, base_dir, now, resolver, loaded)
-    plan = _PLANS.get(key)
-    if plan is not None:
-        _PLANS.move_to_end(key)
-        return plan
+    with _PLANS_LOCK:
+        plan = _PLANS.get(key)
+        if plan is not None:
+            _PLANS.move_to_end(key)
+            return plan
     plan = _baseline_plan(check, policy, base_dir, now, resolver, loaded)
     if plan.reason in (None, "baseline_empty"):
-        _PLANS[key] = plan
-        while len(_PLANS) > MAX_CACHED_PLANS:
-            _PLANS.popitem(last=False)
+        with _PLANS_LOCK:
+            _PLANS[key] = plan
+            while len(_PLANS) > MAX_CACHED_PLANS:
+                _PLANS.popitem(last=False)
     return plan
 
 
