@@ -442,3 +442,23 @@ def test_checks_are_the_same_whichever_thread_computes_them(tmp_path, monkeypatc
             monkeypatch.setenv("KQLAB_READ_AHEAD", read_ahead)
         got = stream_mod.replay_stream(folder, policy, now=now, chunk_batches=13).checks()
         assert got.equals(whole), room
+
+
+@pytest.mark.parametrize("stat", ["mean", "min", "max", "stddev", "p50", "p95", "p99"])
+@pytest.mark.parametrize("runs", [40, 3_000])
+def test_stat_cells_by_run_slices_equal_the_sorted_layout(monkeypatch, stat, runs):
+    """The stat finish copies a partial's runs of one cell slice by slice when they are
+    few: the same rows per cell, the same first row, the same statistic to the bit as the
+    layout by a stable sort."""
+    from kqlab.validate.sample_checks import finish
+
+    rng = np.random.default_rng(runs)
+    n = 60_000
+    lengths = rng.multinomial(n - runs, np.ones(runs) / runs) + 1
+    cell = np.repeat(rng.integers(0, 30, runs), lengths)
+    values = np.round(rng.lognormal(3, 2, n), 1)  # ties; sums depend on their order
+    got = finish._stat_cells(stat, cell, values)
+    monkeypatch.setattr(finish, "_cell_runs", lambda c: None)
+    want = finish._stat_cells(stat, cell, values)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -287,18 +287,27 @@ def _stat_cells(stat: str, cell: np.ndarray, values: np.ndarray
         # few cells: values put in cell order (a counting sort of small codes, nearly
         # sequential reads), then each cell's values sorted in place (numpy's vectorised
         # sort, several times cheaper than an argsort and its gathers)
-        by_cell = _cell_order(cell)
-        v = values[by_cell]
         counts = per_cell[used]
         ends = np.cumsum(counts)
         starts = ends - counts
+        runs = _cell_runs(cell)
+        if runs is not None:  # few runs of one cell: their slices copied in cell order
+            run_starts, run_lengths = runs
+            v = np.concatenate([values[a:a + k] for a, k in
+                                zip(run_starts.tolist(), run_lengths.tolist(), strict=True)])
+            # a cell's first row: the start of its first run (runs keep their order)
+            first_run = np.searchsorted(np.cumsum(run_lengths) - run_lengths, starts)
+            first = run_starts[first_run]
+        else:
+            by_cell = _cell_order(cell)
+            v = values[by_cell]
+            first = by_cell[starts]
         for a, b, kth in zip(starts.tolist(), ends.tolist(), _order_stats(stat, counts),
                              strict=True):
             if kth is None:  # sums: every value in sorted order
                 v[a:b].sort()
             else:  # a quantile, min, max: only its positions in sorted order (a partition)
                 _order_stat(v[a:b], kth)
-        first = by_cell[starts]
     else:
         # equal values are interchangeable, so an unstable (faster) sort gives the same sums
         by_value = np.argsort(values)
@@ -332,6 +341,27 @@ def _stat_cells(stat: str, cell: np.ndarray, values: np.ndarray
         a, b = v[starts + lo], v[starts + hi]
         observed = a + (b - a) * frac
     return first, counts, observed
+
+
+#: at most this many runs of one cell are laid out slice by slice (:func:`_cell_runs`)
+_MAX_RUNS = 4096
+
+
+def _cell_runs(cell: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The runs of one cell code (first row, length) in cell order, each cell's in row order,
+    when there are few (a partial of a partition's records in time order: a few runs per
+    window); else None.  Copying those slices is the stable sort's layout without an index
+    per row."""
+    n = len(cell)
+    if n < 4096:
+        return None
+    heads = np.flatnonzero(cell[1:] != cell[:-1]) + 1
+    if len(heads) >= _MAX_RUNS:
+        return None
+    heads = np.concatenate([np.zeros(1, np.int64), heads])
+    lengths = np.diff(np.append(heads, n))
+    runs = np.argsort(cell[heads], kind="stable")
+    return heads[runs], lengths[runs]
 
 
 def _cell_order(cell: np.ndarray) -> np.ndarray:
