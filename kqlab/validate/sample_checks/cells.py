@@ -107,6 +107,10 @@ def cell_index(groups: pa.Array | pa.ChunkedArray, ts: np.ndarray,
     tumbling ``window_ms`` windows aligned to the epoch (None: one window, start 0)."""
     gcode, labels = _label_codes(groups)
     n = len(ts)
+    if window_ms is None and len(labels) == 1:  # one group, no window: one cell
+        keys = pa.table({"group": labels, "window": pa.array([0], pa.int64())},
+                        schema=CELL_KEYS_SCHEMA)
+        return CellIndex(np.zeros(n, np.int64), keys if n else keys.slice(0, 0))
     if window_ms is None:
         wcode = np.zeros(n, np.int64)
         low, width, timed = 0, 1, None

@@ -119,8 +119,13 @@ def partial_of(check: Check, chunk: Chunk, plan: BaselinePlan | None = None) -> 
         timed = keep & (ts >= 0)
         codes = _where(index.codes, timed)
         k = index.keys.num_rows
-        records = np.bincount(codes, minlength=k)
-        newest = _cell_max(codes, _where(ts, timed), k)
+        if k == 1:  # one group (a chunk of one partition): no per-record codes to read
+            kept_ts = _where(ts, timed)
+            records = np.array([len(kept_ts)], np.int64)
+            newest = np.array([kept_ts.max(initial=np.iinfo(np.int64).min)], np.int64)
+        else:
+            records = np.bincount(codes, minlength=k)
+            newest = _cell_max(codes, _where(ts, timed), k)
         return Partial(kind, _cell_table(index, records, {"newest": newest}, schema), counts)
     if kind in ("volume", "null_rate", "reject_rate"):
         hits: np.ndarray | None = None
@@ -248,12 +253,17 @@ def _rate_table(kind: str, index: CellIndex, timed: np.ndarray, hits: np.ndarray
                 ) -> pa.Table:
     """``records`` and the hits (``nulls``/``rejected``; None: records only) per cell, of
     the records ``timed`` keeps: two counts over the chunk's shared cell codes."""
-    codes = _where(index.codes, timed)
     k = index.keys.num_rows
-    records = np.bincount(codes, minlength=k)
     merged = {}
+    name = "nulls" if kind == "null_rate" else "rejected"
+    if k == 1:  # one cell: counts, no codes to read
+        records = np.array([_count(timed)], np.int64)
+        if hits is not None:
+            merged[name] = np.array([_count(timed & hits)], np.int64)
+        return _cell_table(index, records, merged, PARTIAL_SCHEMAS[kind])
+    codes = _where(index.codes, timed)
+    records = np.bincount(codes, minlength=k)
     if hits is not None:  # the hits' codes counted (hits are few: no weights to build)
-        name = "nulls" if kind == "null_rate" else "rejected"
         merged[name] = np.bincount(codes[_where(hits, timed)], minlength=k)
     return _cell_table(index, records, merged, PARTIAL_SCHEMAS[kind])
 
