@@ -329,7 +329,7 @@ class Assembler:
         """A rule result's failing rows and messages (Arrow), computed once."""
         hit = self._rules.get(id(res))
         if hit is None or hit[0] is not res:
-            hit = (res, res.failing, pa.array(res.messages, pa.string()))
+            hit = (res, res.failing, pa.array(res.messages, pa.string(), memory_pool=POOL))
             self._rules[id(res)] = hit
         return hit[1], hit[2]
 
