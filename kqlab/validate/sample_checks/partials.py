@@ -195,27 +195,33 @@ def short_codes(column: pa.Array) -> tuple[np.ndarray, np.ndarray] | None:
     raw = np.frombuffer(data, np.uint8, end - start, start) if data is not None and \
         end > start else np.zeros(0, np.uint8)
     size = int(lengths[0])
-    if (lengths == size).all():  # one width (codes of a kind): the bytes are a matrix
-        packed = np.zeros((n, 8), np.uint8)
-        packed[:, :size] = raw.reshape(n, size)
-        words = packed.view("<u8").reshape(n)
+    if (lengths == size).all():  # one width (codes of a kind): byte j of each value is a
+        word = np.zeros(n, np.uint64)  # stride of the bytes; one length, nothing to add
+        for j in range(size):
+            word |= raw[j::size].astype(np.uint64) << np.uint64(8 * j)
     else:  # any widths: each row reads a whole (unaligned) word, its tail masked off
         padded = np.zeros(end - start + 8, np.uint8)
         padded[:end - start] = raw
         words = np.ndarray((len(padded) - 7,), np.dtype("<u8"), padded,
                            strides=(1,))[offsets[:-1] - start]
         words = words & ((np.uint64(1) << (lengths * 8).astype(np.uint64)) - np.uint64(1))
-    word = words | (lengths.astype(np.uint64) << np.uint64(56))
+        word = words | (lengths.astype(np.uint64) << np.uint64(56))
     candidates, first = np.unique(word[:1024], return_index=True)
     if len(candidates) > SHORT_VALUES:
         return None
-    # each row's rank among the (sorted) candidates, then checked to be one of them
+    # each row's rank among the (sorted) candidates; every row one of them, or declined
     codes = np.zeros(n, np.uint8)
+    matched = _count(word == candidates[0])
     for w in candidates[1:].tolist():
         codes += word >= np.uint64(w)
-    if not (candidates[codes] == word).all():
+        matched += _count(word == np.uint64(w))
+    if matched != n:
         return None
     return codes.astype(np.int64), first.astype(np.int64)
+
+
+def _count(mask: np.ndarray) -> int:
+    return int(np.count_nonzero(mask))
 
 
 def _strictly_increasing(column: pa.Array | pa.ChunkedArray | np.ndarray) -> bool:
