@@ -56,7 +56,8 @@ def cells_of(partial: object) -> Cells | None:
 @dataclass(frozen=True)
 class CellIndex:
     """One chunk's cells for a ``by`` and ``window``: per record its cell code (-1: no
-    timestamp, for a windowed check) and per cell its group label and window start."""
+    timestamp, for a windowed check) and per cell its group label and window start (a
+    cell may hold no record: what counts the records leaves it out)."""
 
     codes: np.ndarray
     keys: pa.Table
@@ -127,7 +128,10 @@ def cell_index(groups: pa.Array | pa.ChunkedArray, ts: np.ndarray,
     one = len(labels) == 1  # a chunk of one partition: its windows are its cells
     code = wcode if one else gcode * width + wcode
     top = len(labels) * width
-    if top <= 4 * n + 1024:  # a dense range (groups x windows): counting, no sort
+    if one and width <= 4096:  # every window of the chunk's span a cell (empty ones too:
+        used = np.arange(width)  # counts leave them out), the codes as they are
+        codes = code
+    elif top <= 4 * n + 1024:  # a dense range (groups x windows): counting, no sort
         seen = np.zeros(top, bool)
         seen[code if timed is None else code[timed]] = True
         used = np.flatnonzero(seen)
