@@ -44,7 +44,7 @@ def _texts(pieces: list[pa.Array]) -> pa.Array:
         if pa.types.is_dictionary(p.type):  # decoded (a take: faster than a cast)
             p = pc.take(p.dictionary, p.indices, memory_pool=_POOL)
         out.append(p if p.type == pa.string() else p.cast(pa.string()))
-    return out[0] if len(out) == 1 else pa.concat_arrays(out)
+    return out[0] if len(out) == 1 else pa.concat_arrays(out, memory_pool=_POOL)
 
 
 class RecordStage(VerdictState):
@@ -158,9 +158,8 @@ class RecordStage(VerdictState):
         if len(ep):
             assert self.parr is not None
             pieces.append(self.parr.take(pa.array(ep)))
-            rules = pa.concat_arrays([rules, as_strings(self.prules.take(pa.array(ep)))
-                                      if self.prules is not None else
-                                      pa.nulls(len(ep), pa.string())])
+            rules = _texts([rules, self.prules.take(pa.array(ep)) if self.prules is not None
+                            else pa.nulls(len(ep), pa.string())])
         # the pieces (R3, R4, P errors) in record order; already so when one kind is found
         # (a policy's failures alone: no permutation of a million texts)
         in_order = bool((at[1:] > at[:-1]).all())
@@ -170,8 +169,9 @@ class RecordStage(VerdictState):
             inv = np.empty(len(eidx), dtype=np.int64)
             inv[at] = np.arange(len(eidx))
             take = pa.array(inv)
-            msgs, rules, kind = msgs.take(take), rules.take(take), kind[inv]
-        checks = _ERROR_CHECK_IDS.take(pa.array(kind))
+            msgs = pc.take(msgs, take, memory_pool=_POOL)
+            rules, kind = pc.take(rules, take, memory_pool=_POOL), kind[inv]
+        checks = pc.take(_ERROR_CHECK_IDS, pa.array(kind), memory_pool=_POOL)
         offsets = np.zeros(self.n + 1, dtype=np.int32)
         np.cumsum(n_err, out=offsets[1:])
         struct = pa.StructArray.from_arrays(
