@@ -166,10 +166,13 @@ class FieldResult:
             if vals.null_count:
                 fraction &= vals.is_valid().to_numpy(zero_copy_only=False)
             if fraction.any():
-                distinct, which = np.unique(f[fraction], return_inverse=True)
-                shown = render.many([_show(v) for v in distinct.tolist()])
+                # distinct values by hashing (finite, with a fraction: equal values have
+                # equal bits), in the order met: sorting them cost more than the rest
+                enc = pc.dictionary_encode(pa.array(f[fraction], pa.float64()))
+                shown = render.many([_show(v) for v in enc.dictionary.to_pylist()])
+                which = enc.indices.to_numpy(zero_copy_only=False)
                 out = np.empty(len(idx), dtype=object)
-                out[fraction] = np.asarray(shown, dtype=object)[which.reshape(-1)]
+                out[fraction] = np.asarray(shown, dtype=object)[which]
                 looked_up = ~fraction
                 rest = idx[looked_up]
         values: list[object]
