@@ -138,6 +138,8 @@ class _PolicyInput:
     sources: tuple[RuleResult, ...] = ()
     #: the rule id behind each entry of ``messages`` (dictionary-encoded: one id per rule)
     rules: pa.Array = field(default_factory=lambda: pa.array([], pa.string()))
+    #: (rule id, id of its result) of each source: equal for two inputs made of the same
+    made_of: tuple[tuple[str, int], ...] = ()
     _keys: np.ndarray | None = field(default=None, repr=False)
     #: how many records fail and the keys' sum: inputs that differ mostly differ here
     _digest: tuple[int, int] | None = field(default=None, repr=False)
@@ -172,6 +174,8 @@ class _PolicyInput:
     def same_keys(self, other: _PolicyInput, uid: dict[tuple[int, str], int]) -> bool:
         """Whether ``other`` has this input's key for every record (:meth:`keys`); the
         digests are compared first, so two inputs that differ cost no array comparison."""
+        if other is self:
+            return True
         mine, theirs = self.keys(uid), other.keys(uid)
         return self._digest == other._digest and np.array_equal(mine, theirs)
 
@@ -484,19 +488,18 @@ class Assembler:
         return part
 
     # -- assembly -----------------------------------------------------------------------------
-    def __call__(self, policy: Policy, results: dict[str, RuleResult], now: int,
-                 profile: str) -> Verdicts:
-        sample = self.sample
-        batches, rows = sample.batches, self.rows
-        n, nb = self.n, self.nb
-        rules = {rule.id: self._rule(results[rule.id]) for rule in policy.rules}
-        # the Arrow messages of this policy's results and of those the kept passes hold (an
-        # undo brings them back), no others
-        keep = {id(results[r.id]) for r in policy.rules} | {
-            id(src) for run in self._runs for src in run.policy.sources}
-        self._rules = {k: v for k, v in self._rules.items() if k in keep}
-        # the policy as the broker sees it: each record's first failing reject rule's message
-        first = np.full(n, -1, dtype=np.int64)
+    def _policy_input(self, policy: Policy, results: dict[str, RuleResult],
+                      rules: dict[str, tuple[np.ndarray, pa.Array]]) -> _PolicyInput:
+        """The policy as the broker sees it: each record's first failing reject rule's
+        message.  Made of the reject rules that fail a record, in policy order, each by its
+        id and its result: a kept pass's input made of the same (a mode switched back, an
+        edit undone) is that input, its keys and Arrow indices already made."""
+        made_of = tuple((rule.id, id(results[rule.id])) for rule in policy.rules
+                        if rule.mode == "reject" and len(rules[rule.id][0]))
+        for run in reversed(self._runs):  # their results are alive: an id names one result
+            if run.policy.made_of == made_of:
+                return run.policy
+        first = np.full(self.n, -1, dtype=np.int64)
         arrows, bases, sources, names, base = [], [], [], [], 0
         for rule in policy.rules:
             idx, arrow = rules[rule.id]
@@ -513,8 +516,22 @@ class Assembler:
         rule_of = pa.DictionaryArray.from_arrays(
             pa.array(np.repeat(np.arange(len(names), dtype=np.int32), [k for _, k in names])),
             pa.array([r for r, _ in names], pa.string()))
-        pin = _PolicyInput(first, pa.concat_arrays(arrows, POOL) if arrows else empty,
-                           np.asarray(bases, dtype=np.int64), tuple(sources), rule_of)
+        return _PolicyInput(first, pa.concat_arrays(arrows, POOL) if arrows else empty,
+                            np.asarray(bases, dtype=np.int64), tuple(sources), rule_of,
+                            made_of)
+
+    def __call__(self, policy: Policy, results: dict[str, RuleResult], now: int,
+                 profile: str) -> Verdicts:
+        sample = self.sample
+        batches, rows = sample.batches, self.rows
+        n, nb = self.n, self.nb
+        rules = {rule.id: self._rule(results[rule.id]) for rule in policy.rules}
+        # the Arrow messages of this policy's results and of those the kept passes hold (an
+        # undo brings them back), no others
+        keep = {id(results[r.id]) for r in policy.rules} | {
+            id(src) for run in self._runs for src in run.policy.sources}
+        self._rules = {k: v for k, v in self._rules.items() if k in keep}
+        pin = self._policy_input(policy, results, rules)
         has = pin.failing
         config = TopicConfig.from_dict(dict(policy.broker.configs), policy.broker.version)
         verdicts = self.broker(config, now, profile, pin)

@@ -269,6 +269,27 @@ def test_an_edit_that_flips_most_batches_goes_to_a_full_pass_before_comparing_te
             assert ran == nb and len(compared) == n_compared, (expect, ran)
 
 
+def test_a_policy_input_made_of_the_same_results_is_the_kept_one(log):
+    """A rule switched back or an edit undone makes the broker's input from the same rule
+    results as a kept pass: that input is taken as it is (its keys and Arrow indices made
+    already), not built again; a new result (another bound) or another order of the rules
+    builds a new one.  Always a fresh replay."""
+    r = Replayer(log, now=NOW)
+    a = r.assembler
+    base = policy(TRACE, SIZE, KEY)
+    observe = base.with_rules([replace(TRACE, mode="observe"), SIZE, KEY])
+    moved = base.with_rules([SIZE, TRACE, KEY])
+    inputs = []
+    for p in (base, observe, base, observe, moved, base):
+        assert_same(r.run(p), replay(log, p, now=NOW))
+        inputs.append(a._runs[-1].policy)
+    assert inputs[2] is inputs[0] and inputs[3] is inputs[1] and inputs[5] is inputs[0]
+    assert inputs[4] is not inputs[0] and inputs[1] is not inputs[0]
+    assert_same(r.run(policy(TRACE, replace(SIZE, params={"max": 100}), KEY)),
+                replay(log, policy(TRACE, replace(SIZE, params={"max": 100}), KEY), now=NOW))
+    assert all(a._runs[-1].policy is not x for x in inputs)
+
+
 def test_an_edit_builds_no_record_table_until_one_is_read(log):
     """An edit's verdicts hold the record table deferred: counts, outcomes, reasons, spans,
     the timeline and the impact diff read codes and coordinates only; the first read of
