@@ -32,6 +32,9 @@ __all__ = ["EditError", "PolicyEditor", "RuleForm", "check_cel"]
 
 _OK = '<span style="color:#4c9a6a">✓ {}</span>'
 
+#: a rule row's identity: (rule id, rule kind); a row shows one kind's controls and label
+_RowKey = tuple[str, str]
+
 
 # -- the rule form ------------------------------------------------------------------------------
 
@@ -312,12 +315,15 @@ class PolicyEditor:
         self.suggestions_box = w.VBox()
         self.figures_out = css(w.Output(), "figures")
         self._figure_view = FigureView(self.figures_out)
-        self._rules_shown: tuple[Any, ...] | None = None  # what the rule rows were built for
+        self._rules_shown: tuple[_RowKey, ...] | None = None  # the rules the rows show
+        #: the rows in :attr:`rules_box`, in its order: the policy's rules in policy order,
+        #: and between them, hidden, rows of rules no longer in it (:func:`_box_order`)
+        self._box_keys: tuple[_RowKey, ...] = ()
         #: the YAML view's texts by policy (the policy kept with its text: ids stay unique)
         self._yaml_cache: dict[int, tuple[Policy, str]] = {}
         #: rule rows built so far, by (id, kind), least recently used first; a row's mode and
         #: severity controls follow its rule in place (a mode switch re-renders no row)
-        self._row_cache: dict[tuple[str, str], tuple[w.HBox, dict[str, w.Widget]]] = {}
+        self._row_cache: dict[_RowKey, tuple[w.HBox, dict[str, w.Widget]]] = {}
         tabs = w.Tab(children=[
             w.VBox([self.rules_box, w.HBox([self.new_kind, self.add_button]), self.form.widget]),
             w.VBox([self.suggest_button, self.suggestions_box]),
@@ -563,40 +569,53 @@ class PolicyEditor:
             self._try(self.set_enforcement, change["new"])
 
     def _render_rules(self) -> None:
+        """One visible row per rule of the policy, in policy order, showing its count, mode and
+        severity; :attr:`rows` holds those rows' controls.
+
+        The page is told as little as possible: ipywidgets' box view keeps the views of the
+        longest common prefix of its old and new children and creates a view for every child
+        after it (``ViewList.update``), about ten views a row.  So a row is never taken out of
+        :attr:`rules_box` when its rule goes: it is hidden (``display: none``) where it is,
+        and shown again, its count brought up to date first, when the rule comes back (undo,
+        redo) — a remove or its undo changes one row's layout instead of re-creating every
+        row below it.  Only a rule out of place (moved, or back at another place or with
+        another kind) lays out the rows from there again (:func:`_box_order`).
+        """
         counts = self.counts
         n = (self.verdicts.count()[0] if self.verdicts is not None else 0) or 1
         zero = {"failed": 0, "rejected": 0}
-        layout = tuple((r.id, r.kind) for r in self.policy.rules)
-        if layout == self._rules_shown and set(self.rows) == {r.id for r in self.policy.rules}:
-            # the same rows: only the counts, modes and severities change (rebuilding ~8
-            # widgets a rule would cost more than the rest of a refresh's widget work, and the
-            # page would draw every row after the changed one again)
-            for rule in self.policy.rules:
+        rules = self.policy.rules
+        layout = tuple((r.id, r.kind) for r in rules)
+        if layout == self._rules_shown:
+            # the same rows: only the counts, modes and severities change
+            for rule in rules:
                 self._sync_row(self.rows[rule.id], rule, counts.get(rule.id, zero), n)
             return
-        self._rules_shown = layout
-        self.rows = {}
-        rows = []
         cache = self._row_cache
-        for rule in self.policy.rules:
+        rows = {}
+        for rule, key in zip(rules, layout, strict=True):
             c = counts.get(rule.id, zero)
-            key = (rule.id, rule.kind)
-            hit = cache.get(key)
-            if hit is not None:
+            hit = cache.pop(key, None)
+            if hit is None:
+                hit = self._row(rule, _count_html(c, n, rule.mode))
+            else:
                 # a row built earlier for the same rule (a rule added back, moved): reuse its
-                # widgets; its count, mode and severity follow the rule
-                cache[key] = cache.pop(key)  # most recently used last
+                # widgets; its count, mode and severity follow the rule (before it is shown)
                 self._sync_row(hit[1], rule, c, n)
-                self.rows[rule.id] = hit[1]
-                rows.append(hit[0])
-                continue
-            row, controls = self._row(rule, _count_html(c, n, rule.mode))
-            self.rows[rule.id] = controls
-            cache[key] = (row, controls)
-            rows.append(row)
-        while len(cache) > _ROW_CACHE_MAX:
-            del cache[next(iter(cache))]
-        self.rules_box.children = tuple(rows)
+            cache[key] = hit  # most recently used last
+            rows[rule.id] = hit[1]
+        order = _box_order(self._box_keys, layout, hidden_max=_HIDDEN_ROWS_MAX)
+        shown = set(layout)
+        for key in order:
+            cache[key][0].layout.display = None if key in shown else "none"
+        if order != self._box_keys:
+            self.rules_box.children = tuple(cache[key][0] for key in order)
+            self._box_keys = order
+        self.rows = rows
+        self._rules_shown = layout
+        boxed = set(order)  # a row in the box stays in the cache: it may be shown again
+        for key in [k for k in cache if k not in boxed][:max(0, len(cache) - _ROW_CACHE_MAX)]:
+            del cache[key]
 
     def _sync_row(self, controls: dict[str, w.Widget], rule: Rule, c: dict[str, int],
                   n: int) -> None:
@@ -666,6 +685,42 @@ class PolicyEditor:
 
 #: rule rows kept for reuse (a rule's row survives other rules being added or removed)
 _ROW_CACHE_MAX = 64
+
+#: rows of rules no longer in the policy kept hidden in the rule box (more: the box is laid
+#: out again without them, once)
+_HIDDEN_ROWS_MAX = 16
+
+
+def _box_order(shown: tuple[_RowKey, ...], wanted: tuple[_RowKey, ...], *,
+               hidden_max: int) -> tuple[_RowKey, ...]:
+    """The rule box's rows after an edit: ``wanted`` (the policy's rows, in order) as a
+    subsequence, keeping as long a prefix of ``shown`` (the box's rows now) as it can.
+
+    The page keeps the views of the common prefix of the old and new children and creates
+    every view after it, so rows of rules no longer in the policy stay where they are (to be
+    hidden); a rule that is no longer at its place — moved, back elsewhere, or under the same
+    id with another kind (one row per id, so a page finds a rule by its class) — ends the
+    prefix, and the policy's remaining rows follow in order.  More than ``hidden_max`` rows
+    to hide: just ``wanted``.
+
+    >>> _box_order((("a", "cel"), ("b", "cel")), (("b", "cel"),), hidden_max=4)
+    (('a', 'cel'), ('b', 'cel'))
+    >>> _box_order((("a", "cel"), ("b", "cel")), (("b", "cel"), ("a", "cel")), hidden_max=4)
+    (('b', 'cel'), ('a', 'cel'))
+    """
+    ids = {rule_id for rule_id, _ in wanted}
+    kept: list[_RowKey] = []
+    i = 0
+    for key in shown:
+        if i < len(wanted) and key == wanted[i]:
+            kept.append(key)
+            i += 1
+        elif key[0] not in ids:
+            kept.append(key)  # a rule no longer in the policy: its row stays, hidden
+        else:
+            break  # a rule out of place: every row from here is laid out again
+    order = (*kept, *wanted[i:])
+    return order if len(order) - len(wanted) <= hidden_max else wanted
 
 
 #: YAML texts the editor keeps (policies of the last edits)

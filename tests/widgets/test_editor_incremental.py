@@ -12,13 +12,23 @@ import plotly.graph_objects as go
 import pytest
 
 from kqlab.policy import dump_policy
-from kqlab.policy.model import BrokerSettings
+from kqlab.policy.model import BrokerSettings, Rule
 from kqlab.validate import Replayer, replay
 from kqlab.viz import policy_impact, rejections_by_offset, rejections_by_reason
 from kqlab.widgets import PolicyEditor
-from kqlab.widgets._common import FigureView, update_figure_widget
+from kqlab.widgets._common import FigureView, slug, update_figure_widget
+from kqlab.widgets._editor import _box_order
 from kqlab.widgets._plot import PlotlyFigure
-from tests.validate.test_incremental import KEY, NOW, SIZE, TRACE, assert_same, policy, write_log
+from tests.validate.test_incremental import (
+    ENV,
+    KEY,
+    NOW,
+    SIZE,
+    TRACE,
+    assert_same,
+    policy,
+    write_log,
+)
 
 FIGURES = ("reasons", "offsets", "timeline", "impact")
 
@@ -31,8 +41,28 @@ def plain(fig: go.BaseFigure) -> dict:
     return d
 
 
+def shown_rows(editor: PolicyEditor) -> list:
+    """The rule rows the page shows, in its order (a hidden row is in the box, not shown)."""
+    return [row for row in editor.rules_box.children if row.layout.display != "none"]
+
+
+def check_rows(editor: PolicyEditor) -> None:
+    """The page shows one row per rule of the policy, in policy order, each row holding the
+    controls of :attr:`PolicyEditor.rows`; no rule id has two rows in the box."""
+    rules = [r.id for r in editor.policy.rules]
+    shown = shown_rows(editor)
+    assert [row._dom_classes[0] for row in shown] == [f"kqlab-rule-{slug(r)}" for r in rules]
+    assert list(editor.rows) == rules
+    for rid, row in zip(rules, shown, strict=True):
+        assert row.children[1] is editor.rows[rid]["count"]
+        assert row.children[-1] is editor.rows[rid]["remove"]
+    boxed = [row._dom_classes[0] for row in editor.rules_box.children]
+    assert len(boxed) == len(set(boxed))
+
+
 def check(editor: PolicyEditor, source, widgets_before: dict | None = None) -> None:
     """The editor's state equals a fresh replay of its policy; the views show its figures."""
+    check_rows(editor)
     fresh = replay(source, editor.policy, now=NOW)
     assert_same(editor.verdicts, fresh)
     assert editor.counts == {r["rule"]: {"failed": r["failed_records"],
@@ -131,6 +161,78 @@ def test_rule_rows_are_rebuilt_only_when_the_rules_layout_changes(tmp_path):
     assert editor.policy.rule("size").mode == "observe"
     editor.rows["size"]["mode"].value = "reject"  # the rebuilt toggles are wired
     assert editor.policy.rule("size").mode == "reject"
+
+
+def test_removing_and_re_adding_a_rule_keeps_every_other_row_in_the_page(tmp_path):
+    """ipywidgets' box view re-creates the view of every child after the first one that
+    changed: a removed rule's row stays in the box, hidden, and shows again on undo, so the
+    box's children — what the page renders — do not change."""
+    log = write_log(tmp_path / "log")
+    editor = PolicyEditor(Replayer(log, now=NOW), policy(TRACE, SIZE, KEY), figures=FIGURES)
+    children = editor.rules_box.children
+    trace_row = children[0]
+    count = editor.rows["size"]["count"]
+    editor.remove_rule("trace")                       # the first rule
+    assert editor.rules_box.children == children      # no view re-created in the page
+    assert trace_row.layout.display == "none"
+    assert "trace" not in editor.rows and "trace" not in editor.counts
+    check(editor, log)
+    editor.undo()                                     # the rule back where it was
+    assert editor.rules_box.children == children
+    assert trace_row.layout.display is None
+    assert editor.rows["size"]["count"] is count
+    check(editor, log)
+    editor.redo()                                     # removed again, then back in observe:
+    editor.set_policy(replace(editor.policy, rules=(replace(TRACE, mode="observe"),
+                                                    *editor.policy.rules)))
+    assert editor.rules_box.children == children
+    assert editor.rows["trace"]["mode"].value == "observe"   # the row follows its rule
+    check(editor, log)
+    # the policy's last rule removed, then a new rule: the new row comes after the hidden one
+    editor.remove_rule("key")
+    editor.add_rule(ENV)
+    assert editor.rules_box.children[:3] == children
+    check(editor, log)
+    # the same id with another kind: one row per id (the page finds a rule by its class)
+    editor.replace_rule("size", Rule(id="size", kind="key_required"))
+    check(editor, log)
+    assert "key_required" in shown_rows(editor)[1].children[0].value
+    editor.undo()
+    check(editor, log)
+
+
+def test_a_moved_rule_lays_out_the_rows_from_its_place(tmp_path):
+    log = write_log(tmp_path / "log")
+    editor = PolicyEditor(Replayer(log, now=NOW), policy(TRACE, SIZE, KEY), figures=FIGURES)
+    children = editor.rules_box.children
+    editor.remove_rule("trace")
+    editor.move_rule("key", -1)
+    check(editor, log)
+    assert editor.rules_box.children[0] is children[0]   # the hidden row before them stays
+    editor.add_rule(TRACE)                               # back, at the end this time
+    check(editor, log)
+    assert [r.id for r in editor.policy.rules] == ["key", "size", "trace"]
+    editor.undo()
+    editor.undo()
+    editor.undo()
+    check(editor, log)
+    assert [r.id for r in editor.policy.rules] == ["trace", "size", "key"]
+
+
+def test_hidden_rows_are_bounded():
+    a, b = ("a", "cel"), ("b", "cel")
+    hidden = tuple((f"h{i}", "cel") for i in range(3))
+    assert _box_order((*hidden, a, b), (a, b), hidden_max=3) == (*hidden, a, b)
+    assert _box_order((*hidden, a, b), (a, b), hidden_max=2) == (a, b)
+    # the removed first rule stays in front (hidden); re-added, nothing moves
+    assert _box_order((a, b), (b,), hidden_max=2) == (a, b)
+    assert _box_order((a, b), (a, b), hidden_max=2) == (a, b)
+    # a rule that comes back elsewhere ends the kept prefix; rows after it follow in order
+    assert _box_order((a, b), (b, a), hidden_max=2) == (b, a)
+    assert _box_order((a, *hidden, b), (b, a), hidden_max=9) == (b, a)
+    # another kind under the same id: the old row goes
+    assert _box_order((a, b), (("a", "field_range"), b), hidden_max=2) == \
+        (("a", "field_range"), b)
 
 
 def test_a_new_replayer_in_the_editor_refreshes_from_its_sample(tmp_path):
