@@ -666,9 +666,11 @@ class Enforcer:
         under this micro-batch (a re-run starts again from the one before)."""
         assert self.checks is not None
         now = self.settings.now if self.settings.now is not None else int(time.time() * 1000)
+        partitions = self.source_partitions(batch_id) if self.checks.needs_partitions \
+            else None
         try:
             try:
-                self._send_alerts(self.checks.after(batch_id, list(rows), now))
+                self._send_alerts(self.checks.after(batch_id, list(rows), now, partitions))
             except EnforcerError as exc:
                 raise EnforcerError(f"{exc}; the micro-batch is not committed and runs "
                                     "again on restart") from None
@@ -676,6 +678,35 @@ class Enforcer:
         except BaseException:
             self.checks.reset()  # the state in memory is this failed attempt's
             raise
+
+    def source_partitions(self, batch_id: int) -> dict[str, list[int]]:
+        """The topic-partitions the source reads in micro-batch ``batch_id``, those without
+        a record too: the partitions of its end offsets in Spark's offset log
+        (``<checkpoint>/spark/offsets/<batch id>``, written before the micro-batch runs:
+        a line ``v1``, the batch's metadata, then one line per source, here the
+        ``kqlab-kafka`` offsets ``{topic: {partition: offset}}``).  Exactly what the
+        source reads, so a partition the source does not read is never judged silent."""
+        from kqlab.spark.outputs import filesystem
+
+        fs, base = filesystem(f"{self.checkpoint}/spark/offsets/{batch_id}")
+        try:
+            with fs.open_input_stream(base) as f:
+                lines = f.read().decode().splitlines()
+            out: dict[str, list[int]] = {}
+            for line in lines[2:]:
+                if line.strip() in ("", "-"):
+                    continue
+                doc = json.loads(line)
+                if isinstance(doc, str):  # a source's offset kept as a JSON string
+                    doc = json.loads(doc)
+                for topic, parts in doc.items():
+                    out.setdefault(str(topic), []).extend(int(p) for p in parts)
+        except (OSError, ValueError, AttributeError, TypeError) as exc:
+            raise EnforcerError(
+                f"cannot read the source's partitions of micro-batch {batch_id} from Spark's "
+                f"offset log {base}: {exc}; the volume checks by partition need them (is the "
+                "checkpoint location readable from the driver?)") from None
+        return out
 
     def _sink_natively(self, df: Any) -> list[Any]:
         """``connector: spark``: Spark's Kafka rows → kqlab's records → judged rows →

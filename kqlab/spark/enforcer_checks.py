@@ -15,10 +15,23 @@ The computation is the replay's (``docs/sample-checks.md``), split where a strea
   record timestamp seen, less ``lateness_ms``), judges every window whose end it passed with
   :func:`~kqlab.validate.sample_checks.finish_check` — the same observed values as a replay
   of the same records — and drops those windows from the state, so memory holds the open
-  windows only.  ``volume`` judges the empty windows of every group seen so far (a quiet
+  windows only.  ``volume`` judges the empty windows of every group it knows (a quiet
   partition); ``freshness`` judges each group at every micro-batch (and, from the state the
   last one left, between them: :meth:`StreamChecks.tick`) against the enforcer's clock and
   alerts when a group's status changes.
+
+Which groups ``volume`` knows: with ``by: partition``, every partition the source reads —
+the driver passes each micro-batch's topic-partitions (the source's offsets for it, empty
+partitions included) to :meth:`StreamChecks.after` — so a partition silent from the start
+is a group from the first micro-batch on, judged in every window from the window of the
+first record the enforcer saw (a replay's grid starts at its sample's first timestamp).  A
+partition the source starts reading after records were seen joins at the window after the
+newest record seen then (it may not have existed before; records it brings for earlier
+windows are counted, those windows are not judged for it).  Groups by a header or a field
+cannot be known before a record names them: they are the groups seen so far, each judged in
+every window not yet closed when it is first seen.  A replay knows only the partitions that
+have records, so the enforcer's volume alerts equal a replay's failing windows of the same
+records *plus* the empty windows of the partitions without records.
 
 The state is kept per micro-batch under ``<checkpoint>/kqlab/checks/<batch id>/`` (one
 Parquet file per check's open partial, ``state.json`` written last), and a micro-batch
@@ -32,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -131,8 +145,11 @@ class CheckState:
     partials: dict[str, Partial] = field(default_factory=dict)
     #: per windowed check: windows ending at or before this are judged
     closed: dict[str, int] = field(default_factory=dict)
-    #: per volume check: the groups seen (each judged in every window, empty ones too)
+    #: per volume check: the groups it knows (each judged in every window, empty ones too)
     groups: dict[str, list[str | None]] = field(default_factory=dict)
+    #: per volume check: groups that joined after records were seen -> the first window
+    #: they are judged in
+    since: dict[str, dict[str, int]] = field(default_factory=dict)
     #: per freshness check: [group, status] of its last judgement
     fresh: dict[str, list[list[str | None]]] = field(default_factory=dict)
     #: per check: windows judged, failing, alerts sent, late records
@@ -196,7 +213,8 @@ class StreamChecks:
             with fs.open_input_stream(f"{folder}/state.json") as f:
                 doc = orjson.loads(f.read())
             st = CheckState(batch_id=doc["batch_id"], extent=doc["extent"],
-                            closed=doc["closed"], groups=doc["groups"], fresh=doc["fresh"],
+                            closed=doc["closed"], groups=doc["groups"],
+                            since=doc.get("since", {}), fresh=doc["fresh"],
                             stats=doc["stats"], watermark=doc["watermark"])
             for check in self.checks:
                 saved = doc["checks"].get(check.id)
@@ -236,7 +254,7 @@ class StreamChecks:
         first one after the newest record seen — never the stream's past, whose records it
         did not read (an empty window there would fail a volume check); records of the
         micro-batches to come that fall before it are counted late."""
-        for table in (st.closed, st.groups, st.fresh):
+        for table in (st.closed, st.groups, st.since, st.fresh):
             table.pop(check.id, None)
         w, newest = check.window_ms, st.extent[1]
         if w is not None and newest is not None:
@@ -264,7 +282,7 @@ class StreamChecks:
                 pq.write_table(p.table, f"{folder}/{name}", filesystem=fs, compression="zstd")
             checks[check.id] = {"file": name, "counts": p.counts, "key": self._key(check)}
         doc = {"batch_id": st.batch_id, "extent": st.extent, "closed": st.closed,
-               "groups": st.groups, "fresh": st.fresh, "stats": st.stats,
+               "groups": st.groups, "since": st.since, "fresh": st.fresh, "stats": st.stats,
                "watermark": st.watermark, "checks": checks}
         tmp = f"{folder}/.state.{os.getpid()}.tmp"
         with fs.open_output_stream(tmp) as f:
@@ -276,10 +294,23 @@ class StreamChecks:
                     fs.delete_dir(info.path)
 
     # -- a micro-batch ----------------------------------------------------------------------
-    def after(self, batch_id: int, rows: list[Any], now: int) -> list[dict[str, Any]]:
+    @property
+    def needs_partitions(self) -> bool:
+        """Whether a check groups by partition (:meth:`after` then wants the source's
+        topic-partitions, to know the partitions that bring no record)."""
+        return any(c.kind == "volume" and c.by == "partition" for c in self.checks)
+
+    def after(self, batch_id: int, rows: list[Any], now: int,
+              partitions: Mapping[str, Iterable[int]] | None = None
+              ) -> list[dict[str, Any]]:
         """Micro-batch ``batch_id`` judged (``rows``: its tasks' rows, payloads on the
         first row of each): partials merged, windows the watermark passed judged and
-        dropped, freshness judged against ``now``; the alert rows to send."""
+        dropped, freshness judged against ``now``; the alert rows to send.
+
+        ``partitions``: the topic-partitions the source reads in this micro-batch (``{topic:
+        [partition, ...]}``, those without a record too): each is a group of the
+        ``by: partition`` volume checks from then on (None: only the partitions that
+        brought records are known)."""
         from kqlab.validate.sample_checks import Extent, Partial, merge_partials
 
         st = self.state
@@ -303,10 +334,8 @@ class StreamChecks:
             late = sum(int(head["late"][i]) for head, _ in payloads)
             st.stats[check.id]["late"] += late
             late_now += late
-            if check.kind == "volume" and check.by and merged.table.num_rows:
-                known = st.groups.setdefault(check.id, [])
-                known.extend(g for g in sorted(set(merged.table.column("group").to_pylist())
-                                               - set(known), key=lambda g: (g is None, g)))
+            if check.kind == "volume" and check.by:
+                self._know(check, merged, partitions, st.extent[1])
         st.extent = [extent.first, extent.last, extent.records]
         if extent.last is not None:
             st.watermark = extent.last - self.settings.lateness_ms
@@ -317,6 +346,33 @@ class StreamChecks:
         st.batch_id = batch_id
         self.line = {"watermark": st.watermark, "alerts": len(alerts), "late": late_now}
         return alerts
+
+    def _know(self, check: Check, merged: Partial,
+              partitions: Mapping[str, Iterable[int]] | None, newest: int | None) -> None:
+        """The groups of volume ``check`` after a micro-batch: those its records named, and
+        with ``by: partition`` every partition the source reads.  A partition new to the
+        source after records were seen (``newest``: the newest timestamp before this
+        micro-batch) is judged from the window after ``newest`` on, or from its first
+        record's window if that is earlier: before, it may not have existed."""
+        st = self.state
+        assert st is not None
+        known = st.groups.setdefault(check.id, [])
+        have = set(known)
+        t = merged.table
+        new = set(t.column("group").to_pylist()) - have if t.num_rows else set()
+        w = check.window_ms
+        if check.by == "partition" and partitions is not None:
+            new |= {f"{topic}-{int(p)}" for topic, parts in partitions.items()
+                    for p in parts} - have
+            if new and newest is not None and w is not None:
+                after = (int(newest) // w + 1) * w
+                mine = t.filter(pc.is_in(t.column("group"), pa.array(sorted(new), pa.string())))
+                seen = mine.group_by("group").aggregate([("window", "min")]).to_pydict()
+                first = dict(zip(seen["group"], seen["window_min"], strict=True))
+                since = st.since.setdefault(check.id, {})
+                for g in new:
+                    since[g] = min(after, int(first.get(g, after)))
+        known.extend(sorted(new, key=lambda g: (g is None, g)))
 
     def _close(self, check: Check, extent: Extent, batch_id: int) -> list[dict[str, Any]]:
         """Judge the windows of ``check`` the watermark passed, once; drop them."""
@@ -354,6 +410,15 @@ class StreamChecks:
                                         p.counts)
         st.closed[check.id] = upto
         windows = windows.filter(pc.greater_equal(windows.column("start"), first))
+        since = st.since.get(check.id)
+        if since and windows.num_rows:  # partitions that joined later: from their join on
+            keep = np.ones(windows.num_rows, dtype=bool)
+            groups = windows.column("group")
+            starts = windows.column("start").to_numpy()
+            for g, s0 in since.items():  # a few partitions, not per window
+                mine = np.asarray(pc.fill_null(pc.equal(groups, g), False))
+                keep &= ~(mine & (starts < s0))
+            windows = windows.filter(pa.array(keep))
         return self._alerts(check, row, windows, batch_id)
 
     def _freshness(self, check: Check, extent: Extent, now: int, batch_id: int

@@ -468,3 +468,104 @@ checks:
     assert [(a["group"], a["status"], a["batch_id"]) for a in alerts] == \
         [("f.raw-0", "fail", e.batches[1]["batch_id"])]
     assert alerts[0]["observed"] > 1000
+
+
+# -- volume by partition: every partition the source reads, the silent ones too -------------
+SILENT = """kqlab: 1
+name: silent-partition
+topics: {names: [q.raw]}
+checks:
+- {id: vol, kind: volume, window: 10s, by: partition, min: 1}
+- {id: vol-all, kind: volume, window: 10s, min: 1}
+"""
+
+
+def empty_windows(group: str, first: int, upto: int) -> set:
+    """The failing windows of a partition without a record, by hand: every window from the
+    one holding the first record the enforcer saw to the watermark's, 0 records each (the
+    grid of a replay starts at its sample's first timestamp; ``first`` is aligned here, so
+    no window is partial)."""
+    assert first % W == 0
+    return {(group, s, s + W, 0, 0.0) for s in range(first, upto, W)}
+
+
+def test_a_partition_without_any_record_is_alerted_silent(spark, kafka, tmp_path):
+    """A topic of three partitions, records in two: the enforcer knows the third from the
+    source's offsets and alerts every one of its closed windows, the replay's failing
+    windows of the same records plus that partition's empty ones."""
+    from kqlab.spark.enforcer import Enforcer, EnforcerSettings
+    from kqlab.spark.enforcer_config import Route
+    from tests.gate.conftest import read_topic
+
+    policy = loads_policy(SILENT)
+    rows = planted(20)  # partitions 0 and 1; 1 quiet in windows 8-11
+    for t, n in (("q.raw", 3), ("q.raw.valid", 3), ("q.raw.dlq", 3), ("q.raw.alerts", 1)):
+        kafka.create_topic(t, partitions=n)
+    kafka.produce("q.raw", rows, timeout=60)
+    e = Enforcer(spark, policy, EnforcerSettings(
+        routes=(Route("q.raw", "q.raw.valid", "q.raw.dlq"),), bootstrap=kafka.bootstrap,
+        checkpoint=str(tmp_path / "ck"), now=NOW, available_now=True,
+        source={"maxOffsetsPerTrigger": "200"}, checks=CheckSettings(lateness_ms=LATENESS)))
+    final = e.run()
+    assert final["records"] == len(rows) and final["micro_batches"] >= 3
+    assert e.source_partitions(0) == {"q.raw": [0, 1, 2]}
+    mark = final["checks"]["watermark"]
+    records = records_table(rows, "q.raw")
+    assert mark == int(records.column("timestamp").to_numpy().max()) - LATENESS
+    alerts = [json.loads(m.value()) for m in read_topic(kafka.bootstrap, "q.raw.alerts", 1,
+                                                        idle_s=0.5)]
+    got: dict[str, set] = {"vol": set(), "vol-all": set()}
+    for a in alerts:
+        got[a["check"]].add((a["group"], a["window_start"], a["window_end"], a["records"],
+                             a["observed"]))
+    v = kqlab.replay(records, policy, framing="single", now=NOW)
+    replayed = {(x["group"], x["start"], x["end"], x["records"], x["observed"])
+                for x in v.check_windows("vol").to_pylist()
+                if x["status"] == "fail" and x["end"] <= mark}
+    assert {g for g, *_ in replayed} == {"q.raw-1"}  # the replay knows no partition 2
+    silent = empty_windows("q.raw-2", T0, (mark // W) * W)
+    assert len(silent) == mark // W - T0 // W >= 10
+    assert got["vol"] == replayed | silent
+    assert not got["vol-all"]  # the topic as a whole never went quiet
+    assert final["checks"]["by_check"]["vol"]["failing"] == len(replayed | silent)
+
+
+def test_a_partition_the_source_reads_later_joins_from_then_on(policy, tmp_path):
+    """Driven as Spark runs it, with the source's partitions per micro-batch: partition 2
+    known (empty) from the first micro-batch is judged from the first window; a partition
+    3 the source starts reading halfway is judged from the window after the newest record
+    seen then, never for the windows before it joined."""
+    records = records_table(planted())
+    s = Stream(policy, str(tmp_path / "ck"))
+    batches = s.batches(records)
+    half = len(batches) // 2
+    newest = None
+    for b, parts in enumerate(batches):
+        if b == half:
+            newest = s.driver.state.extent[1]
+        known = {TOPIC: [0, 1, 2] + ([3] if b >= half else [])}
+        closed = s.driver.before(b)
+        rows = [s.task(p, closed) for p in parts if p.num_rows]
+        s.alerts += s.driver.after(b, rows, NOW, known)
+        s.driver.save()
+        if b == half:  # a re-run from the checkpoint keeps who joined when
+            s.driver = s._driver()
+            closed = s.driver.before(b)
+            rows = [s.task(p, closed) for p in parts if p.num_rows]
+            again = s.driver.after(b, rows, NOW, known)
+            s.driver.save()
+            assert again == s.alerts[len(s.alerts) - len(again):]
+    mark = s.driver.summary()["watermark"]
+    upto = (mark // W) * W
+    got = alert_windows(s.alerts)["vol"]
+    want = replay_failing(records, policy, mark)["vol"]
+    joined = (newest // W + 1) * W
+    assert T0 < joined < upto
+    assert got == want | empty_windows(f"{TOPIC}-2", T0, upto) | \
+        empty_windows(f"{TOPIC}-3", joined, upto)
+    assert s.driver.state.since == {"vol": {f"{TOPIC}-3": joined}}
+    # without the source's partitions (None): only the partitions with records, as before
+    plain = Stream(policy, str(tmp_path / "plain"))
+    for b, parts in enumerate(batches):
+        plain.alerts += plain.micro_batch(b, parts)
+    assert alert_windows(plain.alerts)["vol"] == want
