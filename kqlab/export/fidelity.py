@@ -35,7 +35,9 @@ are accepted.
 
 Sample checks (``checks:``) get their own table (:meth:`FidelityReport.check_table`): per
 target ``enforced`` where the target computes them itself (the Structured Streaming
-enforcer: windowed checks and freshness, an alert row per failing window), ``stated`` where
+enforcer: windowed checks and freshness, an alert row per failing window; a claim this
+report does not run, as a rule's exact on a target that cannot run here stays unverified —
+each cell's ``why`` says so), ``stated`` where
 the export carries them (ODCS quality rules) and ``not enforced`` everywhere else —
 record-at-a-time enforcement points have no place for an aggregate over windows of a topic.
 Checks refuse no record, so they are never among the problems.
@@ -138,14 +140,23 @@ class FidelityReport:
 
     def check_table(self) -> list[dict[str, Any]]:
         """One row per sample check: per target ``enforced`` or ``stated`` with how (the
-        target computes it, or the export carries it) or ``not enforced`` with why."""
+        target computes it, or the export carries it) or ``not enforced`` with why; and
+        ``why``, what this report knows of it.  ``enforced`` is a claim like a rule's
+        exact: no engine here runs the target (the export starts no Spark), so ``why`` says
+        it was not run here — the enforcer's alerts are proven equal to the replay's
+        failing windows by kqlab's test suite, not by this report."""
         rows = []
         for cid, kind in self.checks.items():
             targets = {}
             for name, ex in self.exports.items():
                 row = next((c for c in ex.checks if c.check == cid), None)
-                targets[name] = {"status": row.status, "how": row.how} if row is not None \
+                cell = {"status": row.status, "how": row.how} if row is not None \
                     else {"status": NOT_ENFORCED, "how": _NOT_ENFORCED_WHY}
+                cell["why"] = (f"claimed enforced ({cell['how']}); not run by this export: "
+                               f"{name} cannot run here (kqlab's test suite, not this "
+                               "report, proves its alerts equal the replay's failing "
+                               "windows)") if cell["status"] == ENFORCED else cell["how"]
+                targets[name] = cell
             rows.append({"check": cid, "kind": kind, "targets": targets})
         return rows
 
@@ -295,9 +306,11 @@ class FidelityReport:
         if self.checks:
             out.append("<h2>Sample checks</h2><p>Checks judge the sample (volume, freshness, "
                        "null rates, drift...), not a record: <b>enforced</b> where the target "
-                       "computes them (alert rows), <b>stated</b> where the export carries "
-                       "them, <b>not enforced</b> where the target has no place for them."
-                       "</p><table><tr><th>check</th>")
+                       "computes them (alert rows) — claimed, not run by this export, which "
+                       "starts no Spark (kqlab's test suite proves the enforcer's alerts "
+                       "equal the replay's failing windows) — <b>stated</b> where the export "
+                       "carries them, <b>not enforced</b> where the target has no place for "
+                       "them.</p><table><tr><th>check</th>")
             out.extend(f"<th>{e(n)}</th>" for n in names)
             out.append("</tr>")
             for row in self.check_table():
@@ -308,7 +321,7 @@ class FidelityReport:
                     bg = {ENFORCED: "#9fdf9f", NOT_ENFORCED: "#e4e4e4"}.get(cell["status"],
                                                                            "#c9ecc9")
                     out.append(f"<td style='background:{bg}'><b>{e(cell['status'])}</b><br>"
-                               f"<small>{e(cell['how'])}</small></td>")
+                               f"<small>{e(cell['why'])}</small></td>")
                 out.append("</tr>")
             out.append("</table>")
         out.append("<h2>Round trips</h2>")

@@ -18,7 +18,11 @@ The policy's sample checks are ``enforced`` where the enforcer computes them
 stat and reject_rate, each closed window judged once into an alert row on the config's
 ``checks.alert_topic``; freshness per group at each micro-batch) and ``not enforced`` with
 the reason otherwise (:func:`~kqlab.spark.enforcer_config.check_support`: drift, schema
-drift, checks over the whole sample).
+drift, checks over the whole sample).  As for the rules, the export runs no enforcer: the
+fidelity report marks each ``enforced`` check as claimed and not run here, proven by the
+same end-to-end tests (``tests/spark/test_enforcer_checks.py``), not by the report.
+``volume`` by partition knows every partition the source reads, the silent ones too; by a
+header or a field, only the groups records named (its row's ``how`` says so).
 """
 
 from __future__ import annotations
@@ -114,8 +118,10 @@ def enforcer_config(policy: Any, *, policy_path: str | None = None,
 
 
 def check_rows(policy: Any) -> tuple[CheckFidelity, ...]:
-    """The fidelity rows of the policy's sample checks: ``enforced`` (how) or ``not
-    enforced`` (why), per :func:`~kqlab.spark.enforcer_config.check_support`."""
+    """The fidelity rows of the policy's sample checks: ``enforced`` (how the enforcer
+    computes it when it runs) or ``not enforced`` (why), per
+    :func:`~kqlab.spark.enforcer_config.check_support`.  The export runs no Spark: the
+    report says so beside each row (:meth:`kqlab.export.fidelity.FidelityReport.check_table`)."""
     rows = []
     for c in policy.checks:
         why = check_support(c)
@@ -124,14 +130,23 @@ def check_rows(policy: Any) -> tuple[CheckFidelity, ...]:
         elif c.kind == "freshness":
             rows.append(CheckFidelity(
                 check=c.id, kind=c.kind, status=ENFORCED,
-                how="per group at every micro-batch and every trigger interval between them "
-                "(a silent topic runs none), against the enforcer's clock; an alert row when "
-                "a group's status changes"))
+                how="the enforcer computes it per group at every micro-batch and every "
+                "trigger interval between them (a silent topic runs none), against its "
+                "clock; an alert row when a group's status changes"))
         else:
-            how = ("each window judged once when closed (newest record seen less "
-                   "checks.lateness_ms past its end), one alert row per failing window")
+            how = ("the enforcer computes it: each window judged once when closed (newest "
+                   "record seen less checks.lateness_ms past its end), one alert row per "
+                   "failing window")
             if c.kind == "reject_rate":
                 how += "; rejections are the enforcer's own verdicts (each record alone)"
+            if c.kind == "volume" and c.by == "partition":
+                how += ("; every partition the source reads is a group from the first "
+                        "micro-batch on, so a partition silent from the start is alerted (a "
+                        "replay knows only the partitions that have records)")
+            elif c.kind == "volume" and c.by:
+                how += (f"; groups by {c.by} cannot be known before a record names them: "
+                        "the groups seen so far, so a group that never sends a record is "
+                        "never alerted (by: partition knows every partition)")
             rows.append(CheckFidelity(check=c.id, kind=c.kind, status=ENFORCED, how=how))
     return tuple(rows)
 

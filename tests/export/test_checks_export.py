@@ -135,6 +135,24 @@ def test_fidelity_report_lists_checks_not_enforced_where_targets_cannot_express_
     assert doc["targets"]["odcs"]["checks"][0]["status"] == "stated"
     page = report.to_html()
     assert "<h2>Sample checks</h2>" in page and "not enforced" in page
+    # enforced is a claim: the export started no Spark, as for the rules (unverified there)
+    for cid in streamed:
+        cell = rows[cid]["targets"]["spark-streaming"]
+        assert cell["how"].startswith("the enforcer computes it"), cid
+        assert cell["why"].startswith(f"claimed enforced ({cell['how']}); not run by this "
+                                      "export: spark-streaming cannot run here"), cid
+        assert "test suite" in cell["why"]
+        assert cell["why"] in page.replace("&#x27;", "'")
+    rule = report.verdict(policy.rules[0].id, "spark-streaming")
+    assert rule.verdict == "unverified" and "spark-streaming cannot run here" in rule.why
+    assert rows["volume"]["targets"]["odcs"]["why"] == rows["volume"]["targets"]["odcs"]["how"]
+    # by partition: every partition is known, a silent one alerted; by a header: say not
+    assert "silent from the start is alerted" in rows["volume"]["targets"]["spark-streaming"][
+        "how"]
+    by_header = replace(policy, checks=(replace(policy.check("volume"), by="header:region"),))
+    (row,) = fidelity_report(by_header, subject="orders-value").check_table()
+    how = row["targets"]["spark-streaming"]["how"]
+    assert "cannot be known before a record names them" in how and "header:region" in how
 
 
 FOREIGN_METRICS = """\
