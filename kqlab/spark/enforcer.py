@@ -42,7 +42,10 @@ window counts its records twice (its alert rows may be sent again: keyed
 window already judged is counted ``late`` (metrics ``checks.late``, per check) and judged in
 no window.  Freshness is judged per group at every micro-batch against the clock (``--now``
 or the wall clock), and between micro-batches every trigger interval against the wall clock
-(a silent topic runs none), and alerted when a group's status changes.  Which checks run,
+(a silent topic runs none), and alerted when a group's status changes.  ``volume`` by
+partition judges every partition the source reads — the micro-batch's offsets in Spark's
+offset log (:meth:`Enforcer.source_partitions`), empty partitions included — so a partition
+that never receives a record is alerted in every closed window.  Which checks run,
 and why the others do not (drift, schema drift, checks over the whole sample), is
 :func:`~kqlab.spark.enforcer_config.check_support`.  ``connector: spark`` computes no checks.
 
