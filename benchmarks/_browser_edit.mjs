@@ -104,9 +104,18 @@ try {
       if (el.closest('.kqlab-policy-editor') || el.closest('.kqlab-replay-panel')) return 'counts';
       return 'other';
     };
+    // rule rows the page renders: a row's count element not seen before (one per row view
+    // created; a view gets its classes once it is in the page, so new ones are looked for on
+    // every change)
+    kq.rows = [];
+    const COUNT = '.kqlab-policy-editor [class*="kqlab-rule-count-"]';
+    const seen = new WeakSet(document.querySelectorAll(COUNT));
     new MutationObserver((records) => {
       const t = performance.now();
       kq.hookAll();                                   // new figure views, as they appear
+      const made = [...document.querySelectorAll(COUNT)].filter((el) => !seen.has(el));
+      made.forEach((el) => seen.add(el));
+      if (made.length) kq.rows.push({ t, n: made.length });
       for (const r of records) {
         const k = kind(r.target);
         if (k === 'inplot') continue;                 // plotly's own work: its afterplot says
@@ -176,12 +185,15 @@ try {
         const figures = [...document.querySelectorAll('.kqlab-figures')]
           .filter((c) => c.checkVisibility())
           .map((c) => [...c.querySelectorAll('.js-plotly-plot')].map(fp));
+        // the rows shown, in the page's order (a removed rule's row stays in the page, hidden)
+        const shown = [...document.querySelectorAll('.kqlab-policy-editor [class*="kqlab-rule-count-"]')]
+          .filter((el) => el.checkVisibility());
         const counts = {};
-        document.querySelectorAll('.kqlab-policy-editor [class*="kqlab-rule-count-"]').forEach((el) => {
+        shown.forEach((el) => {
           const id = [...el.classList].find((c) => c.startsWith('kqlab-rule-count-')).slice(17);
           counts[id] = Number(/([\d,]+)/.exec(el.innerText)[1].replaceAll(',', ''));
         });
-        return { figures, counts };
+        return { figures, counts, rows: shown.length };
       });
       const same = (a, b) => JSON.stringify(a, (k, v) => (typeof v === 'number' ? Number(v.toPrecision(9)) : v)) ===
         JSON.stringify(b, (k, v) => (typeof v === 'number' ? Number(v.toPrecision(9)) : v));
@@ -207,7 +219,7 @@ try {
     const kind = KINDS[i % KINDS.length];
     await prepare(kind, KINDS.length + i);
     await page.evaluate(() => {
-      window.__kq.hookAll(); window.__kq.events = []; window.__kq.reacts = [];
+      window.__kq.hookAll(); window.__kq.events = []; window.__kq.reacts = []; window.__kq.rows = [];
       window.__kq.t0 = null; window.__kq.armed = true;
     });
     await target(kind).click();
@@ -224,6 +236,7 @@ try {
         page_ms: last(null), first_ms: Math.min(...evs.map((e) => e.t)) - kq.t0,
         counts_ms: last('counts'), table_ms: last('table'), figures_ms: last('plot'),
         redraws: evs.filter((e) => e.k === 'plot').length,
+        rows_rendered: kq.rows.filter((r) => r.t >= kq.t0).reduce((a, r) => a + r.n, 0),
         react_ms: kq.reacts.filter((r) => r.t0 >= kq.t0).reduce((a, r) => a + r.t - r.t0, 0),
         react_start_ms: (() => {
           const ts = kq.reacts.filter((r) => r.t0 >= kq.t0).map((r) => r.t0);

@@ -16,8 +16,11 @@ typing is not timed), the ``valid-order`` rule's trash button, and Undo.
   ``pointerdown`` of the click) to the last of the changes it causes — a rule count, the
   outcome or status line or the explorer's table changing (a ``MutationObserver``) and every
   figure's redraw (plotly's ``plotly_afterplot``), once the kernel is idle and the page quiet.
-  After each edit, untimed, every figure drawn is compared with the kernel's figure and every
-  count shown with the kernel's count: a missed update fails the run instead of shortening it.
+  After each edit, untimed, every figure drawn is compared with the kernel's figure and the
+  rule rows shown (visible ones: a removed rule's row stays in the page, hidden) with the
+  kernel's rules, in order, each count with the kernel's count: a missed update fails the
+  run instead of shortening it.  ``rule_rows_rendered`` (per kind) counts the rule row views
+  the page created for an edit (a row's count element not in the page before).
 * **kernel** latency, per edit, in the same kernel once the page is done: an
   :class:`~kqlab.authoring.AuthoringSession` without views on the same sample (the
   workbench's warm :class:`~kqlab.validate.Replayer`) makes the same kinds of edits, each
@@ -136,14 +139,16 @@ def _fingerprint(fig):
     return out
 
 def _state():
-    """What the page must show: each figure's traces, each rule's failed count."""
+    """What the page must show: each figure's traces, each rule's failed count (in policy
+    order), one row per rule."""
     import json
     counts = session.counts
     return json.dumps({
         "figures": [[_fingerprint(f) for f in wb.editor.figures.values()]] + (
             [[_fingerprint(f) for f in wb.figures.values()]] if LAYOUT == "all" else []),
         "counts": {r.id: counts.get(r.id, {"failed": 0})["failed"]
-                   for r in session.policy.rules}})
+                   for r in session.policy.rules},
+        "rows": len(session.policy.rules)})
 
 LAYOUT = "{layout}"
 if LAYOUT == "all":  # every view of the workbench at once, none in a hidden tab, so the
@@ -283,7 +288,9 @@ def main() -> None:
     by_kind: dict[str, dict[str, float]] = {}
     for kind in dict.fromkeys(e["kind"] for e in edits):
         mine = [e["page_ms"] for e in edits if e["kind"] == kind]
-        by_kind[kind] = {"edits": len(mine), **_stats(mine)}
+        rows = [e["rows_rendered"] for e in edits if e["kind"] == kind]
+        by_kind[kind] = {"edits": len(mine), **_stats(mine),
+                         "rule_rows_rendered": round(statistics.mean(rows), 1)}
     page_p95, kernel_p95 = percentile(page, 0.95), percentile(kernel, 0.95)
     out = {
         "benchmark": "browser_edit", "records": n, "edits": len(page), "layout": args.layout,
@@ -301,7 +308,7 @@ def main() -> None:
     print(f"{n:,} records; page ready in {res['ready_s']:.1f} s; {len(page)} edits in the page")
     for kind, s in by_kind.items():
         print(f"  {kind:14s} {s['edits']} edits: page median {s['median_ms']} ms, "
-              f"p95 {s['p95_ms']} ms")
+              f"p95 {s['p95_ms']} ms; {s['rule_rows_rendered']} rule rows rendered an edit")
     print(f"page: median {out['page_median_ms']} ms, p95 {out['page_p95_ms']} ms "
           f"(goal <= {PAGE_GOAL_MS}); kernel: median {out['kernel_median_ms']} ms, "
           f"p95 {out['kernel_p95_ms']} ms (goal <= {KERNEL_GOAL_MS})")
