@@ -26,8 +26,10 @@ partitions included) to :meth:`StreamChecks.after` — so a partition silent fro
 is a group from the first micro-batch on, judged in every window from the window of the
 first record the enforcer saw (a replay's grid starts at its sample's first timestamp).  A
 partition the source starts reading after records were seen joins at the window after the
-newest record seen then (it may not have existed before; records it brings for earlier
-windows are counted, those windows are not judged for it).  Groups by a header or a field
+newest record seen then, or at its first record's window if that is earlier (before, it may
+not have existed); ``kqlab-kafka`` reads the partitions its topics had when the query first
+started (the checkpoint keeps them), so today only another source makes one join.  Groups
+by a header or a field
 cannot be known before a record names them: they are the groups seen so far, each judged in
 every window not yet closed when it is first seen.  A replay knows only the partitions that
 have records, so the enforcer's volume alerts equal a replay's failing windows of the same
