@@ -569,3 +569,25 @@ def test_a_partition_the_source_reads_later_joins_from_then_on(policy, tmp_path)
     for b, parts in enumerate(batches):
         plain.alerts += plain.micro_batch(b, parts)
     assert alert_windows(plain.alerts)["vol"] == want
+
+
+def test_the_source_partitions_come_from_sparks_offset_log(tmp_path):
+    """The driver reads a micro-batch's partitions from Spark's write-ahead offset log; a
+    missing or unreadable entry fails the micro-batch with what to check, never guesses."""
+    from kqlab.spark.enforcer import Enforcer, EnforcerError, EnforcerSettings
+    from kqlab.spark.enforcer_config import Route
+
+    e = Enforcer(None, loads_policy(SILENT), EnforcerSettings(
+        routes=(Route("q.raw", "q.raw.valid", "q.raw.dlq"),), bootstrap="127.0.0.1:1",
+        checkpoint=str(tmp_path / "ck")))
+    log = tmp_path / "ck" / "spark" / "offsets"
+    log.mkdir(parents=True)
+    (log / "4").write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":1}\n'
+                           '{"q.raw":{"0":12,"1":0,"2":7}}')
+    assert e.source_partitions(4) == {"q.raw": [0, 1, 2]}
+    with pytest.raises(EnforcerError, match=r"micro-batch 5 from Spark's offset log .*"
+                       r"offsets/5.*volume checks by partition"):
+        e.source_partitions(5)
+    (log / "6").write_text('v1\n{}\n["q.raw"]')
+    with pytest.raises(EnforcerError, match=r"micro-batch 6"):
+        e.source_partitions(6)
