@@ -372,6 +372,67 @@ def test_record_shapes_equal_each_records_own_field_set(tmp_path, seed):
     assert [v.decode() if isinstance(v, bytes) else v for v in got.to_pylist()] == want
 
 
+@pytest.mark.parametrize("case", ["mixed", "same_fields", "wide", "tombstones", "one_field"])
+@pytest.mark.parametrize("control", ["none", "random", "all"])
+def test_schema_drift_counted_from_field_bits_equals_the_record_shapes(tmp_path, case,
+                                                                       control):
+    """A schema-drift partial counted from the records' field bits (``shape_counts``) is
+    the table counting each record's shape gives (``record_shapes``' dictionary codes),
+    row for row and in order, and what a record-by-record reading counts; declined (None)
+    where the shapes must be built: more than 20 top-level fields, values that are never
+    objects."""
+    from collections import Counter
+
+    from kqlab.validate.sample_checks import shapes
+
+    rng = np.random.default_rng(len(case) * 7 + len(control))
+    names = {"mixed": ["zeta", "alpha", "always", "never", "mid", "b"],
+             "same_fields": ["a", "b", "c"], "wide": [f"f{i:02d}" for i in range(24)],
+             "tombstones": ["a"], "one_field": ["only"]}[case]
+    recs = []
+    for i in range(1_200):
+        doc: dict | None = {}
+        for j, name in enumerate(names):
+            r = rng.random()
+            if case == "same_fields" or (case == "mixed" and name == "always"):
+                doc[name] = i
+            elif case == "mixed" and name == "never":
+                doc[name] = None
+            elif r < 0.3 + 0.02 * j:
+                doc[name] = i
+            elif r < 0.45:
+                doc[name] = None
+        if case == "tombstones" or rng.random() < 0.05:
+            doc = None
+        recs.append((f"k{i}".encode(), doc, T0 + i))
+    folder = write_log(tmp_path / "log", {0: recs})
+    policy = loads_policy(HEAD + "checks:\n  - {id: s, kind: schema_drift, baseline: b}\n")
+    check = policy.checks[0]
+    ctx = Replayer(load_sample(folder), now=T0).context(policy)
+    n = ctx.n
+    marked = {"none": np.zeros(n, bool), "random": rng.random(n) < 0.3,
+              "all": np.ones(n, bool)}[control]
+    counted = shapes.shape_counts(ctx, ~marked)
+    assert (counted is None) == (case in ("wide", "tombstones"))
+    fast = partial_of(check, Chunk(ctx, marked)).table
+    saved = shapes.shape_counts
+    shapes.shape_counts = lambda ctx, keep: None  # type: ignore[assignment]
+    try:
+        built = partial_of(check, Chunk(replayer_context(folder, policy), marked)).table
+    finally:
+        shapes.shape_counts = saved
+    assert fast.equals(built), (fast.to_pylist(), built.to_pylist())
+    want = Counter("fields:" + ",".join(sorted(k for k in names if doc.get(k) is not None))
+                   for (_, doc, _), out in zip(recs, marked.tolist(), strict=True)
+                   if doc is not None and not out)
+    assert {r["value"].decode(): r["count"] for r in fast.to_pylist()} == dict(want)
+
+
+def replayer_context(folder: object, policy: object) -> EvalContext:
+    """A fresh evaluation context of the log at ``folder`` (nothing memoised yet)."""
+    return Replayer(load_sample(folder), now=T0).context(policy)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("n", [1, 2, 3, 20, 1_001])
 def test_order_stat_of_two_neighbours_equals_a_sort(n):
     """A quantile's two neighbouring order statistics put in place as a sort puts them

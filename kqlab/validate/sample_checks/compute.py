@@ -275,8 +275,13 @@ def _shape_partial(check: Check, chunk: Chunk, keep: np.ndarray, plan: BaselineP
     kind = check.kind
     schema = PARTIAL_SCHEMAS[kind]
     if kind == "schema_drift":
-        from kqlab.validate.sample_checks.shapes import record_shapes
+        from kqlab.validate.sample_checks.shapes import record_shapes, shape_counts
 
+        counted = shape_counts(ctx, keep)  # field sets only: counted from their bits
+        if counted is not None:
+            texts, per = counted
+            return pa.table({"value": texts, "count": pa.array(per)}, schema=schema) \
+                if len(per) else schema.empty_table()
         shapes = record_shapes(ctx)
         present = keep & ~np.asarray(shapes.is_null().to_numpy(zero_copy_only=False), bool)
         if not present.any():

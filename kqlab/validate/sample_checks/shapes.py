@@ -21,8 +21,10 @@ __all__ = ["record_shapes"]
 _WORD = 62
 
 
-def _field_sets(ctx: EvalContext) -> pa.Array | None:
-    """``fields:a,b`` per record (null: the value is not an object), or None when values do
+def _field_words(ctx: EvalContext) -> tuple[list[np.ndarray], list[str], pa.Array] | None:
+    """Per record the bits of the top-level fields its object holds (one word per
+    :data:`_WORD` fields, bit ``b`` of word ``w``: field ``w * _WORD + b`` of the names
+    sorted), the sorted names and the decoded values (null: no object); None when values do
     not decode to objects."""
     if ctx.value_format is None or ctx.value_format.format not in ("json", "avro"):
         return None
@@ -52,8 +54,24 @@ def _field_sets(ctx: EvalContext) -> pa.Array | None:
         words.append(np.full(n, const, np.int64) if code is None else code | const)
     if not words:
         words = [np.zeros(n, np.int64)]
-    if len(words) == 1 and len(names) <= 20:  # a small code range: counting, no sort
-        seen = np.zeros(1 << len(names), bool)
+    return words, [names[i] for i in order.tolist()], values
+
+
+def _texts(rows: list[list[int]], sorted_names: list[str]) -> list[str]:
+    """``fields:a,b`` of each row of words (:func:`_field_words`)."""
+    return ["fields:" + ",".join(sorted_names[w * _WORD + b] for w, word in enumerate(row)
+                                 for b in range(_WORD) if word >> b & 1) for row in rows]
+
+
+def _field_sets(ctx: EvalContext) -> pa.Array | None:
+    """``fields:a,b`` per record (null: the value is not an object), or None when values do
+    not decode to objects."""
+    found = _field_words(ctx)
+    if found is None:
+        return None
+    words, sorted_names, values = found
+    if len(words) == 1 and len(sorted_names) <= 20:  # a small code range: counting, no sort
+        seen = np.zeros(1 << len(sorted_names), bool)
         seen[words[0]] = True
         present_codes = np.flatnonzero(seen)
         rank = np.cumsum(seen) - 1
@@ -63,15 +81,32 @@ def _field_sets(ctx: EvalContext) -> pa.Array | None:
         distinct = distinct.reshape(-1, 1)
     else:
         distinct, which = np.unique(np.stack(words, axis=1), axis=0, return_inverse=True)
-    texts = []
-    sorted_names = [names[i] for i in order.tolist()]
-    for row in distinct.tolist():
-        present = [sorted_names[w * _WORD + b] for w, word in enumerate(row)
-                   for b in range(_WORD) if word >> b & 1]
-        texts.append("fields:" + ",".join(present))
+    texts = _texts(distinct.tolist(), sorted_names)
     indices = pa.array(which.reshape(-1).astype(np.int32), mask=np.asarray(
         values.is_null().to_numpy(zero_copy_only=False), bool))
     return pa.DictionaryArray.from_arrays(indices, pa.array(texts, pa.large_string()))
+
+
+def shape_counts(ctx: EvalContext, keep: np.ndarray) -> tuple[pa.Array, np.ndarray] | None:
+    """The shapes of the records ``keep`` keeps and how many hold each — the rows of a
+    ``schema_drift`` partial, in the order counting :func:`record_shapes`' dictionary codes
+    gives them (ascending field bits) — counted from the records' field bits, without
+    building each record's shape; None where :func:`record_shapes` must say (schema ids in
+    the shape, values that are not objects, more than 20 top-level fields)."""
+    fmt = ctx.value_format
+    if fmt is not None and fmt.wire == "confluent":
+        return None
+    found = _field_words(ctx)
+    if found is None or len(found[0]) != 1 or len(found[1]) > 20:
+        return None
+    (word,), sorted_names, values = found
+    present = keep if not values.null_count else keep & np.asarray(
+        values.is_valid().to_numpy(zero_copy_only=False), bool)
+    per = np.bincount(word if present.all() else word[present],
+                      minlength=1 << len(sorted_names))
+    at = np.flatnonzero(per)
+    return (pa.array(_texts([[c] for c in at.tolist()], sorted_names), pa.large_string()),
+            per[at].astype(np.int64))
 
 
 def record_shapes(ctx: EvalContext) -> pa.Array:
