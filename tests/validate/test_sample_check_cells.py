@@ -302,7 +302,8 @@ def test_cell_order_by_runs_equals_a_stable_argsort(runs):
 
 
 @pytest.mark.parametrize("case", ["fixed", "widths", "nul_and_empty", "utf8", "sliced",
-                                  "late_value", "many", "long", "nulls", "string"])
+                                  "late_value", "many", "long", "nulls", "string",
+                                  "fixed_sliced", "fixed_seven", "fixed_one", "fixed_empty"])
 def test_short_codes_are_exact_or_declined(case):
     """A column of few short values coded by its bytes as words: codes equal exactly when
     the values do (empty values, NUL bytes, a value that is another's prefix, multi-byte
@@ -316,7 +317,11 @@ def test_short_codes_are_exact_or_declined(case):
              "utf8": ["é".encode(), "ü".encode(), b"e", "€".encode()],
              "sliced": [b"x", b"yy", b"zzz"], "late_value": [b"p", b"q"],
              "many": [b"v%d" % i for i in range(SHORT_VALUES + 1)],
-             "long": [b"a", b"abcdefgh"], "nulls": [b"a", None], "string": [b"a", b"bc"]}
+             "long": [b"a", b"abcdefgh"], "nulls": [b"a", None], "string": [b"a", b"bc"],
+             # one width (read at a stride of it): sliced, the widest, the narrowest, none
+             "fixed_sliced": [b"EUR", b"USD", b"\0SD", b"EU\0"],
+             "fixed_seven": [b"abcdefg", b"abcdef\0", b"\xff" * 7, b"\0" * 7],
+             "fixed_one": [b"a", b"\0", b"\xff"], "fixed_empty": [b""]}
     pool = pools[case]
     drawn = [pool[i] for i in rng.integers(0, len(pool), 5_000).tolist()]
     if case == "late_value":
@@ -324,7 +329,7 @@ def test_short_codes_are_exact_or_declined(case):
     typ = pa.string() if case == "string" else pa.large_binary()
     column = pa.array([None if v is None else v.decode() if case == "string" else v
                        for v in drawn], typ)
-    if case == "sliced":
+    if case in ("sliced", "fixed_sliced"):
         column, drawn = column.slice(17, 4_000), drawn[17:4_017]
     got = short_codes(column)
     if case in ("late_value", "many", "long", "nulls"):

@@ -162,7 +162,8 @@ def partial_of(check: Check, chunk: Chunk, plan: BaselinePlan | None = None) -> 
         elif (short := short_codes(kept)) is not None:  # few short values: counted by code
             vcodes, firsts = short
             k = len(firsts)
-            per = np.bincount(codes * k + vcodes, minlength=index.keys.num_rows * k)
+            per = np.bincount(vcodes if index.keys.num_rows == 1 else codes * k + vcodes,
+                              minlength=index.keys.num_rows * k)  # one cell: codes all 0
             at = np.flatnonzero(per)
             cell = at // k
             value = kept.take(pa.array(firsts[at % k]))
