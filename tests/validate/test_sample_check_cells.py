@@ -438,6 +438,47 @@ def replayer_context(folder: object, policy: object) -> EvalContext:
     return Replayer(load_sample(folder), now=T0).context(policy)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("case", ["random", "first_last", "consecutive", "sliced", "nulls",
+                                  "dictionary", "string", "many"])
+def test_rows_kept_run_by_run_equal_a_filter(case):
+    """A mask dropping a few rows applied by concatenating the runs between them gives the
+    array Arrow's filter gives (the first and last rows dropped, drops side by side, a
+    sliced column, nulls kept, dictionary and string columns; a mask dropping many rows
+    goes to the filter)."""
+    from kqlab.validate.sample_checks.compute import FEW_DROPPED, _at
+
+    rng = np.random.default_rng(len(case))
+    n = 20_000
+    words = [b"o-%09d" % i for i in range(n + 50)]
+    column: pa.Array = pa.array(words, pa.large_binary())
+    if case == "sliced":
+        column = column.slice(37, n)
+    else:
+        column = column.slice(0, n)
+    if case == "nulls":
+        column = pa.array([None if i % 97 == 0 else w for i, w in enumerate(words[:n])],
+                          pa.large_binary())
+    elif case == "dictionary":
+        column = pa.array([f"g{i % 5}" for i in range(n)]).dictionary_encode()
+    elif case == "string":
+        column = pa.array([w.decode() for w in words[:n]], pa.string())
+    keep = np.ones(n, bool)
+    if case == "first_last":
+        keep[[0, n - 1]] = False
+    elif case == "consecutive":
+        keep[100:105] = False
+        keep[n - 3:] = False
+    elif case == "many":
+        keep = rng.random(n) > 0.5
+    else:
+        keep[rng.choice(n, n // FEW_DROPPED, replace=False)] = False
+    got = _at(column, keep)
+    want = column.filter(pa.array(keep))
+    assert got.type == want.type and got.equals(want)
+    assert got.to_pylist() == [v for v, k in zip(column.to_pylist(), keep.tolist(),
+                                                  strict=True) if k]
+
+
 @pytest.mark.parametrize("n", [1, 2, 3, 20, 1_001])
 def test_order_stat_of_two_neighbours_equals_a_sort(n):
     """A quantile's two neighbouring order statistics put in place as a sort puts them

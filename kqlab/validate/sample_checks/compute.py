@@ -91,12 +91,28 @@ def _count(mask: np.ndarray) -> int:
     return int(np.count_nonzero(mask))
 
 
+#: a mask that drops at most one row in this many is applied run by run (:func:`_at`)
+FEW_DROPPED = 64
+
+
 def _at(column: pa.Array | np.ndarray, keep: np.ndarray) -> pa.Array | np.ndarray:
     """``column`` at the kept rows (itself when all are kept); Arrow columns filtered by the
-    mask, which reads them in order (cheaper than a take of the rows)."""
+    mask, which reads them in order (cheaper than a take of the rows).  A mask that drops
+    only a few rows (a key column: the records without a key, ~1 in 2000) is applied by
+    concatenating the runs of rows between them — whole buffers copied, not the mask read
+    row by row: 0.49 -> 0.25 ms per 125k keys, the same array."""
     if keep.all():
         return column
-    return column[keep] if isinstance(column, np.ndarray) else column.filter(pa.array(keep))
+    if isinstance(column, np.ndarray):
+        return column[keep]
+    n = len(keep)
+    dropped = np.flatnonzero(~keep)
+    if isinstance(column, pa.Array) and len(dropped) * FEW_DROPPED <= n:
+        starts = np.concatenate([np.zeros(1, np.int64), dropped + 1]).tolist()
+        ends = np.concatenate([dropped, np.array([n], np.int64)]).tolist()
+        return pa.concat_arrays([column.slice(a, b - a) for a, b in
+                                 zip(starts, ends, strict=True) if b > a])
+    return column.filter(pa.array(keep))
 
 
 def partial_of(check: Check, chunk: Chunk, plan: BaselinePlan | None = None) -> Partial:
