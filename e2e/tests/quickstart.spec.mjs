@@ -227,6 +227,21 @@ test('authoring: the editor of notebook 02 follows edits made in the page',
       return want;
     };
     const first = await follows();
+    // the rule rows the page shows, in its order, are the session's rules: a removed rule's
+    // row stays in the page, hidden (so a remove or its undo re-renders no other row)
+    const shownRules = () => editor.evaluate((e) => [
+      ...e.querySelectorAll('[class*="kqlab-rule-count-"]')].filter((c) => c.checkVisibility())
+      .map((c) => [...c.classList].find((k) => k.startsWith('kqlab-rule-count-')).slice(17)));
+    const sessionRules = async () => JSON.parse(await kernelEval(page,
+      'import json; from kqlab.widgets._common import slug; ' +
+      'print(json.dumps([slug(r.id) for r in session.policy.rules]))'));
+    const rowsFollow = async () => {
+      const want = await sessionRules();
+      await expect.poll(shownRules, { timeout: 60_000 }).toEqual(want);
+      return want;
+    };
+    const allRules = await rowsFollow();
+    expect(allRules).toContain('suggest-key_required');
 
     // edits made in the page: the figures follow each one (the notebook already re-showed them)
     await editor.locator('.kqlab-rule-mode-amount-range button', { hasText: 'observe' }).click();
@@ -237,12 +252,23 @@ test('authoring: the editor of notebook 02 follows edits made in the page',
     expect(observed).not.toEqual(first);
     await expect(plots.nth(1)).toContainText('amount-range: mode reject -> observe',
       { timeout: 60_000 });                                           // the impact figure
+    const removedRow = editor.locator('.kqlab-rule-suggest-key_required');
+    await removedRow.evaluate((e) => { window.__kqRemovedRow = e; });
     await editor.locator('.kqlab-rule-remove-suggest-key_required').click();
     await expect(reasons).not.toContainText('suggest.key_required', { timeout: 60_000 });
     await follows();
+    await expect(removedRow).toBeHidden({ timeout: 60_000 });
+    expect(await rowsFollow()).toEqual(allRules.filter((r) => r !== 'suggest-key_required'));
     await editor.locator('.kqlab-undo').click();
     await expect(reasons).toContainText('suggest.key_required', { timeout: 60_000 });
     expect(await follows()).toEqual(observed);
+    await expect(removedRow).toBeVisible({ timeout: 60_000 });
+    expect(await rowsFollow()).toEqual(allRules);
+    // back as the very element it was: shown again, not rendered again
+    expect(await removedRow.evaluate((e) => e === window.__kqRemovedRow)).toBe(true);
+    expect(count(await editor.locator('.kqlab-rule-count-suggest-key_required').innerText()))
+      .toBe(Number(await kernelEval(page,
+        'print(session.counts["suggest.key_required"]["failed"])')));
     await editor.locator('.kqlab-undo').click();
     await expect(outcomes).toHaveText(before, { timeout: 60_000 });
     expect(await follows()).toEqual(first);
