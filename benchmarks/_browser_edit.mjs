@@ -186,8 +186,8 @@ try {
           .filter((c) => c.checkVisibility())
           .map((c) => [...c.querySelectorAll('.js-plotly-plot')].map(fp));
         // the rows shown, in the page's order (a removed rule's row stays in the page, hidden)
-        const shown = [...document.querySelectorAll('.kqlab-policy-editor [class*="kqlab-rule-count-"]')]
-          .filter((el) => el.checkVisibility());
+        const shown = [...document.querySelectorAll(
+          '.kqlab-policy-editor [class*="kqlab-rule-count-"]')].filter((el) => el.checkVisibility());
         const counts = {};
         shown.forEach((el) => {
           const id = [...el.classList].find((c) => c.startsWith('kqlab-rule-count-')).slice(17);
@@ -219,8 +219,8 @@ try {
     const kind = KINDS[i % KINDS.length];
     await prepare(kind, KINDS.length + i);
     await page.evaluate(() => {
-      window.__kq.hookAll(); window.__kq.events = []; window.__kq.reacts = []; window.__kq.rows = [];
-      window.__kq.t0 = null; window.__kq.armed = true;
+      window.__kq.hookAll(); window.__kq.events = []; window.__kq.reacts = [];
+      window.__kq.rows = []; window.__kq.t0 = null; window.__kq.armed = true;
     });
     await target(kind).click();
     await settle(true);
