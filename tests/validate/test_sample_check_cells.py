@@ -151,8 +151,10 @@ def _consistent(partial: Partial) -> None:
     assert cells.keys.take(pa.array(cells.codes)).equals(
         partial.table.select(["group", "window"]).combine_chunks())
     assert set(cells.codes.tolist()) == set(range(cells.keys.num_rows))
+    k = cells.keys.num_rows
+    if partial.kind == "stat" and cells.rows is not None:  # values per cell
+        np.testing.assert_array_equal(cells.rows, np.bincount(cells.codes, minlength=k))
     if partial.kind != "stat":
-        k = cells.keys.num_rows
         assert cells.rows is not None and cells.total is not None
         np.testing.assert_array_equal(cells.rows, np.bincount(cells.codes, minlength=k))
         np.testing.assert_array_equal(cells.total, np.bincount(
@@ -193,14 +195,7 @@ def test_partials_with_cells_merge_and_judge_as_without(tmp_path, seed, ordered,
     n = whole.n
     rng = np.random.default_rng(seed * splits)
     cuts = [0, *sorted(rng.choice(np.arange(1, n), splits - 1, replace=False).tolist()), n]
-    ctx = whole.ctx
-    parts = []
-    for a, b in itertools.pairwise(cuts):
-        sub = EvalContext(ctx.records.slice(a, b - a), ctx.now, ctx.batches,
-                          value_format=ctx.value_format, key_format=ctx.key_format)
-        parts.append(Chunk(sub, whole.control[a:b],
-                           {k: RuleResult(r.failed[a:b], ()) for k, r in whole.results.items()},
-                           whole.outcome[a:b]))
+    parts = _cut(whole, cuts)
     extent = Extent()
     for c in parts:
         extent = extent.merge(extent_of(c))
@@ -225,6 +220,70 @@ def test_partials_with_cells_merge_and_judge_as_without(tmp_path, seed, ordered,
                                                                     pieces[0].table)])
             twice = merge_partials(check.kind, [without, Partial(check.kind, pieces[0].table)])
             assert _sorted(again.table).equals(_sorted(twice.table))
+
+
+def _cut(whole: Chunk, cuts: list[int]) -> list[Chunk]:
+    """``whole`` as the chunks between ``cuts`` (record positions)."""
+    ctx = whole.ctx
+    parts = []
+    for a, b in itertools.pairwise(cuts):
+        sub = EvalContext(ctx.records.slice(a, b - a), ctx.now, ctx.batches,
+                          value_format=ctx.value_format, key_format=ctx.key_format)
+        parts.append(Chunk(sub, whole.control[a:b],
+                           {k: RuleResult(r.failed[a:b], ()) for k, r in whole.results.items()},
+                           whole.outcome[a:b]))
+    return parts
+
+
+def test_a_cell_one_chunk_holds_keeps_its_judgement_through_the_merge(tmp_path):
+    """Chunks cut at the partitions' ends (700 records each) and once inside partition 1:
+    a by-partition cell of partition 0 or 2 is in one chunk, so the merge keeps the
+    statistic that chunk computed (``known``) and the value-keyed kinds' per-cell counts,
+    and makes no per-row codes until read; partition 1's cells and the cells across
+    partitions are computed again from all their values.  Judged, each equals the whole
+    chunk's partial and the tables without cells."""
+    policy, whole = _chunk(tmp_path, 6)
+    assert whole.n == 2100
+    parts = _cut(whole, [0, 700, 1000, 1400, 2100])
+    extent = extent_of(whole)
+    seen_known = set()
+    for check in policy.checks:
+        if check.kind not in ("duplicate_rate", "distinct", "stat"):
+            continue
+        pieces = [partial_of(check, c) for c in parts]
+        merged = merge_partials(check.kind, pieces)
+        cells = cells_of(merged)
+        assert cells is not None
+        holders: dict[tuple, int] = {}
+        for piece in pieces:
+            for key in zip(*(cells_of(piece).keys.column(c).to_pylist()
+                             for c in ("group", "window")), strict=True):
+                holders[key] = holders.get(key, 0) + 1
+        keys = list(zip(cells.keys.column("group").to_pylist(),
+                        cells.keys.column("window").to_pylist(), strict=True))
+        alone = [holders[k] == 1 for k in keys]
+        if check.kind == "stat":
+            assert cells.known.tolist() == alone, check.id
+            seen_known.add((check.id, any(alone), not all(alone)))
+        elif not any(holders[k] > 1 for k in keys):  # nothing to group again: codes wait
+            assert callable(cells.codes_or_thunk), check.id
+        without = merge_partials(check.kind, [Partial(p.kind, p.table, p.counts)
+                                              for p in pieces])
+        assert _judged(check, merged, extent) == _judged(check, without, extent), check.id
+        assert _judged(check, merged, extent) == \
+            _judged(check, partial_of(check, whole), extent), check.id
+        _consistent(merged)
+    # p95 by partition: some cells in one chunk, some in two; mean by region and the
+    # daily stddev span the partitions: every cell computed again
+    assert seen_known == {("p95", True, True), ("mean", False, True), ("sd", False, True)}
+    # cut at the partitions' ends only: duplicate keys by partition share no cell
+    dups = next(c for c in policy.checks if c.id == "dups")
+    merged = merge_partials(dups.kind, [partial_of(dups, c)
+                                        for c in _cut(whole, [0, 700, 1400, 2100])])
+    assert callable(cells_of(merged).codes_or_thunk)  # judged without a per-row code
+    assert _judged(dups, merged, extent) == _judged(dups, partial_of(dups, whole), extent)
+    assert callable(cells_of(merged).codes_or_thunk)
+    _consistent(merged)  # read, the codes describe the rows
 
 
 def test_a_filtered_table_drops_its_codes():

@@ -16,6 +16,7 @@ as before, by the columns; the codes are an index over them, never a second trut
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,12 +38,28 @@ class Cells:
     table replaces the object, and the codes no longer apply)."""
 
     table: pa.Table
-    codes: np.ndarray
+    #: the codes, or what makes them when first read (a merge whose cells all keep their
+    #: rows' judgement needs no per-row codes unless the partial is merged again)
+    codes_or_thunk: np.ndarray | Callable[[], np.ndarray]
     keys: pa.Table
     #: value-keyed partials: per cell its rows (distinct values) and the sum of their
     #: ``count`` (values read) — a window's whole judgement, kept through merges
     rows: np.ndarray | None = None
     total: np.ndarray | None = None
+    #: ``stat``: per cell the statistic of its values, and whether that is the cell's final
+    #: value (its values all in this partial: a cell several merged partials hold is
+    #: computed again from them when judged)
+    observed: np.ndarray | None = None
+    known: np.ndarray | None = None
+
+    @property
+    def codes(self) -> np.ndarray:
+        """Per row of ``table`` its cell (made on first use when given as a thunk)."""
+        codes = self.codes_or_thunk
+        if callable(codes):
+            codes = codes()
+            object.__setattr__(self, "codes_or_thunk", codes)
+        return codes
 
 
 def cells_of(partial: object) -> Cells | None:
@@ -65,22 +82,32 @@ class CellIndex:
 
 
 def compact_cells(table: pa.Table, codes: np.ndarray, keys: pa.Table,
-                  count: np.ndarray | None = None) -> Cells:
+                  count: np.ndarray | None = None,
+                  stat: tuple[str, np.ndarray] | None = None) -> Cells:
     """The :class:`Cells` of ``table`` whose rows are in cells ``codes`` of ``keys``,
     renumbered to the cells they use (a partial's cells all hold rows); given the rows'
-    ``count`` (value-keyed kinds), with each cell's rows and total."""
+    ``count`` (value-keyed kinds), with each cell's rows and total; given ``stat`` (the
+    statistic and the rows' values: ``stat`` partials), with each cell's rows and its
+    statistic, computed here — on the chunk's pass, beside the reading of the next one —
+    rather than when the sample is judged (its serial end)."""
     rows = np.bincount(codes, minlength=keys.num_rows)
     used = rows > 0
     total = None
     if count is not None:
         total = rows if len(count) and int(count.max()) == 1 else \
             np.bincount(codes, weights=count, minlength=keys.num_rows).round().astype(np.int64)
-    if used.all():
-        return Cells(table, codes, keys, rows if count is not None else None, total)
-    renumber = np.cumsum(used) - 1
-    return Cells(table, renumber[codes], keys.filter(pa.array(used)),
-                 rows[used] if count is not None else None,
-                 None if total is None else total[used])
+    keep_rows = count is not None or stat is not None
+    if not used.all():
+        renumber = np.cumsum(used) - 1
+        codes, keys, rows = renumber[codes], keys.filter(pa.array(used)), rows[used]
+        total = None if total is None else total[used]
+    observed = known = None
+    if stat is not None and len(rows):
+        from kqlab.validate.sample_checks.finish import cell_stats
+
+        observed = cell_stats(stat[0], codes, stat[1], len(rows))
+        known = np.ones(len(rows), bool)
+    return Cells(table, codes, keys, rows if keep_rows else None, total, observed, known)
 
 
 def _label_codes(groups: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:

@@ -204,9 +204,11 @@ def partial_of(check: Check, chunk: Chunk, plan: BaselinePlan | None = None) -> 
         use = timed & valid
         codes = _where(index.codes, use)
         group, window = keys_at(index.keys, codes)
-        table = pa.table({"group": group, "window": window,
-                          "value": pa.array(_where(numbers, use))}, schema=schema)
-        return Partial(kind, table, counts, compact_cells(table, codes, index.keys))
+        values = _where(numbers, use)
+        table = pa.table({"group": group, "window": window, "value": pa.array(values)},
+                         schema=schema)
+        return Partial(kind, table, counts, compact_cells(
+            table, codes, index.keys, stat=(str(check.param("stat")), values)))
     raise KeyError(f"no local implementation of check kind {kind!r}")
 
 

@@ -247,11 +247,24 @@ def _stat_columns(check: Check, t: pa.Table, cells: Cells | None = None
         grank = np.array([at[g] if g is not None else len(names) for g in labels], np.int64)
         cwindow = cells.keys.column("window").to_numpy()
         order = np.lexsort((grank, cwindow))  # cells in (window, group) order, null last
+        sorted_names: list[str | None] = [*names, None]
+        if cells.rows is not None and cells.observed is not None and cells.known is not None:
+            # each cell's statistic as its partial computed it; only the cells several
+            # merged partials held are computed here, from all their values
+            observed = cells.observed.copy()
+            todo = ~cells.known
+            if todo.any():
+                at_rows = todo[cells.codes]
+                sub = cells.codes[at_rows]
+                _, _, again = _stat_cells(stat, sub, values[at_rows])
+                observed[np.unique(sub)] = again
+            group = [sorted_names[int(x)] for x in grank[order].tolist()]
+            return group, cwindow[order], cells.rows[order].astype(np.int64), \
+                observed[order].astype(np.float64)
         rank = np.empty(len(order), np.int64)
         rank[order] = np.arange(len(order))
         first, counts, observed = _stat_cells(stat, rank[cells.codes], values)
         at_cell = cells.codes[first]
-        sorted_names: list[str | None] = [*names, None]
         group = [sorted_names[int(x)] for x in grank[at_cell].tolist()]
         return group, cwindow[at_cell], counts.astype(np.int64), observed.astype(np.float64)
     enc = pc.dictionary_encode(t.column("group")).combine_chunks()
@@ -274,6 +287,16 @@ def _stat_columns(check: Check, t: pa.Table, cells: Cells | None = None
     first, counts, observed = _stat_cells(stat, cell, values)
     group = [sorted_labels[int(x)] for x in gcode[first].tolist()]
     return group, window[first], counts.astype(np.int64), observed.astype(np.float64)
+
+
+def cell_stats(stat: str, codes: np.ndarray, values: np.ndarray, k: int) -> np.ndarray:
+    """``stat`` of the values of each of ``k`` cells (``codes``: per value its cell; every
+    cell holds one), by cell — what :func:`_stat_columns` reports for them, computed by
+    the same code over the same values (a chunk's ``stat`` partial computes it for its
+    cells, so judging a cell no other chunk holds reads none of its values again)."""
+    _, counts, observed = _stat_cells(stat, codes, values)
+    assert len(counts) == k, (len(counts), k)
+    return observed.astype(np.float64)
 
 
 def _stat_cells(stat: str, cell: np.ndarray, values: np.ndarray

@@ -39,7 +39,7 @@ timestamp of every record but transaction markers) is one more partial, :class:`
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -404,9 +404,15 @@ def _merge_by_cells(kind: str, held: list[Partial], cells: list[Cells],
     """Partials that carry their cells merged by them: the cells' keys (a few rows per
     partial) say which cells several partials hold, and only those cells' rows are grouped
     again (value-keyed kinds; ``stat`` keeps every row); the rows of the others are kept as
-    they are, without reading their group, window or value."""
+    they are, without reading their group, window or value.  The merged rows' codes are
+    made only when something reads them: a cell held by one partial keeps its judgement
+    (value-keyed kinds: its rows and total; ``stat``: its statistic), so judging a merge of
+    a stream's chunks that share no cell reads no row."""
     maps, keys, holders = merge_cells(cells)
-    codes = np.concatenate([m[c.codes] for m, c in zip(maps, cells, strict=True)])
+
+    def merged_codes() -> np.ndarray:
+        return np.concatenate([m[c.codes] for m, c in zip(maps, cells, strict=True)])
+
     table = pa.concat_tables([p.table for p in held])
     shared_cells = holders > 1
     k = keys.num_rows
@@ -419,8 +425,12 @@ def _merge_by_cells(kind: str, held: list[Partial], cells: list[Cells],
             assert c.rows is not None and c.total is not None
             np.add.at(rows, m, c.rows)
             np.add.at(total, m, c.total)
-    if kind == "stat" or not shared_cells.any():
-        return Partial(kind, table, counts, Cells(table, codes, keys, rows, total))
+    if kind == "stat":
+        return Partial(kind, table, counts, _merged_stats(table, merged_codes, keys, maps,
+                                                          cells, shared_cells))
+    if not shared_cells.any():
+        return Partial(kind, table, counts, Cells(table, merged_codes, keys, rows, total))
+    codes = merged_codes()
     shared = shared_cells[codes]
     mask = pa.array(shared)
     both = table.filter(mask)
@@ -437,3 +447,25 @@ def _merge_by_cells(kind: str, held: list[Partial], cells: list[Cells],
         rows = np.where(shared_cells, np.bincount(cell, minlength=k), rows)
     return Partial(kind, out, counts, Cells(out, np.concatenate([codes[~shared], cell]), keys,
                                             rows, total))
+
+
+def _merged_stats(table: pa.Table, codes: Callable[[], np.ndarray], keys: pa.Table,
+                  maps: list[np.ndarray], cells: list[Cells], shared: np.ndarray) -> Cells:
+    """The cells of merged ``stat`` partials: each cell's values (rows summed) and, where
+    one partial holds the cell and computed its statistic, that statistic as the final one
+    (a cell several partials hold is computed from all its values when judged)."""
+    k = keys.num_rows
+    stats = all(c.rows is not None and c.observed is not None and c.known is not None
+                for c in cells)
+    if not stats:
+        return Cells(table, codes, keys)
+    rows = np.zeros(k, np.int64)
+    observed = np.full(k, np.nan)
+    known = np.zeros(k, bool)
+    for m, c in zip(maps, cells, strict=True):
+        assert c.rows is not None and c.observed is not None and c.known is not None
+        np.add.at(rows, m, c.rows)
+        alone = ~shared[m] & c.known
+        observed[m[alone]] = c.observed[alone]
+        known[m[alone]] = True
+    return Cells(table, codes, keys, rows, None, observed, known)
