@@ -268,7 +268,8 @@ def _write(folder: Path, batches: list[bytes]) -> None:
 
 
 def _orders_partition(p: int, now: int, seed: int, scale: float, ids: Mapping[str, int],
-                      tally: _Tally) -> tuple[list[bytes], list[dict[str, Any]]]:
+                      tally: _Tally, defects: bool = True
+                      ) -> tuple[list[bytes], list[dict[str, Any]]]:
     rng = random.Random(seed * 1000 + p)
     n_batches = max(20, round(100 * scale))
     start, end = now - 6 * _HOUR, now - 5 * _MIN
@@ -293,7 +294,9 @@ def _orders_partition(p: int, now: int, seed: int, scale: float, ids: Mapping[st
             data.append((d, sid))
         codec = Codec.ZSTD if pid == 2001 else Codec.LZ4
         defect = None
-        if pid == 2002 and deploy[0] <= write_ts < deploy[1]:
+        if not defects:
+            pass
+        elif pid == 2002 and deploy[0] <= write_ts < deploy[1]:
             kind = _BAD_DEPLOY_KINDS[spoiled % len(_BAD_DEPLOY_KINDS)]
             spoiled += 1
             hits = sorted(rng.sample(range(n), 1 + (spoiled % 3)))
@@ -334,8 +337,8 @@ def _click_value(rng: random.Random, ts: int, n: int) -> bytes:
     }, separators=(",", ":")).encode()
 
 
-def _clicks_partition(p: int, now: int, seed: int, scale: float, tally: _Tally
-                      ) -> tuple[list[bytes], list[dict[str, Any]]]:
+def _clicks_partition(p: int, now: int, seed: int, scale: float, tally: _Tally,
+                      defects: bool = True) -> tuple[list[bytes], list[dict[str, Any]]]:
     rng = random.Random(seed * 1000 + 500 + p)
     n_batches = max(20, round(70 * scale))
     start, end = now - 6 * _HOUR, now - 2 * _MIN
@@ -355,7 +358,9 @@ def _clicks_partition(p: int, now: int, seed: int, scale: float, tally: _Tally
                        headers=(("source", source.encode()),)) for k in range(n)]
         codec = Codec.GZIP if pid == 3001 else Codec.SNAPPY
         defect, defect_n, ts = None, 0, write_ts
-        if p == 0 and pid == 3001 and truncating[0] <= write_ts < truncating[1]:
+        if not defects:
+            pass
+        elif p == 0 and pid == 3001 and truncating[0] <= write_ts < truncating[1]:
             hits = sorted(rng.sample(range(n), 1 + i % 3))
             for k in hits:
                 v = recs[k].value
@@ -387,9 +392,13 @@ def _clicks_partition(p: int, now: int, seed: int, scale: float, tally: _Tally
     return out, sent
 
 
-def generate(out_dir: str | Path, now_ms: int, *, seed: int = 7, scale: float = 1.0
-             ) -> DemoTopics:
+def generate(out_dir: str | Path, now_ms: int, *, seed: int = 7, scale: float = 1.0,
+             defects: bool = True) -> DemoTopics:
     """Write ``orders-0..2`` and ``clicks-0..1`` under ``out_dir``; return what was written.
+
+    ``defects=False`` writes the same traffic without any of :data:`DEFECTS` (no bad deploy,
+    no skewed clock, no corrupt batch, no sequence gap): a clean reference — "last week" — for
+    the sample checks that compare with a baseline (drift, schema drift).
 
     Registers the orders schemas in ``mock://kqlab-demo`` first (their ids go into the values).
     """
@@ -405,9 +414,9 @@ def generate(out_dir: str | Path, now_ms: int, *, seed: int = 7, scale: float = 
         for p in range(count):
             name = f"{topic}-{p}"
             if topic == ORDERS_TOPIC:
-                batches, recs = _orders_partition(p, now_ms, seed, scale, ids, tally)
+                batches, recs = _orders_partition(p, now_ms, seed, scale, ids, tally, defects)
             else:
-                batches, recs = _clicks_partition(p, now_ms, seed, scale, tally)
+                batches, recs = _clicks_partition(p, now_ms, seed, scale, tally, defects)
             _write(root / name, batches)
             folders[name], sent[name] = root / name, recs
             parts[name] = (len(recs), len(batches))

@@ -167,3 +167,19 @@ def test_produce_to_round_trips_through_an_embedded_broker(demo):
             got = sample(b.bootstrap, topic, timeout_s=20)
             assert got.counts == counts
             assert got.records.num_rows == sum(counts.values())
+
+
+def test_without_defects_the_same_traffic_is_accepted_whole(tmp_path, policies):
+    """``defects=False``: the same partitions, record counts within the same ranges, no
+    ground-truth defect, and a replay under the demo policies rejects nothing and reports
+    no broker error — a clean reference ("last week") for drift checks."""
+    clean = generate(tmp_path / "clean", NOW - 7 * 86_400_000, seed=8, scale=0.3,
+                     defects=False)
+    assert clean.truth.defects == {}
+    assert sorted(clean.folders) == sorted(PARTITIONS)
+    for name, folder in sorted(clean.folders.items()):
+        v = replay(folder, policies[name.rsplit("-", 1)[0]], now=clean.now_ms)
+        summary = v.summary()
+        assert summary["outcomes"]["rejected"] == 0 and summary["outcomes"]["collateral"] == 0
+        assert set(summary["by_error"]) == {"NONE"}, (name, summary["by_error"])
+        assert summary["records"] == len(clean.records[name]) > 0

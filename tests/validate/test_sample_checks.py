@@ -6,6 +6,7 @@ identity as data, and the streamed replay (any chunk size) equals the whole repl
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -480,3 +481,52 @@ def test_a_field_of_mixed_types_counts_alike_whole_and_chunked(tmp_path):
     for chunk in (1, 2):
         streamed = replay_stream(folder, policy, chunk_batches=chunk, base_dir=tmp_path)
         assert streamed.checks().to_pylist() == whole.checks().to_pylist()
+
+
+def test_schema_drift_of_confluent_framed_avro_values(tmp_path):
+    """Values in the Confluent wire format (the demo's Avro orders): a record's shape is its
+    schema id and, where its value decodes, its fields.  Against a clean week of the same
+    traffic the new shapes are the bad deploy's unregistered ids, and the registered id of
+    the records whose bytes do not decode (JSON behind an Avro id) without fields — both
+    found here from the raw bytes alone.  Drift of the amounts and the currencies passes:
+    the same generator, another seed."""
+    from kqlab.sources import demo_topics
+
+    now = 1_763_700_000_000
+    sample = demo_topics.generate(tmp_path / "demo", now, scale=0.4)
+    week = demo_topics.generate(tmp_path / "week", now - 7 * 86_400_000, seed=8, scale=0.4,
+                                defects=False)
+    for root, demo in (("orders", sample), ("orders-last-week", week)):
+        (tmp_path / root).mkdir()
+        for name, folder in demo.folders.items():
+            if name.startswith("orders-"):
+                (tmp_path / root / name).symlink_to(folder)
+
+    def framed(demo) -> list[tuple[int, bool]]:  # (schema id, value is JSON, not Avro)
+        return [(int.from_bytes(r["value"][1:5], "big"), r["value"][5:6] == b"{")
+                for name, recs in demo.records.items() if name.startswith("orders-")
+                for r in recs if r["value"] is not None]
+
+    known = {sid for sid, _ in framed(week)}
+    # a new shape is an id the week lacks (no Avro schema: no fields either) or an id whose
+    # bytes do not decode (no fields); listed with the most records first
+    new = Counter(f"schema:{sid}" for sid, json_bytes in framed(sample)
+                  if sid not in known or json_bytes)
+    expected = [text for text, _ in sorted(new.items(), key=lambda tc: (-tc[1], tc[0]))]
+    assert any(int(e.split(":")[1]) in demo_topics.UNKNOWN_SCHEMA_IDS for e in expected)
+    text = demo_topics.load_policies()["orders"]
+    policy = text.with_checks(loads_policy(
+        HEAD + "checks:\n"
+        "  - {id: schemas, kind: schema_drift, baseline: orders-last-week}\n"
+        "  - {id: amounts, kind: drift, field: amount, baseline: orders-last-week,"
+        " max_psi: 0.1}\n"
+        "  - {id: currencies, kind: drift, field: currency, baseline: orders-last-week,"
+        " max_psi: 0.1}\n").checks)
+    for v in (replay(tmp_path / "orders", policy, base_dir=tmp_path),
+              replay_stream(tmp_path / "orders", policy, base_dir=tmp_path)):
+        shapes = result(v, "schemas")
+        assert shapes["status"] == "fail" and shapes["new_values"] == expected
+        assert shapes["observed"] == len(expected)
+        assert result(v, "amounts")["status"] == "pass"
+        assert result(v, "currencies")["status"] == "pass"
+        assert result(v, "currencies")["new_values"] == []

@@ -118,8 +118,10 @@ def record_shapes(ctx: EvalContext) -> pa.Array:
         fmt = ctx.value_format
         if fmt is not None and fmt.wire == "confluent":
             ids = ctx.wire("value").schema_id
+            # every input and the separator of one type: Arrow has no kernel for a mix
             parts.append(pc.binary_join_element_wise(
-                pa.scalar("schema", pa.large_string()), pc.cast(ids, pa.large_string()), ":"))
+                pa.scalar("schema", pa.large_string()), pc.cast(ids, pa.large_string()),
+                pa.scalar(":", pa.large_string())))
         fields = _field_sets(ctx)
         if fields is not None:
             parts.append(fields)
@@ -127,12 +129,13 @@ def record_shapes(ctx: EvalContext) -> pa.Array:
             return pa.nulls(n, pa.large_binary())
         if len(parts) == 1 and isinstance(parts[0], pa.DictionaryArray):
             return parts[0]  # field sets only: their codes as they are
-        decoded = [p.dictionary_decode() if isinstance(p, pa.DictionaryArray) else p
-                   for p in parts]
+        decoded = [pc.cast(p.dictionary_decode() if isinstance(p, pa.DictionaryArray) else p,
+                           pa.large_string()) for p in parts]
         if len(decoded) == 1:
             joined = decoded[0]
         else:
-            joined = pc.binary_join_element_wise(*decoded, "|", null_handling="skip")
+            joined = pc.binary_join_element_wise(*decoded, pa.scalar("|", pa.large_string()),
+                                                 null_handling="skip")
             empty = pc.equal(joined, "")
             joined = pc.if_else(empty, pa.scalar(None, pa.large_string()), joined)
         return pc.cast(joined, pa.large_binary())
