@@ -29,6 +29,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -50,7 +51,8 @@ from kqlab.sources.sample_tables import payload_bytes
 if TYPE_CHECKING:
     from kqlab.kafka.log import LogIssue
 
-__all__ = ["DEFAULT_MAX_BYTES", "FETCH_MAX_VERSION", "FetchClient", "fetch_exact", "fetch_plan"]
+__all__ = ["DEFAULT_MAX_BYTES", "FETCH_MAX_VERSION", "ClusterTopics", "FetchClient", "fetch_exact",
+           "fetch_plan"]
 
 #: highest Fetch version used (v13+ names topics by id only)
 FETCH_MAX_VERSION = 12
@@ -67,6 +69,17 @@ _MAX_WAIT_MS = 20
 
 def _quiet() -> None:
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
+
+
+@dataclass(frozen=True)
+class ClusterTopics:
+    """The topics of a cluster as one Metadata response lists them."""
+
+    #: topic -> its partitions, sorted; None when the broker answered with an error for the
+    #: topic (e.g. a leader election under way): it exists, its partitions are not known now
+    partitions: dict[str, tuple[int, ...] | None]
+    #: the topics the broker flags internal (``__consumer_offsets``, ``__transaction_state``)
+    internal: frozenset[str] = frozenset()
 
 
 class FetchClient:
@@ -114,6 +127,44 @@ class FetchClient:
         with contextlib.suppress(Exception):
             fut = self.client.cluster.request_update()
             self.client.poll(timeout_ms=int(self.timeout_s * 1000), future=fut)
+
+    def cluster_topics(self) -> ClusterTopics:
+        """Every topic of the cluster and its partitions: one Metadata request for all
+        topics, which never creates one (``allow_auto_topic_creation=False``).  The response
+        also refreshes the client's metadata, so a topic just listed has a leader to fetch
+        from without a second request (a streaming reader calls this at every trigger)."""
+        import kafka.errors as Errors  # noqa: N812
+        from kafka.protocol.metadata import MetadataRequest
+
+        ms = int(self.timeout_s * 1000)
+        req = MetadataRequest(topics=MetadataRequest.ALL_TOPICS,
+                              allow_auto_topic_creation=False,
+                              include_cluster_authorized_operations=False,
+                              include_topic_authorized_operations=False)
+        try:
+            node = self.client.least_loaded_node(bootstrap_fallback=True)
+            resp = self.client.send_and_receive(node, req, timeout_ms=ms)
+        except Errors.KafkaTimeoutError:
+            raise KafkaTimeoutError(f"no Metadata response from {self.bootstrap} within "
+                                    f"{self.timeout_s:g}s") from None
+        except Exception as exc:
+            raise KafkaSourceError(f"Metadata request to {self.bootstrap} failed: "
+                                   f"{type(exc).__name__}: {exc}") from None
+        with contextlib.suppress(Exception):  # a cache only: fetches refresh it themselves
+            self.client.cluster.update_metadata(resp)
+        parts: dict[str, tuple[int, ...] | None] = {}
+        internal = set()
+        for t in resp.topics:
+            if t.name is None:
+                continue
+            err = Errors.for_code(t.error_code)
+            if err is Errors.UnknownTopicOrPartitionError:
+                continue  # deleted while the broker answered
+            parts[t.name] = None if t.error_code else tuple(sorted(
+                int(p.partition_index) for p in t.partitions))
+            if t.is_internal:
+                internal.add(t.name)
+        return ClusterTopics(parts, frozenset(internal))
 
     def leader(self, topic: str, partition: int) -> int:
         from kafka.structs import TopicPartition

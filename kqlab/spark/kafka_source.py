@@ -19,7 +19,11 @@ Options (names as Spark's Kafka connector where one exists):
 
 * ``kafka.<librdkafka property>``: the client config, ``kafka.bootstrap.servers`` required
   (security settings as :data:`kqlab.sources.kafka_client.PROTOCOL_CLIENT_SETTINGS` maps them);
-* ``subscribe`` (``"a,b"``) or ``assign`` (JSON ``{"a": [0, 1]}``);
+* exactly one of ``subscribe`` (``"a,b"``), ``subscribePattern`` (a regular expression,
+  ``"orders-.*"``: searched in each topic name as Spark's connector does — ``orders``
+  selects ``orders-eu`` too, ``^orders$`` the one topic — and never a topic the broker flags
+  internal; see :func:`matching_topics`) or ``assign`` (JSON ``{"a": [0, 1]}``); a batch
+  read resolves the pattern once, when it is planned;
 * ``startingOffsets`` / ``endingOffsets``: ``earliest`` | ``latest`` | JSON
   ``{"a": {"0": 23, "1": -2}}`` (-2 earliest, -1 latest; partitions left out take the default:
   earliest to start, latest to end); ``startingTimestamp`` / ``endingTimestamp`` (ms since the
@@ -31,7 +35,10 @@ Options (names as Spark's Kafka connector where one exists):
   ``minPartitions`` input partitions overall); ``raw`` rows and time windows never split;
 * ``maxOffsetsPerTrigger`` (streaming): most offsets per micro-batch, shared over the
   partitions in proportion to what each has waiting;
-* ``fetchTimeoutMs`` (default 30000) and ``maxBytesPerFetch`` (default 8 MiB).
+* ``fetchTimeoutMs`` (default 30000) and ``maxBytesPerFetch`` (default 8 MiB);
+* ``failOnDataLoss`` (streaming, default ``true``): a topic-partition the stream was reading
+  gone from the cluster (its topic deleted) fails the query with
+  :class:`PartitionsGoneError` naming it; ``false`` drops it and reads on.
 
 **Ranges and batches.**  A Fetch returns whole batches, so a range ``[start, end)`` can begin
 and end inside a batch.  ``records`` rows are the records with ``start <= offset < end`` (the
@@ -46,9 +53,18 @@ that a task sees its range even when it owns no batch: the streaming replay
 
 **Streaming offsets** are JSON per topic and partition, ``{"orders": {"0": 1200, "1": 990}}``
 (the next offset to read), checkpointed by Spark.  The reader commits nothing to the cluster
-and joins no group: Fetch requests with ``replica_id = -1`` are read-only.  The partitions are
-fixed when the query starts.  The high watermark comes from a Fetch response, never from
-ListOffsets (wrong on some brokers for multi-record batches, e.g. Tansu).
+and joins no group: Fetch requests with ``replica_id = -1`` are read-only.  With
+``subscribe`` and ``subscribePattern`` the topic-partitions follow the cluster, as with
+Spark's connector: at every trigger (``latestOffset``) one Metadata request lists the
+cluster's topics, and a partition added to a subscribed topic, or a topic that comes to
+match the pattern, joins the stream at its *earliest* offset, whatever ``startingOffsets``
+said (:meth:`KafkaStreamReader.current_partitions`); a micro-batch reads a partition its end
+offsets have and its start offsets lack from there.  ``assign`` stays fixed, and so does the
+set of partitions of a bounded stream (``endingOffsets``, ``Trigger.AvailableNow``: those
+of its bound).  A partition that disappears is ``failOnDataLoss``'s (above); only a
+partition gone from the cluster's metadata counts — offsets lost to retention fail the
+Fetch whatever ``failOnDataLoss`` says.  The high watermark comes from a Fetch response,
+never from ListOffsets (wrong on some brokers for multi-record batches, e.g. Tansu).
 
 The batch column ``position`` is the batch's byte offset in the Fetch response that carried
 it, so it depends on how a range was cut into requests; every other column is the sampler's.
@@ -60,11 +76,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
+import re
 import time
-from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -79,18 +97,25 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from kqlab.errors import KqlabError
 from kqlab.records import BATCHES_SCHEMA, RECORDS_SCHEMA
 
+if TYPE_CHECKING:  # pragma: no cover
+    from kqlab.sources.fetch import ClusterTopics
+
 __all__ = [
     "FORMAT",
     "RAW_SCHEMA",
     "ROWS",
     "KafkaDataSource",
     "KafkaSourceOptionError",
+    "PartitionsGoneError",
     "RangePartition",
     "SourceOptions",
     "arrow_to_contract",
+    "matching_topics",
     "register",
     "spark_schema",
 ]
+
+_log = logging.getLogger("kqlab.spark.kafka_source")
 
 #: the format name: ``spark.read.format(FORMAT)``
 FORMAT = "kqlab-kafka"
@@ -119,6 +144,12 @@ class KafkaSourceOptionError(KqlabError, ValueError):
     """An option of ``format("kqlab-kafka")`` is missing, unknown or malformed."""
 
 
+class PartitionsGoneError(KqlabError):
+    """Topic-partitions a stream was reading are no longer on the cluster (their topic was
+    deleted): what they held past the stream's offsets is lost to it.  Raised with
+    ``failOnDataLoss=true`` (the default), as Spark's connector fails the query."""
+
+
 def _arrow_schema(rows: str) -> pa.Schema:
     return {"records": RECORDS_SCHEMA, "batches": SPARK_BATCHES_SCHEMA, "raw": RAW_SCHEMA}[rows]
 
@@ -139,9 +170,12 @@ def arrow_to_contract(table: pa.Table, rows: str = "records") -> pa.Table:
 
 
 # -- options --------------------------------------------------------------------------------
-_KNOWN = {"subscribe", "assign", "startingoffsets", "endingoffsets", "startingtimestamp",
-          "endingtimestamp", "timelookup", "rows", "maxoffsetspersplit", "minpartitions",
-          "maxoffsetspertrigger", "fetchtimeoutms", "maxbytesperfetch", "path"}
+_KNOWN = {"subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets",
+          "startingtimestamp", "endingtimestamp", "timelookup", "rows", "maxoffsetspersplit",
+          "minpartitions", "maxoffsetspertrigger", "fetchtimeoutms", "maxbytesperfetch",
+          "failondataloss", "path"}
+#: how the topic-partitions are chosen (Spark's names): only ``assign`` never changes them
+STRATEGIES = ("assign", "subscribe", "subscribePattern")
 
 
 @dataclass(frozen=True)
@@ -149,8 +183,15 @@ class SourceOptions:
     """The parsed options (plain data: pickled into every task)."""
 
     config: dict[str, str]
-    #: topic -> its partitions (None: every partition the topic has)
+    #: topic -> its partitions (None: every partition the topic has); with
+    #: ``subscribePattern`` empty until :func:`resolve_topics` matches the cluster's topics
     topics: dict[str, tuple[int, ...] | None]
+    #: ``assign``, ``subscribe`` or ``subscribePattern`` (:data:`STRATEGIES`)
+    strategy: str = "subscribe"
+    #: ``subscribePattern``: the regular expression topic names are searched with
+    pattern: str | None = None
+    #: a topic-partition the stream read gone from the cluster: fail (True) or drop it
+    fail_on_data_loss: bool = True
     #: "earliest" | "latest" | {topic: {partition: offset (-2 earliest, -1 latest)}}
     starting: str | dict[str, dict[int, int]] = "earliest"
     ending: str | dict[str, dict[int, int]] | None = None
@@ -173,6 +214,12 @@ class SourceOptions:
     def bootstrap(self) -> str:
         return self.config["bootstrap.servers"]
 
+    @property
+    def discovers(self) -> bool:
+        """Whether a stream looks for topic-partitions new to it at every trigger (Spark's
+        ``subscribe`` and ``subscribePattern``; ``assign`` is fixed)."""
+        return self.strategy != "assign"
+
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
         """Parse Spark's option map (keys are case-insensitive); raise
@@ -187,18 +234,33 @@ class SourceOptions:
         if unknown:
             raise KafkaSourceOptionError(
                 f"unknown option(s) {', '.join(unknown)} for format {FORMAT!r}; known: "
-                "kafka.<librdkafka name>, subscribe, assign, startingOffsets, endingOffsets, "
-                "startingTimestamp, endingTimestamp, timeLookup, rows, maxOffsetsPerSplit, "
-                "minPartitions, maxOffsetsPerTrigger, fetchTimeoutMs, maxBytesPerFetch")
-        topics: dict[str, tuple[int, ...] | None]
-        if ("subscribe" in opts) == ("assign" in opts):
-            raise KafkaSourceOptionError("give exactly one of subscribe (topics, comma "
-                                         "separated) or assign (JSON {\"topic\": [0, 1]})")
-        if "subscribe" in opts:
+                "kafka.<librdkafka name>, subscribe, subscribePattern, assign, "
+                "startingOffsets, endingOffsets, startingTimestamp, endingTimestamp, "
+                "timeLookup, rows, maxOffsetsPerSplit, minPartitions, maxOffsetsPerTrigger, "
+                "fetchTimeoutMs, maxBytesPerFetch, failOnDataLoss")
+        topics: dict[str, tuple[int, ...] | None] = {}
+        given = [s for s in STRATEGIES if s.lower() in opts]
+        if len(given) != 1:
+            raise KafkaSourceOptionError(
+                "give exactly one of subscribe (topics, comma separated), subscribePattern "
+                "(a regular expression of topic names) or assign (JSON {\"topic\": [0, 1]}); "
+                + (f"got {' and '.join(given)}" if given else "got none"))
+        strategy, pattern = given[0], None
+        if strategy == "subscribe":
             names = [t.strip() for t in opts["subscribe"].split(",") if t.strip()]
             if not names:
                 raise KafkaSourceOptionError("subscribe names no topic")
             topics = dict.fromkeys(names)
+        elif strategy == "subscribePattern":
+            pattern = opts["subscribepattern"]
+            if not pattern.strip():
+                raise KafkaSourceOptionError("subscribePattern is empty: give a regular "
+                                             "expression of topic names, e.g. orders-.*")
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise KafkaSourceOptionError(f"subscribePattern {pattern!r} is not a valid "
+                                             f"regular expression: {exc}") from None
         else:
             doc = _json(opts["assign"], "assign")
             if not isinstance(doc, dict) or not doc or not all(
@@ -213,8 +275,13 @@ class SourceOptions:
         if lookup not in ("auto", "broker", "scan"):
             raise KafkaSourceOptionError(f"timeLookup must be auto, broker or scan, not "
                                          f"{lookup!r}")
+        lossy = opts.get("failondataloss", "true").strip().lower()
+        if lossy not in ("true", "false"):
+            raise KafkaSourceOptionError(f"failOnDataLoss must be true or false, not "
+                                         f"{opts['failondataloss']!r}")
         out = cls(
-            config=config, topics=topics,
+            config=config, topics=topics, strategy=strategy, pattern=pattern,
+            fail_on_data_loss=lossy == "true",
             starting=_offsets_option(opts.get("startingoffsets", "earliest"),
                                      "startingOffsets"),
             ending=(None if "endingoffsets" not in opts else
@@ -294,13 +361,90 @@ def _per_partition(spec: str | dict[str, dict[int, int]] | None, topic: str,
     return "given", spec.get(topic, {})
 
 
-def resolve(opts: SourceOptions, *, ending: bool) -> dict[str, dict[int, tuple[int, int]]]:
+def matching_topics(pattern: str, cluster: ClusterTopics) -> list[str]:
+    """The topics of ``cluster`` that ``subscribePattern`` selects, sorted.
+
+    Spark's rule (``SubscribePatternStrategy``): the pattern is *searched* in each name
+    (Scala's ``findFirstIn``, Python's :func:`re.search`), so ``orders`` selects
+    ``orders-eu`` too — anchor it (``^orders$``) to name whole topics; and the topics the
+    broker flags internal (``__consumer_offsets``, ``__transaction_state``) are never
+    selected, whatever the pattern (Spark lists topics with the admin client's default,
+    which leaves them out).  A topic the broker answered with an error for (its partitions
+    unknown right now) waits for a later look.
+
+    Examples
+    --------
+    >>> from kqlab.sources.fetch import ClusterTopics
+    >>> cluster = ClusterTopics({"orders-a": (0,), "old-orders-b": (0, 1), "clicks": (0,),
+    ...                          "orders-c": None, "__consumer_offsets": (0,)},
+    ...                         frozenset({"__consumer_offsets"}))
+    >>> matching_topics("orders-.*", cluster)
+    ['old-orders-b', 'orders-a']
+    >>> matching_topics("^orders-.*", cluster), matching_topics("__.*", cluster)
+    (['orders-a'], [])
+    """
+    rx = re.compile(pattern)
+    return sorted(t for t, parts in cluster.partitions.items()
+                  if parts is not None and t not in cluster.internal and rx.search(t))
+
+
+def resolve_topics(opts: SourceOptions, client: Any = None) -> SourceOptions:
+    """``opts`` with ``subscribePattern`` resolved to the topics that match it on the
+    cluster now (:func:`matching_topics`; one Metadata request through ``client``, a
+    :class:`~kqlab.sources.fetch.FetchClient`, by default this process's); ``subscribe`` and
+    ``assign`` come back as they are."""
+    import dataclasses
+
+    if opts.strategy != "subscribePattern":
+        return opts
+    assert opts.pattern is not None
+    cluster = _cluster_topics(opts, client)
+    return dataclasses.replace(opts, topics=dict.fromkeys(matching_topics(opts.pattern,
+                                                                          cluster)))
+
+
+def _cluster_topics(opts: SourceOptions, client: Any = None) -> ClusterTopics:
+    own = client is None
+    client = fetch_client(opts) if own else client
+    try:
+        topics: ClusterTopics = client.cluster_topics()
+    except Exception:
+        if own:
+            _drop_client(opts)  # a broken connection must not poison the next call
+        raise
+    return topics
+
+
+def earliest_offsets(opts: SourceOptions, partitions: Mapping[str, Iterable[int]]
+                     ) -> dict[str, dict[int, int]]:
+    """The earliest offset of each of ``partitions`` (``{topic: [partition, ...]}``), as
+    ``startingOffsets=earliest`` resolves it (:func:`resolve`: the sampler's planning, the
+    log start offset from ListOffsets) — where a stream starts a topic-partition it
+    discovers (Spark's rule: read from the earliest offset, whatever ``startingOffsets``
+    says: it was not there when the query started)."""
+    from kqlab.sources.kafka import resolve_ranges
+
+    out: dict[str, dict[int, int]] = {}
+    for topic, parts in sorted(partitions.items()):
+        wanted = sorted(set(parts))
+        if wanted:
+            ranges = resolve_ranges(opts.config, topic, partitions=wanted,
+                                    timeout_s=opts.timeout_s, allow_empty=True)
+            out[topic] = {r.partition: r.start for r in ranges}
+    return out
+
+
+def resolve(opts: SourceOptions, *, ending: bool, client: Any = None
+            ) -> dict[str, dict[int, tuple[int, int]]]:
     """``{topic: {partition: (start, end)}}``: the options' offsets resolved on the cluster as
-    :func:`kqlab.sources.kafka.resolve_ranges` resolves a sample (the sampler's own planning).
+    :func:`kqlab.sources.kafka.resolve_ranges` resolves a sample (the sampler's own planning);
+    ``subscribePattern`` first resolved to the topics that match it now
+    (:func:`resolve_topics`, through ``client`` if given).
 
     ``ending=False`` resolves the end to the high watermark (a stream's first look)."""
     from kqlab.sources.kafka import resolve_ranges
 
+    opts = resolve_topics(opts, client)
     out: dict[str, dict[int, tuple[int, int]]] = {}
     for topic, parts in opts.topics.items():
         s_kind, s_map = _per_partition(opts.starting, topic, "earliest")
@@ -528,6 +672,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[str, dict[int, int]] | None = None
         self._ending: dict[str, dict[int, int]] | None = None
         self._client: Any = None
+        #: the earliest offset of each topic-partition discovered after the query started
+        #: (where it is read from: :meth:`partitions` sees it in ``end`` only)
+        self._earliest: dict[tuple[str, int], int] = {}
 
     # the driver-side process keeps this object between calls: one Fetch client for it
     def _fetch_client(self) -> Any:
@@ -537,8 +684,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._client = FetchClient(self.opts.config, timeout_s=self.opts.timeout_s)
         return self._client
 
+    def _drop_fetch_client(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()
+
     def initialOffset(self) -> dict[str, dict[str, int]]:  # noqa: N802 - Spark's name
-        ranges = resolve(self.opts, ending=False)
+        ranges = resolve(self.opts, ending=False, client=self._fetch_client())
         return offsets_json({t: {p: s for p, (s, _) in parts.items()}
                              for t, parts in ranges.items()})
 
@@ -547,7 +700,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.opts.ending is None and self.opts.ending_time_ms is None:
             return None
         if self._ending is None:
-            ranges = resolve(self.opts, ending=True)
+            ranges = resolve(self.opts, ending=True, client=self._fetch_client())
             self._ending = {t: {p: e for p, (_, e) in parts.items()}
                             for t, parts in ranges.items()}
         return self._ending
@@ -562,17 +715,70 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 try:
                     _, hw = client.fetch(t, p, o, 1)
                 except Exception:
-                    self._client = None
-                    with contextlib.suppress(Exception):
-                        client.close()
+                    self._drop_fetch_client()
                     raise
                 out[t][p] = o if hw is None else max(int(hw), o)
+        return out
+
+    def current_partitions(self, begin: Mapping[str, Mapping[int, int]]
+                           ) -> dict[str, dict[int, int]]:
+        """``begin`` (the offsets a micro-batch starts from) brought up to the cluster's
+        topic-partitions now, as Spark's connector does for ``subscribe`` and
+        ``subscribePattern`` at every trigger (``assign`` is fixed: ``begin`` as it is).
+
+        One Metadata request: a topic-partition of the subscribed or matching topics that
+        ``begin`` lacks is added at its earliest offset (:func:`earliest_offsets`), so it is
+        read from its start; one of ``begin`` gone from the cluster (its topic deleted) is
+        :class:`PartitionsGoneError` with ``failOnDataLoss=true`` and dropped with
+        ``false``.  A bounded stream (``endingOffsets``, ``Trigger.AvailableNow``) adds only
+        the partitions of its bound: its end was fixed when it was resolved."""
+        out = {t: dict(parts) for t, parts in begin.items()}
+        if not self.opts.discovers:
+            return out
+        client = self._fetch_client()
+        try:
+            cluster = client.cluster_topics()
+        except Exception:
+            self._drop_fetch_client()
+            raise
+        have = cluster.partitions
+        gone = [(t, p) for t, parts in out.items() for p in sorted(parts)
+                if t not in have or (have[t] is not None and p not in have[t])]
+        if gone:
+            names = ", ".join(f"{t}[{p}]" for t, p in gone)
+            if self.opts.fail_on_data_loss:
+                raise PartitionsGoneError(
+                    f"topic-partition(s) {names} of this stream are gone from "
+                    f"{self.opts.bootstrap} (topic deleted?): records not read yet are lost "
+                    "to it. Set the option failOnDataLoss=false to drop them and read on")
+            _log.warning("kqlab-kafka: %s gone from %s; dropped (failOnDataLoss=false)",
+                         names, self.opts.bootstrap)
+            for t, p in gone:
+                del out[t][p]
+            out = {t: parts for t, parts in out.items() if parts}
+        if self.opts.strategy == "subscribePattern":
+            assert self.opts.pattern is not None
+            topics = matching_topics(self.opts.pattern, cluster)
+        else:
+            topics = [t for t in self.opts.topics if have.get(t) is not None]
+        new = {(t, p) for t in topics for p in have[t] or () if p not in out.get(t, {})}
+        for bound in (self.ending_offsets(), self._target):
+            if bound is not None:
+                new = {(t, p) for t, p in new if p in bound.get(t, {})}
+        unknown: dict[str, list[int]] = {}
+        for t, p in new - set(self._earliest):
+            unknown.setdefault(t, []).append(p)
+        for t, parts in earliest_offsets(self.opts, unknown).items():
+            self._earliest.update({(t, p): o for p, o in parts.items()})
+        for t, p in sorted(new):
+            if (t, p) in self._earliest:
+                out.setdefault(t, {})[p] = self._earliest[(t, p)]
         return out
 
     def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:  # noqa: N802
         from pyspark.sql.streaming.datasource import ReadMaxRows
 
-        begin = offsets_from_json(start)
+        begin = self.current_partitions(offsets_from_json(start))
         latest = self.high_watermarks(begin)
         for cap in (self.ending_offsets(), self._target):
             if cap is not None:
@@ -585,8 +791,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark's name
         """Fix the offsets ``Trigger.AvailableNow`` stops at: the high watermarks now."""
-        ranges = resolve(self.opts, ending=True) if self.ending_offsets() is not None else \
-            resolve(self.opts, ending=False)
+        ranges = resolve(self.opts, ending=self.ending_offsets() is not None,
+                         client=self._fetch_client())
         self._target = {t: {p: e for p, (_, e) in parts.items()} for t, parts in ranges.items()}
 
     def getDefaultReadLimit(self) -> Any:  # noqa: N802 - Spark's name
@@ -602,10 +808,20 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                    ) -> Sequence[RangePartition]:
         s, e = offsets_from_json(start), offsets_from_json(end)
         ending = self.ending_offsets()
+        # partitions in ``end`` only were discovered by latestOffset: from their earliest
+        # offset (resolved again after a restart, for a micro-batch of the offset log)
+        unknown: dict[str, list[int]] = {}
+        for t in e:
+            for p in e[t]:
+                if p not in s.get(t, {}) and (t, p) not in self._earliest:
+                    unknown.setdefault(t, []).append(p)
+        for t, parts in earliest_offsets(self.opts, unknown).items():
+            self._earliest.update({(t, p): o for p, o in parts.items()})
         out = []
         for t in sorted(e):
             for p in sorted(e[t]):
-                lo, hi = s.get(t, {}).get(p, e[t][p]), e[t][p]
+                hi = e[t][p]
+                lo = s[t][p] if p in s.get(t, {}) else min(self._earliest.get((t, p), hi), hi)
                 if hi > lo:
                     final = ending is not None and ending.get(t, {}).get(p) == hi
                     out.append(RangePartition(t, p, lo, hi, final))
@@ -619,10 +835,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Nothing to do: the reader never commits offsets to the cluster."""
 
     def stop(self) -> None:
-        if self._client is not None:
-            with contextlib.suppress(Exception):
-                self._client.close()
-            self._client = None
+        self._drop_fetch_client()
 
 
 def cap_offsets(start: Mapping[str, Mapping[int, int]], latest: Mapping[str, Mapping[int, int]],

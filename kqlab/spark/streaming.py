@@ -434,8 +434,11 @@ class _Listener:
 class StreamingReplay:
     """A policy replayed on a Kafka stream with Spark Structured Streaming (module doc).
 
-    ``options`` are ``format("kqlab-kafka")``'s (``kafka.bootstrap.servers``, ``subscribe``
-    or ``assign``, ``startingOffsets``, ``maxOffsetsPerTrigger`` ...; ``rows`` is set here).
+    ``options`` are ``format("kqlab-kafka")``'s (``kafka.bootstrap.servers``, ``subscribe``,
+    ``subscribePattern`` or ``assign``, ``startingOffsets``, ``maxOffsetsPerTrigger`` ...;
+    ``rows`` is set here).  The replay reads the topic-partitions there are when it starts
+    (it pins them as ``assign``: its verdict files are numbered by them), not those the
+    cluster adds while it runs.
     ``checkpoint`` is where Spark keeps the query's offsets and kqlab its producer state and
     verdict files (``<checkpoint>/kqlab/``); restarting with the same checkpoint resumes.
 
@@ -493,6 +496,16 @@ class StreamingReplay:
         self._units = {f"{t}\0{p}": i for i, (t, p) in enumerate(
             sorted((t, p) for t, parts in ranges.items() for p in parts))}
         options = dict(self.options)
+        if self.source.discovers:
+            # the verdict files are numbered by the partitions read now (``_units``): pin
+            # them, as the source's ``assign`` (a subscribed stream would add partitions)
+            pinned = {t: sorted(parts) for t, parts in ranges.items() if parts}
+            if not pinned:
+                raise StreamingReplayError("no topic-partition to replay: the source's "
+                                           "topics have none on the cluster")
+            options = {k: v for k, v in options.items()
+                       if k.lower() not in ("subscribe", "subscribepattern")}
+            options["assign"] = json.dumps(pinned)
         if self.until is not None:
             if self.until == "latest":
                 self.ending = {t: {p: e for p, (_, e) in parts.items()}
