@@ -45,8 +45,11 @@ or the wall clock), and between micro-batches every trigger interval against the
 (a silent topic runs none), and alerted when a group's status changes.  ``volume`` by
 partition judges every partition the source reads — the micro-batch's offsets in Spark's
 offset log (:meth:`Enforcer.source_partitions`), empty partitions included — so a partition
-that never receives a record is alerted in every closed window.  Which checks run,
-and why the others do not (drift, schema drift, checks over the whole sample), is
+that never receives a record is alerted in every closed window, and one the source discovers
+while it runs (a route by ``source_pattern`` reads with ``subscribePattern``: a topic created
+that matches is read from its earliest offset and routed to that route's sink and
+dead-letter topic) is judged from the window after the newest record seen when it joined.
+Which checks run, and why the others do not (drift, schema drift, checks over the whole sample), is
 :func:`~kqlab.spark.enforcer_config.check_support`.  ``connector: spark`` computes no checks.
 
 Fault injection (for the crash test): ``KQLAB_ENFORCER_KILL_AT=PHASE:N`` SIGKILLs the driver
@@ -90,6 +93,8 @@ from kqlab.spark.enforcer_config import (
     Route,
     default_alert_topic,
     load_enforcer_file,
+    route_for,
+    source_pattern,
 )
 
 __all__ = [
@@ -189,9 +194,27 @@ class EnforceJob:
     #: the enforced sample checks' closed windows (check id -> judged up to this end), or
     #: None when the enforcer computes no check
     closed: Mapping[str, int] | None = None
+    #: the routes by pattern (source pattern, sink, dlq), in config order: a topic no named
+    #: route reads goes by the first whose pattern is found in it
+    patterns: tuple[tuple[str, str, str], ...] = ()
+
+    def route(self, topic: str) -> tuple[str, str]:
+        """``(sink, dlq)`` of ``topic``'s records (:func:`route_for`; a pattern's answer is
+        kept per worker, as a task may ask per record)."""
+        got = self.routes.get(topic)
+        if got is not None:
+            return got
+        key = (self.patterns, topic)
+        if key not in _PATTERN_ROUTES:
+            r = route_for([Route(s, k, d, pattern=True) for s, k, d in self.patterns], topic)
+            if r is None:
+                raise EnforcerError(f"no route for records of topic {topic!r}")
+            _PATTERN_ROUTES[key] = (r.sink, r.dlq)
+        return _PATTERN_ROUTES[key]
 
 
 _PRODUCERS: dict[tuple[Any, ...], Any] = {}
+_PATTERN_ROUTES: dict[tuple[tuple[tuple[str, str, str], ...], str], tuple[str, str]] = {}
 _JUDGES: dict[tuple[str, int | None], Any] = {}
 _ERRORS: list[str] = []
 
@@ -289,14 +312,14 @@ def enforce_records(job: EnforceJob) -> Callable[[Iterator[pa.RecordBatch]],
             values = table.column("value").to_pylist()
             headers = header_lists(table.column("headers"))
             dead = verdict.dead.tolist()
-            single = job.routes[topics[0]] if len(job.routes) == 1 else None
+            single = job.route(topics[0]) if topics.count(topics[0]) == len(topics) else None
             k = 0
             half = len(dead) // 2 if job.kill_producing else -1
             for i, is_dead in enumerate(dead):
                 if i == half:
                     producer.flush(10)
                     _kill_driver_from_task("producing")
-                sink, dlq = single or job.routes[topics[i]]
+                sink, dlq = single or job.route(topics[i])
                 h = headers[i]
                 if is_dead:
                     h = failure_headers(h, verdict.rules[k], verdict.messages[k], topics[i],
@@ -370,7 +393,7 @@ def judge_for_sink(job: EnforceJob) -> Callable[[Iterator[pa.RecordBatch]],
             out_topics, out_headers = [], []
             k = 0
             for i, is_dead in enumerate(verdict.dead.tolist()):
-                sink, dlq = job.routes[topics[i]]
+                sink, dlq = job.route(topics[i])
                 h = [(x["key"], x["value"]) for x in headers[i] or ()]
                 if is_dead:
                     h = failure_headers(h, verdict.rules[k], verdict.messages[k], topics[i],
@@ -533,27 +556,45 @@ class Enforcer:
                                 f"{self.settings.bootstrap}: create it (the policy's sample "
                                 "checks send their alert rows there), or name another one "
                                 "in enforcer.yaml's checks.alert_topic")
-        for r in self.settings.routes:
-            if not counts.get(r.source):
+        routes = self.settings.routes
+        outputs = {t for r in routes for t in (r.sink, r.dlq)}
+        if self.checks is not None:
+            outputs.add(self.alert_topic)
+        for r in routes:
+            sources = [r.source]
+            if r.pattern:
+                # a pattern that finds the enforcer's own output would read it back forever
+                loop = sorted(t for t in outputs if route_for(routes, t) == r)
+                if loop:
+                    raise EnforcerError(f"source pattern {r.source!r} matches the enforcer's "
+                                        f"own output topic(s) {', '.join(loop)}: anchor it "
+                                        "or rename them")
+                # those that match now (a topic created later is checked by its produce)
+                sources = sorted(t for t in counts if route_for(routes, t) == r)
+            elif not counts.get(r.source):
                 raise EnforcerError(f"source topic {r.source!r} does not exist on "
                                     f"{self.settings.bootstrap}")
             if self.settings.partitioning != "same":
                 continue
-            for t in (r.sink, r.dlq):
-                if counts.get(t, 0) < counts[r.source]:
-                    raise EnforcerError(
-                        f"topic {t!r} has {counts.get(t, 0)} partition(s), source "
-                        f"{r.source!r} has {counts[r.source]}: create it with at least as "
-                        "many (records keep their partition so per-partition order holds), "
-                        "or set partitioning: key")
+            for src in sources:
+                for t in (r.sink, r.dlq):
+                    if counts.get(t, 0) < counts[src]:
+                        raise EnforcerError(
+                            f"topic {t!r} has {counts.get(t, 0)} partition(s), source "
+                            f"{src!r} has {counts[src]}: create it with at least as many "
+                            "(records keep their partition so per-partition order holds), "
+                            "or set partitioning: key")
 
     # -- the query -------------------------------------------------------------------------
     def _job(self, kill_producing: bool = False,
              closed: Mapping[str, int] | None = None) -> EnforceJob:
-        return EnforceJob(self.policy, {r.source: (r.sink, r.dlq) for r in self.settings.routes},
+        routes = self.settings.routes
+        return EnforceJob(self.policy,
+                          {r.source: (r.sink, r.dlq) for r in routes if not r.pattern},
                           {**self._client_config(), **dict(self.settings.producer)},
                           self.settings.partitioning, self.settings.now, self._policy_id,
-                          kill_producing, closed)
+                          kill_producing, closed,
+                          tuple((r.source, r.sink, r.dlq) for r in routes if r.pattern))
 
     def _die(self, phase: str) -> None:
         if self._kill == (phase, self._runs):
@@ -562,11 +603,15 @@ class Enforcer:
 
     def _stream(self) -> Any:
         s = self.settings
-        sources = ",".join(r.source for r in s.routes)
+        # routes by pattern: one subscribePattern for every route (both sources discover
+        # the topics that come to match it while the query runs)
+        pattern = source_pattern(s.routes)
+        subscribe = ("subscribe", ",".join(r.source for r in s.routes)) if pattern is None \
+            else ("subscribePattern", pattern)
         if s.connector == "spark":
             reader = (self.spark.readStream.format("kafka")
                       .option("kafka.bootstrap.servers", s.bootstrap)
-                      .option("subscribe", sources).option("includeHeaders", "true"))
+                      .option(*subscribe).option("includeHeaders", "true"))
             for k, v in s.client.items():
                 reader = reader.option(f"kafka.{k}", str(v))
             for k, v in s.source.items():
@@ -575,7 +620,7 @@ class Enforcer:
         from kqlab.spark.kafka_source import register
 
         register(self.spark)
-        opts = {"kafka.bootstrap.servers": s.bootstrap, "subscribe": sources,
+        opts = {"kafka.bootstrap.servers": s.bootstrap, subscribe[0]: subscribe[1],
                 **{f"kafka.{k}": str(v) for k, v in s.client.items()}, **dict(s.source)}
         return self.spark.readStream.format("kqlab-kafka").options(**opts).load()
 

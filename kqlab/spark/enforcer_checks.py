@@ -27,9 +27,12 @@ is a group from the first micro-batch on, judged in every window from the window
 first record the enforcer saw (a replay's grid starts at its sample's first timestamp).  A
 partition the source starts reading after records were seen joins at the window after the
 newest record seen then, or at its first record's window if that is earlier (before, it may
-not have existed); ``kqlab-kafka`` reads the partitions its topics had when the query first
-started (the checkpoint keeps them), so today only another source makes one join.  Groups
-by a header or a field
+not have existed).  ``kqlab-kafka`` makes one join whenever it discovers a topic-partition:
+on ``subscribe`` and ``subscribePattern`` (an enforcer route by ``source_pattern``) it lists
+the cluster's topics at every trigger, and a partition added to a subscribed topic, or a
+topic created that matches the pattern, is in the next micro-batch's offsets — read from its
+earliest offset — and so a group from that micro-batch on
+(``tests/spark/test_enforcer_discovery.py``).  Groups by a header or a field
 cannot be known before a record names them: they are the groups seen so far, each judged in
 every window not yet closed when it is first seen.  A replay knows only the partitions that
 have records, so the enforcer's volume alerts equal a replay's failing windows of the same

@@ -11,6 +11,18 @@
     partitioning: same
     checks: {alert_topic: orders.alerts, lateness_ms: 60000, alert_passing: false}
 
+A route may name its source topics by a regular expression instead,
+``{source_pattern: "orders-.*", sink: orders.valid, dlq: orders.dlq}``: the stream then reads
+with ``subscribePattern`` (every route's sources in one pattern, :func:`source_pattern`),
+so a topic created later that matches is enforced from its first record on, into that
+route's sink and dead-letter topic (:func:`route_for`; a named route wins over a pattern,
+the first matching pattern over later ones).  The pattern is searched in the topic name
+(``format("kqlab-kafka")``'s, Spark's rule): anchor it (``^orders-.*$``) to name whole
+topics.  With ``partitioning: same`` the sink and dead-letter topics need as many
+partitions as any topic the pattern will match (checked at the start for those that
+exist); a pattern route has no alert topic of its own (``checks.alert_topic`` is then
+required when the first route is a pattern).
+
 ``checks`` says where the enforcer sends the alert rows of the policy's sample checks
 (:mod:`kqlab.spark.enforcer_checks`) and how late a record may come: a window is closed once
 the newest record timestamp seen, less ``lateness_ms``, passes its end.  Absent, the alert
@@ -26,6 +38,8 @@ Kafka client: the exporter writes what it reads.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +50,7 @@ from kqlab.errors import KqlabError
 
 __all__ = ["DEFAULT_LATENESS_MS", "ENFORCED_CHECK_KINDS", "ENFORCER_VERSION", "SOURCE_OPTIONS",
            "CheckSettings", "EnforcerConfigError", "EnforcerFile", "Route", "check_support",
-           "default_alert_topic", "load_enforcer_file"]
+           "default_alert_topic", "load_enforcer_file", "route_for", "source_pattern"]
 
 #: the config format this enforcer reads
 ENFORCER_VERSION = 1
@@ -44,7 +58,7 @@ _KNOWN = {"kqlab_spark_enforcer", "policy", "topics", "source", "trigger_seconds
           "partitioning", "connector", "checks"}
 #: the ``format("kqlab-kafka")`` options a config may set under ``source``
 SOURCE_OPTIONS = ("startingOffsets", "maxOffsetsPerTrigger", "fetchTimeoutMs",
-                  "maxBytesPerFetch")
+                  "maxBytesPerFetch", "failOnDataLoss")
 #: where records are read from and written to: kqlab's Python data source and a
 #: confluent-kafka producer (default, runs anywhere), or Spark's Kafka connector (a cluster
 #: that has the spark-sql-kafka jar)
@@ -86,8 +100,47 @@ def check_support(check: Any) -> str | None:
 
 
 def default_alert_topic(routes: tuple[Route, ...] | list[Route]) -> str:
-    """The alert topic when the config names none: the first source topic + ``.alerts``."""
+    """The alert topic when the config names none: the first source topic + ``.alerts``
+    (a first route by pattern has no topic name to start from: name one)."""
+    if routes[0].pattern:
+        raise EnforcerConfigError(f"the first route reads topics by pattern "
+                                  f"({routes[0].source!r}): name the alert topic of the "
+                                  "sample checks in checks.alert_topic")
     return f"{routes[0].source}.alerts"
+
+
+def source_pattern(routes: Iterable[Route]) -> str | None:
+    """The ``subscribePattern`` that reads every route's sources (a named topic anchored,
+    whole), or None when every route names its topic (the stream then subscribes).
+
+    >>> source_pattern([Route("orders", "o.valid", "o.dlq"),
+    ...                 Route("eu-.*", "eu.valid", "eu.dlq", pattern=True)])
+    '^orders$|(?:eu-.*)'
+    """
+    routes = list(routes)
+    if not any(r.pattern for r in routes):
+        return None
+    return "|".join(f"(?:{r.source})" if r.pattern else f"^{re.escape(r.source)}$"
+                    for r in routes)
+
+
+def route_for(routes: Iterable[Route], topic: str) -> Route | None:
+    """The route of ``topic``: the one naming it, else the first whose pattern is found in
+    it (None: no route reads it).
+
+    >>> rs = [Route("eu-.*", "eu.valid", "eu.dlq", pattern=True),
+    ...       Route("eu-test", "t.valid", "t.dlq")]
+    >>> route_for(rs, "eu-test").sink, route_for(rs, "eu-live").sink, route_for(rs, "us")
+    ('t.valid', 'eu.valid', None)
+    """
+    routes = list(routes)
+    for r in routes:
+        if not r.pattern and r.source == topic:
+            return r
+    for r in routes:
+        if r.pattern and re.search(r.source, topic):
+            return r
+    return None
 
 
 @dataclass(frozen=True)
@@ -107,11 +160,13 @@ class EnforcerConfigError(KqlabError, ValueError):
 
 @dataclass(frozen=True)
 class Route:
-    """Where the records of one source topic go."""
+    """Where the records of one source topic go (``pattern``: of every topic ``source``, a
+    regular expression, is found in; see the module doc)."""
 
     source: str
     sink: str
     dlq: str
+    pattern: bool = False
 
 
 @dataclass(frozen=True)
@@ -154,8 +209,20 @@ def load_enforcer_file(path: str | Path) -> EnforcerFile:
         policy_path = p.parent / policy_path
     routes = []
     for i, t in enumerate(doc.get("topics") or ()):
-        if not isinstance(t, dict) or set(t) != {"source", "sink", "dlq"}:
-            raise EnforcerConfigError(f"{p}: topics[{i}] needs exactly source, sink and dlq")
+        if not isinstance(t, dict) or set(t) not in ({"source", "sink", "dlq"},
+                                                     {"source_pattern", "sink", "dlq"}):
+            raise EnforcerConfigError(f"{p}: topics[{i}] needs exactly source (or "
+                                      "source_pattern), sink and dlq")
+        if "source_pattern" in t:
+            try:
+                re.compile(str(t["source_pattern"]))
+            except re.error as exc:
+                raise EnforcerConfigError(f"{p}: topics[{i}].source_pattern "
+                                          f"{t['source_pattern']!r} is not a valid regular "
+                                          f"expression: {exc}") from None
+            routes.append(Route(str(t["source_pattern"]), str(t["sink"]), str(t["dlq"]),
+                                pattern=True))
+            continue
         routes.append(Route(str(t["source"]), str(t["sink"]), str(t["dlq"])))
     if not routes:
         raise EnforcerConfigError(f"{p}: topics is empty: name at least one source topic "
