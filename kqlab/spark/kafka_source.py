@@ -63,7 +63,9 @@ offsets have and its start offsets lack from there.  ``assign`` stays fixed, and
 set of partitions of a bounded stream (``endingOffsets``, ``Trigger.AvailableNow``: those
 of its bound).  A partition that disappears is ``failOnDataLoss``'s (above); only a
 partition gone from the cluster's metadata counts — offsets lost to retention fail the
-Fetch whatever ``failOnDataLoss`` says.  The high watermark comes from a Fetch response,
+Fetch whatever ``failOnDataLoss`` says.  A stream started at ``startingTimestamp`` keeps
+dropping the records older than it in every partition, discovered ones too (Spark's
+connector would read a discovered partition whole).  The high watermark comes from a Fetch response,
 never from ListOffsets (wrong on some brokers for multi-record batches, e.g. Tansu).
 
 The batch column ``position`` is the batch's byte offset in the Fetch response that carried
