@@ -350,7 +350,7 @@ def test_keys_at_equals_a_take(labels):
 def test_cell_order_by_runs_equals_a_stable_argsort(runs):
     """The stat finish lays a partial's rows out in cell order run by run: the very order a
     stable sort of the cell codes gives (runs of one cell apart, short runs, long runs)."""
-    from kqlab.validate.sample_checks.finish import _cell_order
+    from kqlab.validate.sample_checks.stats import _cell_order
 
     rng = np.random.default_rng(runs)
     n = 60_000
@@ -542,7 +542,7 @@ def test_rows_kept_run_by_run_equal_a_filter(case):
 def test_order_stat_of_two_neighbours_equals_a_sort(n):
     """A quantile's two neighbouring order statistics put in place as a sort puts them
     (ties, the last two positions, one value)."""
-    from kqlab.validate.sample_checks.finish import _order_stat
+    from kqlab.validate.sample_checks.stats import _order_stat
 
     rng = np.random.default_rng(n)
     values = np.round(rng.normal(0, 3, n))  # ties
@@ -616,15 +616,15 @@ def test_stat_cells_by_run_slices_equal_the_sorted_layout(monkeypatch, stat, run
     """The stat finish copies a partial's runs of one cell slice by slice when they are
     few: the same rows per cell, the same first row, the same statistic to the bit as the
     layout by a stable sort."""
-    from kqlab.validate.sample_checks import finish
+    from kqlab.validate.sample_checks import stats
 
     rng = np.random.default_rng(runs)
     n = 60_000
     lengths = rng.multinomial(n - runs, np.ones(runs) / runs) + 1
     cell = np.repeat(rng.integers(0, 30, runs), lengths)
     values = np.round(rng.lognormal(3, 2, n), 1)  # ties; sums depend on their order
-    got = finish._stat_cells(stat, cell, values)
-    monkeypatch.setattr(finish, "_cell_runs", lambda c: None)
-    want = finish._stat_cells(stat, cell, values)
+    got = stats._stat_cells(stat, cell, values)
+    monkeypatch.setattr(stats, "_cell_runs", lambda c: None)
+    want = stats._stat_cells(stat, cell, values)
     for a, b in zip(got, want, strict=True):
         np.testing.assert_array_equal(a, b)

@@ -23,6 +23,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kqlab.validate.sample_checks.stats import cell_stats
+
 __all__ = ["CELL_KEYS_SCHEMA", "CellIndex", "Cells", "cell_index", "cells_of", "compact_cells",
            "keys_at", "merge_cells"]
 
@@ -103,8 +105,6 @@ def compact_cells(table: pa.Table, codes: np.ndarray, keys: pa.Table,
         total = None if total is None else total[used]
     observed = known = None
     if stat is not None and len(rows):
-        from kqlab.validate.sample_checks.finish import cell_stats
-
         observed = cell_stats(stat[0], codes, stat[1], len(rows))
         known = np.ones(len(rows), bool)
     return Cells(table, codes, keys, rows if keep_rows else None, total, observed, known)
