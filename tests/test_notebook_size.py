@@ -27,6 +27,18 @@ def test_every_notebook_is_checked():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_is_valid_nbformat_with_cell_ids(path):
+    """Committed as nbformat 4.5 wants them: valid, every cell with its own id (a cell
+    added by hand without one is a warning today and an error in later nbformat), and no
+    outputs (generated, never committed)."""
+    raw = json.loads(path.read_text())
+    ids = [c.get("id") for c in raw["cells"]]
+    assert None not in ids and len(set(ids)) == len(ids), path.name
+    assert all(not c.get("outputs") for c in raw["cells"] if c["cell_type"] == "code")
+    nbformat.validate(nbformat.reads(path.read_text(), as_version=4))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_executed_notebook_weighs_at_most_2_mb(path, tmp_path):
     nb = nbformat.read(path, as_version=4)
     ExecutePreprocessor(timeout=600, kernel_name="python3").preprocess(
