@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 
+from kqlab.validate.sample_checks.results import group_text
 from kqlab.viz._masking import MASK, masker
 from kqlab.widgets._common import css, error_html, slug
 from kqlab.widgets._plot import PlotlyFigure
@@ -270,16 +271,8 @@ def _when(ms: int | None) -> str:
         "%Y-%m-%d %H:%M:%S")
 
 
-def _group_text(group: str | None, by: str | None) -> str:
-    """A group as shown: no ``by`` is one group of every record; a ``by`` group without a
-    label holds the records whose field or header is null or missing."""
-    if group is not None:
-        return group
-    return "(all)" if by is None else "(no value)"
-
-
 def _window_label(f: dict[str, Any], row: dict[str, Any] | None, group: str | None) -> str:
-    where = _group_text(group, None if row is None else row.get("by"))
+    where = group_text(group, None if row is None else row.get("by"))
     if row is not None and row.get("window_ms") is not None:
         where += f" · {_when(f['start'])}"
     observed = "—" if f["observed"] is None else f"{f['observed']:.4g}"
@@ -332,7 +325,7 @@ def _records_html(drill: Drill, mask: Masker) -> str:
     group = drill.group
     if mask.check_groups(mask.checks.get(drill.check)):
         group = mask.group_label(group)
-    where = _group_text(group, drill.by)
+    where = group_text(group, drill.by)
     span = "the whole sample" if drill.start is None else \
         f"[{_when(drill.start)}, {_when(drill.end)}) UTC"
     head = (f"<b>{html.escape(drill.check)}</b>: {t.num_rows:,} records of "

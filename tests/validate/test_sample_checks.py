@@ -530,3 +530,24 @@ def test_schema_drift_of_confluent_framed_avro_values(tmp_path):
         assert result(v, "amounts")["status"] == "pass"
         assert result(v, "currencies")["status"] == "pass"
         assert result(v, "currencies")["new_values"] == []
+
+
+def test_a_failing_window_is_named_without_an_empty_group(tmp_path):
+    """The one line of a windowed check names its first failing window by its group only
+    where the check has a ``by`` ("(no value)" for records without one), never a blank."""
+    from kqlab.validate.sample_checks import describe_check
+
+    folder = write_log(tmp_path / "log", {0: hour(0, value=lambda p, i: {
+        "amount": 1.0, "region": "r1"} if i % 2 else {"amount": float(i)})})
+    policy = loads_policy(HEAD + "checks:\n"
+                          "  - {id: p95, kind: stat, stat: p95, field: amount, window: 30m,"
+                          " max: 10}\n"
+                          "  - {id: by, kind: stat, stat: p95, field: amount, window: 30m,"
+                          " by: region, max: 10}\n")
+    v = replay(folder, policy)
+    alone, grouped = result(v, "p95"), result(v, "by")
+    assert describe_check(alone).endswith(", first at 2025-11-21 05:00:00")
+    first = grouped["failing"][0]
+    assert first["group"] is None  # r1's amounts pass; those without a region fail
+    assert describe_check(grouped).endswith(", first (no value) at 2025-11-21 05:00:00")
+    assert "  " not in describe_check(alone) + describe_check(grouped)

@@ -20,7 +20,8 @@ import pyarrow as pa
 from kqlab.records import PARAMS_TYPE
 
 __all__ = ["CHECK_RESULTS_SCHEMA", "CHECK_STATUSES", "CHECK_WINDOWS_SCHEMA", "FAILING_TYPE",
-           "NOT_EVALUABLE_REASONS", "CheckResults", "describe_check", "empty_check_results"]
+           "NOT_EVALUABLE_REASONS", "CheckResults", "describe_check", "empty_check_results",
+           "group_text"]
 
 #: a check's status: its threshold held everywhere, failed somewhere, or could not be judged
 CHECK_STATUSES = ("pass", "fail", "not_evaluable")
@@ -134,6 +135,18 @@ def _when(ms: int | None) -> str:
     return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def group_text(group: str | None, by: str | None) -> str:
+    """A window's group as shown: no ``by`` is one group of every record; a ``by`` group
+    without a label holds the records whose field or header is null or missing.
+
+    >>> group_text("orders-1", "partition"), group_text(None, None), group_text(None, "x")
+    ('orders-1', '(all)', '(no value)')
+    """
+    if group is not None:
+        return group
+    return "(all)" if by is None else "(no value)"
+
+
 def describe_check(row: Mapping[str, Any]) -> str:
     """One line for a result row (a dict of :data:`CHECK_RESULTS_SCHEMA`): what was observed
     against which threshold, and where it failed — rendered from the columns.
@@ -178,9 +191,9 @@ def describe_check(row: Mapping[str, Any]) -> str:
             f" · {windows} {unit}"
         first = (row.get("failing") or [None])[0]
         if first:
-            where = first["group"] if first["group"] is not None else ""
-            at = f" at {_when(first['start'])}" if row.get("window_ms") is not None else ""
-            text += f", first {where}{at}".rstrip()
+            where = group_text(first["group"], row.get("by")) if row.get("by") else ""
+            at = f"at {_when(first['start'])}" if row.get("window_ms") is not None else ""
+            text += ", first " + " ".join(part for part in (where, at) if part)
     if params.get("ahead_ms") is not None:
         groups = int(params.get("ahead_groups") or 1)
         who = f"{params['ahead_group']}'s" if params.get("ahead_group") else "the"
