@@ -58,10 +58,13 @@ def test_a_pattern_route_reads_and_routes_a_topic_created_mid_run(spark, kafka, 
     run.start()
     try:
         enforced(60)
-        # po-b appears: records in partition 0, windows 6-9; partition 1 stays empty; then
-        # po-a to window 11 moves the watermark (lateness 0) past window 10
+        # po-b appears: records in partition 0, windows 6-9; partition 1 stays empty.  Once
+        # they are read (the watermark, lateness 0, at T0+99 s: windows 6-8 closed, po-a
+        # silent in them), po-a goes on to window 11, its records in windows 6-8 late, and
+        # moves the watermark past window 10
         kafka.create_topic("po-b", partitions=2)
         kafka.produce("po-b", [dict(r, partition=0) for r in _records(40, T0 + 60_000)])
+        enforced(100)  # po-b found and read before po-a moves on: it joins at window 6
         kafka.produce("po-a", _records(60, T0 + 60_000))
         enforced(160)
     finally:
@@ -69,18 +72,23 @@ def test_a_pattern_route_reads_and_routes_a_topic_created_mid_run(spark, kafka, 
         run.join(60)
     assert e.source_partitions(len(e.batches) - 1) == {"po-a": [0], "po-b": [0, 1]}
     # po-b's records went where the pattern routes them, partition kept
-    valid = read_topic(kafka.bootstrap, "po.valid", 2, idle_s=0.5)
+    # expect=: what must be there at least (a first fetch on a busy machine can take longer
+    # than the idle time; an idle read alone then returns nothing)
+    valid = read_topic(kafka.bootstrap, "po.valid", 2, expect=160, idle_s=0.5)
     assert sorted((m.partition(), m.value()) for m in valid if m.partition() == 0
                   and m.timestamp()[1] >= T0 + 60_000) == sorted(
         [(0, b"r%d" % i) for i in range(40)] + [(0, b"r%d" % i) for i in range(60)])
-    alerts = [json.loads(m.value()) for m in read_topic(kafka.bootstrap, "po.alerts", 1,
-                                                        idle_s=0.5)]
-    got = {(a["group"], a["window_start"], a["records"]) for a in alerts}
     # po-b joined after records up to T0+59 s were seen: judged from window 6 on, to the
-    # watermark's (T0+119 s: windows up to [T0+100 s, T0+110 s) closed); po-a never failed
+    # watermark's (T0+119 s: windows up to [T0+100 s, T0+110 s) closed); po-a was silent in
+    # windows 6-8 when they closed (its records there came late: counted, not merged)
     want = {("po-b-0", T0 + 100_000, 0)} | {("po-b-1", T0 + s, 0)
-                                            for s in range(60_000, 110_000, W)}
+                                            for s in range(60_000, 110_000, W)} | \
+        {("po-a-0", T0 + s, 0) for s in range(60_000, 90_000, W)}
+    alerts = [json.loads(m.value()) for m in read_topic(kafka.bootstrap, "po.alerts", 1,
+                                                        expect=len(want), idle_s=0.5)]
+    got = {(a["group"], a["window_start"], a["records"]) for a in alerts}
     assert got == want
+    assert e.metrics["checks"]["late"] == 30  # po-a's records of windows 6-8
     assert e.checks.state.since == {"vol": {"po-b-0": T0 + 60_000, "po-b-1": T0 + 60_000}}
 
 
