@@ -32,22 +32,37 @@ def kafka() -> Iterator[Broker]:
 
 def read_topic(bootstrap: str, topic: str, partitions: int, *, expect: int | None = None,
                idle_s: float = 1.0, timeout_s: float = 30.0) -> list[Any]:
-    """Every message of ``topic`` from offset 0 (assign, no group), in partition order."""
-    from confluent_kafka import Consumer, TopicPartition
+    """Every message of ``topic`` from offset 0 (assign, no group), in partition order: read
+    until every partition has reported its end (``enable.partition.eof``: all that was
+    produced before the call), ``expect`` messages at least when given, and nothing new
+    for ``idle_s`` since (a message still on its way).  Ends told by the broker, not by an
+    idle time alone: on a busy machine the first fetch can take longer than the idle time,
+    and an idle read then returned nothing."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "kqlab-test-reader",
-                  "enable.auto.commit": False})
+                  "enable.auto.commit": False, "enable.partition.eof": True})
     got: list[Any] = []
+    at_end: set[int] = set()
     try:
         c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         deadline = time.monotonic() + timeout_s
         last = time.monotonic()
         while time.monotonic() < deadline:
-            msgs = [m for m in c.consume(10_000, 0.2) if m.error() is None]
+            polled = c.consume(10_000, 0.2)
+            msgs = []
+            for m in polled:
+                err = m.error()
+                if err is None:
+                    msgs.append(m)
+                    at_end.discard(m.partition())
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    at_end.add(m.partition())
             if msgs:
                 got += msgs
                 last = time.monotonic()
-            elif (expect is None or len(got) >= expect) and time.monotonic() - last > idle_s:
+            elif len(at_end) == partitions and (expect is None or len(got) >= expect) and \
+                    time.monotonic() - last > idle_s:
                 break
     finally:
         c.close()
