@@ -416,18 +416,14 @@ def _merge_by_cells(kind: str, held: list[Partial], cells: list[Cells],
     table = pa.concat_tables([p.table for p in held])
     shared_cells = holders > 1
     k = keys.num_rows
-    summed = kind != "stat" and all(c.rows is not None and c.total is not None
-                                    for c in cells)
-    rows = total = None
-    if summed:  # per cell: the rows of the partials that hold it, the sum of their counts
-        rows, total = np.zeros(k, np.int64), np.zeros(k, np.int64)
-        for m, c in zip(maps, cells, strict=True):
-            assert c.rows is not None and c.total is not None
-            np.add.at(rows, m, c.rows)
-            np.add.at(total, m, c.total)
+    # per cell: the rows of the partials that hold it (and, value-keyed, their counts' sum)
+    rows = _per_cell_sum(maps, [c.rows for c in cells], k)
     if kind == "stat":
         return Partial(kind, table, counts, _merged_stats(table, merged_codes, keys, maps,
-                                                          cells, shared_cells))
+                                                          cells, shared_cells, rows))
+    total = _per_cell_sum(maps, [c.total for c in cells], k)
+    if total is None:
+        rows = None
     if not shared_cells.any():
         return Partial(kind, table, counts, Cells(table, merged_codes, keys, rows, total))
     codes = merged_codes()
@@ -449,22 +445,32 @@ def _merge_by_cells(kind: str, held: list[Partial], cells: list[Cells],
                                             rows, total))
 
 
+def _per_cell_sum(maps: list[np.ndarray], parts: list[np.ndarray | None], k: int
+                  ) -> np.ndarray | None:
+    """Per merged cell the sum of the partials' per-cell ``parts`` (each partial's cells
+    mapped by ``maps``); None when a partial lacks them."""
+    given = [p for p in parts if p is not None]
+    if len(given) < len(parts):
+        return None
+    out = np.zeros(k, np.int64)
+    for m, part in zip(maps, given, strict=True):
+        np.add.at(out, m, part)
+    return out
+
+
 def _merged_stats(table: pa.Table, codes: Callable[[], np.ndarray], keys: pa.Table,
-                  maps: list[np.ndarray], cells: list[Cells], shared: np.ndarray) -> Cells:
-    """The cells of merged ``stat`` partials: each cell's values (rows summed) and, where
-    one partial holds the cell and computed its statistic, that statistic as the final one
-    (a cell several partials hold is computed from all its values when judged)."""
+                  maps: list[np.ndarray], cells: list[Cells], shared: np.ndarray,
+                  rows: np.ndarray | None) -> Cells:
+    """The cells of merged ``stat`` partials: each cell's values (``rows``, summed) and,
+    where one partial holds the cell and computed its statistic, that statistic as the
+    final one (a cell several partials hold is computed from all its values when judged)."""
     k = keys.num_rows
-    stats = all(c.rows is not None and c.observed is not None and c.known is not None
-                for c in cells)
-    if not stats:
+    if rows is None or any(c.observed is None or c.known is None for c in cells):
         return Cells(table, codes, keys)
-    rows = np.zeros(k, np.int64)
     observed = np.full(k, np.nan)
     known = np.zeros(k, bool)
     for m, c in zip(maps, cells, strict=True):
-        assert c.rows is not None and c.observed is not None and c.known is not None
-        np.add.at(rows, m, c.rows)
+        assert c.observed is not None and c.known is not None
         alone = ~shared[m] & c.known
         observed[m[alone]] = c.observed[alone]
         known[m[alone]] = True
