@@ -139,7 +139,7 @@ def _produce(view: SampleView, full: dict[str, Any],
     to its own topic; ``(refused per slot, other delivery errors per slot)``."""
     from confluent_kafka import KafkaError, Producer
 
-    from kqlab.embedded import Broker
+    from kqlab.embedded import TansuBroker
 
     n = view.n
     cols = {c: view.records.column(c).to_pylist() for c in
@@ -159,7 +159,7 @@ def _produce(view: SampleView, full: dict[str, Any],
             row_topics[rid] = f"kqlab-roundtrip-{k}"
             (schema_dir / f"{row_topics[rid]}.json").write_text(json.dumps(doc),
                                                                 encoding="utf-8")
-        with Broker(schema_dir=schema_dir) as broker:
+        with TansuBroker(schema_dir=schema_dir) as broker:
             for t in topics:
                 parts = max(p for tt, p in zip(cols["topic"], cols["partition"], strict=True)
                             if tt == t) + 1
