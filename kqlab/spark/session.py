@@ -58,9 +58,27 @@ def _log4j_option() -> str:
     return f"-Dlog4j.configurationFile=file:{path}"
 
 
+def _connector_jars(wanted: bool | None, settings: Mapping[str, str]) -> dict[str, str]:
+    """``spark.jars`` with Spark's Kafka connector's local jars added (never
+    ``spark.jars.packages``: that resolves from a repository when the session starts)."""
+    if wanted is False:
+        return {}
+    from kqlab.spark.connector import SparkKafkaMissing, connector_jars
+
+    try:
+        jars = connector_jars()
+    except SparkKafkaMissing:
+        if wanted:
+            raise
+        return {}
+    have = [j for j in settings.get("spark.jars", "").split(",") if j]
+    return {"spark.jars": ",".join([*have, *(str(j) for j in jars)])}
+
+
 def spark_session(master: str | None = None, *, app_name: str = "kqlab",
                   config: Mapping[str, Any] | None = None, ui: bool = False,
-                  quiet: bool = True, spark: Any = None) -> Any:
+                  quiet: bool = True, spark: Any = None,
+                  kafka_connector: bool | None = None) -> Any:
     """The session to run on: ``spark`` when given, else the active one, else a new one.
 
     A new session gets ``master`` (default ``local[*]``: every core of this machine; pass a
@@ -69,7 +87,10 @@ def spark_session(master: str | None = None, *, app_name: str = "kqlab",
     bound to 127.0.0.1 (unless ``config`` says otherwise), :data:`DEFAULTS`, then ``config``.
     ``ui=True`` starts the Spark UI on the first free port from 4040 (off by default: a
     replay needs none and a CI box has no browser).  ``quiet`` keeps the JVM's logs to
-    warnings and errors.
+    warnings and errors.  ``kafka_connector``: Spark's own ``format("kafka")`` jars
+    (:mod:`kqlab.spark.connector`, installed by ``make setup``) on the classpath as local
+    files — ``None`` when installed, ``True`` required (:class:`~kqlab.spark.connector.
+    SparkKafkaMissing` if not), ``False`` never.
 
     Examples
     --------
@@ -107,6 +128,7 @@ def spark_session(master: str | None = None, *, app_name: str = "kqlab",
         settings["spark.driver.extraJavaOptions"] = opt
         settings["spark.executor.extraJavaOptions"] = opt
     settings.update({str(k): str(v) for k, v in (config or {}).items()})
+    settings.update(_connector_jars(kafka_connector, settings))
     builder = SparkSession.builder.master(master or "local[*]").appName(app_name)
     for k, v in settings.items():
         builder = builder.config(k, v)
