@@ -28,6 +28,7 @@ from kqlab.cli._common import (
     shown_dir,
     write_json,
 )
+from kqlab.cli._health import add_strict_flag, rule_findings
 
 if TYPE_CHECKING:
     from kqlab.cli._ui import Progress
@@ -90,6 +91,7 @@ def add_parser(sub: SubParsers) -> None:
                      "spark://host:7077, yarn)")
     rep.add_argument("--overwrite", action="store_true",
                      help="with --engine spark: replace an existing --out folder")
+    add_strict_flag(rep)
     add_json_flag(rep)
     rep.set_defaults(run=cmd_replay)
 
@@ -123,9 +125,10 @@ def print_summary(summary: dict[str, Any], *, out: TextIO | None = None) -> None
     c.print(f"would be lost: {summary['records_lost']:,} records; delayed (retried): "
             f"{summary['records_delayed']:,}")
     if summary["by_rule"]:
-        by_rule = [(r["rule"], r["kind"], r["mode"], r["failed_records"],
-                    r["rejected_records"], styled(f"{r['evaluation_errors']:,}", "error")
-                    if r["evaluation_errors"] else 0,
+        by_rule = [(r["rule"], r["kind"], r["mode"], _failed_cell(r),
+                    r["rejected_records"], styled(
+                        f"{r['evaluation_errors']:,}" + (" (broken)" if r.get("broken") else ""),
+                        "error") if r["evaluation_errors"] else 0,
                     "yes" if r["exportable"] else styled("no", "warning"))
                    for r in summary["by_rule"]]
         show(table(("rule", "kind", "mode", "failed", "rejected", "evaluation errors",
@@ -141,11 +144,15 @@ def print_summary(summary: dict[str, Any], *, out: TextIO | None = None) -> None
                          p["collateral"]) for p in summary["by_partition"]]
         show(table(("partition", "accepted", "rejected", "collateral"), by_partition,
                    title="by partition", right=("accepted", "rejected", "collateral")), out=c)
+    for f in summary.get("rule_findings", ()):
+        c.print(styled(f"{'error' if summary.get('strict_failed') else 'warning'}: "
+                       f"{f['text']}", "error" if summary.get("strict_failed") else "warning"))
     for r in summary["by_rule"]:
-        if r["evaluation_errors"]:
+        if r["evaluation_errors"] and not r.get("broken"):
             c.print(styled(f"evaluation errors: rule {r['rule']} raised an error on "
-                           f"{r['evaluation_errors']:,} record(s) (a failing record's message "
-                           "in the record verdicts carries the error)", "error"))
+                           f"{r['evaluation_errors']:,} record(s) — they are failures with "
+                           "status error in the record verdicts (failures.params['status'] "
+                           "in records.parquet)", "error"))
     if summary.get("checks"):
         print_checks(summary["checks"], out=out)
     for note in summary["notes"]:
@@ -153,6 +160,17 @@ def print_summary(summary: dict[str, Any], *, out: TextIO | None = None) -> None
     for issue in summary["issues"]:
         c.print(styled(f"issue: {issue['kind']} at byte {issue['position']}: "
                        f"{issue['message']}", "warning"))
+
+
+def _failed_cell(row: dict[str, Any]) -> Any:
+    """A rule's failed count, marked when it reads a name no record has (its 0 is no
+    evidence)."""
+    from kqlab.cli._ui import styled
+
+    if row.get("unseen"):
+        return styled(f"{row['failed_records']:,} (unseen {row['unseen'][0]['what']})",
+                      "warning")
+    return row["failed_records"]
 
 
 def print_checks(checks: list[dict[str, Any]], *, out: TextIO | None = None) -> None:
@@ -326,8 +344,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
             summary["out"] = str(out)
             (out / "summary.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
             p.advance()
+    summary["rule_findings"], summary["strict_failed"] = rule_findings(
+        "replay", summary["by_rule"], policy, args.strict, quiet=not args.json)
     status = EXIT_FINDING if summary.get("fail_over", {}).get("exceeded") or \
-        failed_checks(summary) else EXIT_OK
+        failed_checks(summary) or summary["strict_failed"] else EXIT_OK
     _warn_clock(verdicts)
     if args.json:
         write_json(summary)
@@ -357,6 +377,8 @@ def _replay_spark(args: argparse.Namespace, policy: Policy) -> int:
                             base_dir=Path(args.policy).parent)
     summary = verdicts.summary()
     summary["clock"] = verdicts.clock  # the sample's own unless --now, as locally
+    summary["rule_findings"], summary["strict_failed"] = rule_findings(
+        "replay", summary["by_rule"], policy, args.strict, quiet=not args.json)
     _warn_clock(verdicts)
     if args.fail_over is not None:
         summary["fail_over"] = fail_over(summary, args.fail_over)
@@ -382,4 +404,4 @@ def _replay_spark(args: argparse.Namespace, policy: Policy) -> int:
     if summary["errors"]:
         return EXIT_PARTIAL
     return EXIT_FINDING if summary.get("fail_over", {}).get("exceeded") or \
-        failed_checks(summary) else EXIT_OK
+        failed_checks(summary) or summary["strict_failed"] else EXIT_OK

@@ -412,6 +412,10 @@ class Policy:
     sensitive: Sensitive = field(default_factory=Sensitive)
     rules: tuple[Rule, ...] = ()
     checks: tuple[Check, ...] = ()
+    #: a rule reading a field or header that no record of the replayed sample has, or one
+    #: whose every evaluation errors, fails every command that replays (exit 1) instead of
+    #: being a warning (:mod:`kqlab.validate.rule_health`); for CI
+    strict: bool = False
     provenance: Provenance | None = None
     version: int = POLICY_VERSION
 

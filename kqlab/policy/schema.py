@@ -294,6 +294,11 @@ def json_schema() -> dict[str, PlainData]:
                                       "duplicates, distinct values, statistics, reject rate, "
                                       "drift, schema drift), judged over the whole sample or "
                                       "per window and group."},
+            "strict": {"type": "boolean", "default": False,
+                       "description": "Fail every command that replays (exit 1) when a rule "
+                                      "reads a field or header no record of the sample has, "
+                                      "or every evaluation of a rule errors; else they are "
+                                      "warnings."},
             "provenance": {"$ref": "#/$defs/provenance"},
         },
         "$defs": {

@@ -101,6 +101,8 @@ class PolicyChecker(SampleCheckChecker):
                       value=self.formats["value"],
                       sensitive=sensitive, rules=rules,
                       checks=section("checks", self.checks, ()),
+                      strict=self.get(data, "strict", "bool", "", default=False,
+                                      example="true"),
                       provenance=section("provenance", self.provenance, None))
 
     def version(self, data: Mapping[str, object]) -> Mapping[str, object]:

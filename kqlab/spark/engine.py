@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import pyarrow as pa
 
 from kqlab.errors import KqlabError
 from kqlab.spark.executor import OUTPUT_SCHEMA, Job, map_units
@@ -205,12 +204,12 @@ def _collect(session: Any, plan: Plan, policy: Any, rows: list[Any], path: str, 
              framing: str, now: int, seconds: float) -> SparkVerdicts:
     """Aggregate the tasks' rows (rule counts, notes, issues, errors) on the driver."""
     from kqlab.spark.outputs import filesystem, spark_path
-    from kqlab.validate.assemble import RULES_SCHEMA, replay_notes
+    from kqlab.validate.assemble import replay_notes
+    from kqlab.validate.rule_health import merge_rule_rows
 
     got = sorted(((r["unit"], r["kind"], r["seq"], orjson.loads(r["text"])) for r in rows),
                  key=lambda x: (x[0], x[2]))
-    sums = ["failed_records", "rejected_records", "rejected_batches", "evaluation_errors"]
-    totals = [dict.fromkeys(sums, 0) for _ in policy.rules]
+    rule_parts: list[Any] = []
     files: list[tuple[int, dict[str, Any]]] = []
     issues: list[dict[str, Any]] = list(plan.issues)
     errors: list[dict[str, Any]] = []
@@ -220,9 +219,7 @@ def _collect(session: Any, plan: Plan, policy: Any, rows: list[Any], path: str, 
         if kind == "files":
             files.append((unit, payload))
         elif kind == "rules":
-            for i, r in enumerate(payload):
-                for c in sums:
-                    totals[i][c] += r[c]
+            rule_parts.append(payload)
         elif kind == "stats":
             topics.update(payload["topics"])
             undetermined += payload["undetermined"]
@@ -230,10 +227,7 @@ def _collect(session: Any, plan: Plan, policy: Any, rows: list[Any], path: str, 
             issues.append(payload)
         elif kind == "error":
             errors.append(payload)
-    rules = pa.Table.from_pylist([
-        {"rule": r.id, "kind": r.kind, "mode": r.mode, "severity": r.severity,
-         "exportable": r.exportable, **t} for r, t in zip(policy.rules, totals, strict=True)],
-        RULES_SCHEMA)
+    rules = merge_rule_rows(policy.rules, rule_parts)  # the local engine's one merge
     notes = replay_notes(policy, sorted(topics), undetermined)
     if errors:
         notes.append(f"{len(errors)} of {len(plan.units)} unit(s) could not be replayed (their "

@@ -635,8 +635,9 @@ class StreamingReplay:
 
         from kqlab.spark.outputs import spark_path
         from kqlab.spark.verdicts import SparkVerdicts
-        from kqlab.validate.assemble import RULES_SCHEMA, replay_notes
+        from kqlab.validate.assemble import replay_notes
         from kqlab.validate.replayer import with_implicit_rules
+        from kqlab.validate.rule_health import merge_rule_rows
 
         fs, base = _fs(self.location)
 
@@ -647,18 +648,11 @@ class StreamingReplay:
                           i.base_name.startswith("."))
 
         effective = with_implicit_rules(self.policy)
-        sums = ["failed_records", "rejected_records", "rejected_batches", "evaluation_errors"]
-        totals = {r.id: dict.fromkeys(sums, 0) for r in effective.rules}
+        parts = []
         for path in files("rules"):
             with fs.open_input_stream(path) as f:
-                for row in json.loads(f.read()):
-                    if row["rule"] in totals:
-                        for c in sums:
-                            totals[row["rule"]][c] += int(row[c])
-        rules = pa.Table.from_pylist([
-            {"rule": r.id, "kind": r.kind, "mode": r.mode, "severity": r.severity,
-             "exportable": r.exportable, **totals[r.id]} for r in effective.rules],
-            RULES_SCHEMA)
+                parts.append(json.loads(f.read()))
+        rules = merge_rule_rows(effective.rules, parts)  # the local engine's one merge
         record_files, batch_files = files("records"), files("batches")
         topics = sorted({t for t, _ in (k.split("\0") for k in self._units)})
         sv = SparkVerdicts(

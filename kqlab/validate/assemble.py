@@ -27,6 +27,7 @@ from kqlab.validate.aggregates import (
     FlatFailures,
     RecordCodes,
 )
+from kqlab.validate.rule_health import HEALTH_COLUMNS, health_row
 from kqlab.validate.rules import RuleResult
 from kqlab.validate.sample import Sample
 from kqlab.validate.verdict_tables import SortedFailures
@@ -49,6 +50,8 @@ RULES_SCHEMA = pa.schema([
     ("severity", pa.string()), ("exportable", pa.bool_()), ("failed_records", pa.int64()),
     ("rejected_records", pa.int64()), ("rejected_batches", pa.int64()),
     ("evaluation_errors", pa.int64()),
+    # what the replay knows about the rule itself (kqlab.validate.rule_health)
+    *HEALTH_COLUMNS,
 ])
 
 
@@ -625,7 +628,7 @@ class Assembler:
                 f_code.append(np.where(rejected_here, reject_code, 0) if is_reject
                               else np.zeros(len(idx), dtype=np.int64))
                 f_msg.append(arrow)
-                f_params.append(pa.nulls(len(idx), PARAMS_TYPE))
+                f_params.append(_status_params(res, idx))
             rule_rows.append({
                 "rule": rule.id, "kind": rule.kind, "mode": rule.mode, "severity": rule.severity,
                 "exportable": rule.exportable, "failed_records": len(idx),
@@ -633,6 +636,7 @@ class Assembler:
                 "rejected_batches": _distinct_sorted(batch_of[rejected_here])
                 if is_reject and len(idx) else 0,
                 "evaluation_errors": res.errors,
+                **health_row(res.unseen, res.judged, res.errors),
             })
         # KIP-686 rejects the batch (check "P") without record errors: its culprits are the
         # records that failed the policy, the others are collateral
@@ -692,6 +696,23 @@ class Assembler:
             parents=sorted_failures.parents if some else None,
             failure_codes=sorted_failures.codes if some else None)
         return out
+
+
+#: a failure's ``params`` when the rule could not judge the record: an evaluation error is a
+#: status of its own (``failures.params['status'] == 'error'`` in records.parquet)
+ERROR_STATUS = "error"
+
+
+def _status_params(res: RuleResult, idx: np.ndarray) -> pa.Array:
+    """The ``params`` of a rule's failure rows: ``{status: error}`` where its evaluation
+    errored, null where the record simply failed it."""
+    if res.error_mask is None or not len(idx):
+        return pa.nulls(len(idx), PARAMS_TYPE)
+    errored = res.error_mask[idx]
+    if not errored.any():
+        return pa.nulls(len(idx), PARAMS_TYPE)
+    one = pa.array([[("status", ERROR_STATUS)]], PARAMS_TYPE)
+    return one.take(pa.array(np.zeros(len(idx), np.int64), mask=~errored))
 
 
 def _one_array(column: pa.ChunkedArray) -> pa.Array:

@@ -151,7 +151,9 @@ class Replayer:
         for rule in policy.rules:
             key = orjson.dumps(rule.to_dict(), option=orjson.OPT_SORT_KEYS)
             if key not in self._rule_cache:
-                self._rule_cache[key] = _without(evaluate_rule(ctx, rule), self._control)
+                self._rule_cache[key] = _with_health(
+                    ctx, rule, _without(evaluate_rule(ctx, rule), self._control),
+                    self._control)
                 self.evaluations += 1
             out[rule.id] = self._rule_cache[key]
         return out
@@ -282,14 +284,32 @@ def with_implicit_rules(policy: Policy) -> Policy:
     return policy.with_rules((implicit, *policy.rules))
 
 
+def _with_health(ctx: EvalContext, rule: Rule, result: RuleResult, control: np.ndarray
+                 ) -> RuleResult:
+    """``result`` with what the replay knows about the rule itself, computed once with it
+    (:mod:`kqlab.validate.rule_health`): how many records it judged, and the fields and
+    headers it reads that none of them has."""
+    from dataclasses import replace
+
+    from kqlab.validate.rule_health import unseen_names
+    from kqlab.validate.rules import rule_judges
+
+    judged = rule_judges(ctx, rule)
+    if len(control) == ctx.n:
+        judged = judged & ~control
+    return replace(result, judged=int(judged.sum()),
+                   unseen=unseen_names(ctx, rule, control))
+
+
 def _without(result: RuleResult, excluded: np.ndarray) -> RuleResult:
     """``result`` with the ``excluded`` records never failing."""
     if not excluded.any() or not result.failed[excluded].any():
         return result
     keep = ~excluded[result.failing]
+    errors = None if result.error_mask is None else result.error_mask & ~excluded
     return RuleResult(result.failed & ~excluded,
                       tuple(m for m, k in zip(result.messages, keep, strict=True) if k),
-                      result.errors)
+                      0 if errors is None else int(errors.sum()), errors)
 
 
 def replay(source: SampleSource, policy: Policy, *, now: int | None = None,

@@ -27,6 +27,7 @@ from kqlab.validate.context import EvalContext
 
 if TYPE_CHECKING:
     from kqlab.policy.model import Format
+    from kqlab.validate.rule_health import Unseen
 
 
 class RuleEvaluationError(KqlabError):
@@ -41,6 +42,13 @@ class RuleResult:
     messages: tuple[str, ...]
     #: records the rule could not judge (e.g. a ``when`` precondition errored); they fail too
     errors: int = 0
+    #: which records those are (a subset of ``failed``; None: none): an evaluation error is a
+    #: status of its own in the verdicts, not a false
+    error_mask: np.ndarray | None = None
+    #: the records the rule judged (set by the replay: not a marker, decoded when it reads the
+    #: value), and the names it reads that none of them has (:mod:`kqlab.validate.rule_health`)
+    judged: int = 0
+    unseen: tuple[Unseen, ...] = ()
 
     @property
     def failing(self) -> np.ndarray:
@@ -100,7 +108,10 @@ def evaluate_rule(ctx: EvalContext, rule: Rule) -> RuleResult:
     if from_rule.any():
         pos = np.searchsorted(result.failing, idx[from_rule])
         texts[from_rule] = np.asarray(result.messages, dtype=object)[pos]
-    return RuleResult(failed, tuple(texts.tolist()), errors=int(when_errors.sum()))
+    errors = when_errors if result.error_mask is None else when_errors | \
+        (result.error_mask & own)
+    return RuleResult(failed, tuple(texts.tolist()), errors=int(errors.sum()),
+                      error_mask=errors if errors.any() else None)
 
 
 #: rules that judge decoding itself
@@ -128,14 +139,21 @@ def _judged(ctx: EvalContext, rule: Rule) -> np.ndarray | None:
     return keep
 
 
+def rule_judges(ctx: EvalContext, rule: Rule) -> np.ndarray:
+    """Per record: whether ``rule`` judges it (see :func:`_judged`)."""
+    keep = _judged(ctx, rule)
+    return np.ones(ctx.n, dtype=bool) if keep is None else keep
+
+
 def _restrict(result: RuleResult, keep: np.ndarray) -> RuleResult:
     """``result`` with failures only where ``keep`` is true."""
     if keep.all() or not result.failed.any():
         return result
     k = keep[result.failing]
+    errors = None if result.error_mask is None else result.error_mask & keep
     return RuleResult(result.failed & keep,
                       tuple(m for m, ok in zip(result.messages, k, strict=True) if ok),
-                      result.errors)
+                      0 if errors is None else int(errors.sum()), errors)
 
 
 def _when_mask(ctx: EvalContext, when: str) -> tuple[np.ndarray, np.ndarray]:
@@ -490,9 +508,21 @@ def _cel(ctx: EvalContext, rule: Rule) -> RuleResult:
     base = rule.render_message()
     errors = col.messages
     failing = np.flatnonzero(failed)
-    msgs = tuple(base if i not in errors else f"{base} ({errors[i]})"
+    msgs = tuple(base if i not in errors else evaluation_error_text(rule, errors[i])
                  for i in failing.tolist()) if errors else (base,) * len(failing)
-    return RuleResult(failed, msgs, errors=len(errors))
+    mask = None
+    if errors:
+        mask = np.zeros(ctx.n, dtype=bool)
+        mask[np.fromiter(errors, dtype=np.int64, count=len(errors))] = True
+        mask &= failed
+    return RuleResult(failed, msgs, errors=0 if mask is None else int(mask.sum()),
+                      error_mask=mask)
+
+
+def evaluation_error_text(rule: Rule, error: str) -> str:
+    """The message of a record a rule could not judge: the error, never the rule's own
+    message (which would read as a judgement)."""
+    return f"evaluation error in rule {rule.id}: {error}"
 
 
 #: a plugin's record check: the record's activation (``key``, ``value``, ``headers``, ...)
@@ -530,16 +560,18 @@ def _plugin(ctx: EvalContext, rule: Rule) -> RuleResult:
 
     fn = load_plugin(rule.param("callable"), rule.param("options"))
     failed = np.zeros(ctx.n, dtype=bool)
+    raised = np.zeros(ctx.n, dtype=bool)
     why: dict[int, str] = {}
-    base = rule.render_message()
     for i, record in enumerate(record_activations(ctx.records, _python_values_or_none(ctx))):
         try:
             verdict = fn(record)
         except Exception as exc:
-            failed[i], why[i] = True, f"{base}: {type(exc).__name__}: {exc}"
+            failed[i] = raised[i] = True
+            why[i] = evaluation_error_text(rule, f"{type(exc).__name__}: {exc}")
             continue
         if verdict is None or verdict is True:
             continue
         failed[i] = True
-        why[i] = verdict if isinstance(verdict, str) else base
-    return RuleResult(failed, tuple(why[i] for i in np.flatnonzero(failed).tolist()))
+        why[i] = verdict if isinstance(verdict, str) else rule.render_message()
+    return RuleResult(failed, tuple(why[i] for i in np.flatnonzero(failed).tolist()),
+                      errors=int(raised.sum()), error_mask=raised if raised.any() else None)

@@ -38,8 +38,9 @@ from kqlab.kafka.log import (
 from kqlab.kafka.validator import PartitionValidator
 from kqlab.policy.model import Policy
 from kqlab.serde.schemas import SchemaResolver
-from kqlab.validate.assemble import RULES_SCHEMA, replay_notes
+from kqlab.validate.assemble import replay_notes
 from kqlab.validate.replayer import Replayer, with_implicit_rules
+from kqlab.validate.rule_health import merge_rule_rows
 from kqlab.validate.sample import ReplayError, Sample
 from kqlab.validate.sample_checks import CheckRun
 from kqlab.validate.verdicts import Verdicts
@@ -216,7 +217,7 @@ class _Parts:
     def __init__(self) -> None:
         self.records_tables: list[pa.Table] = []
         self.batch_tables: list[pa.Table] = []
-        self.rule_rows: dict[str, dict[str, object]] = {}
+        self.rule_parts: list[list[dict[str, object]]] = []
         self.issues: list[object] = []
         self.topics: dict[str, None] = {}
         self.records = 0
@@ -228,14 +229,7 @@ class _Parts:
         self.records += v.records.num_rows
         for t in v.records.column("topic").unique().to_pylist():
             self.topics[t] = None
-        for row in v.rules.to_pylist():
-            have = self.rule_rows.get(row["rule"])
-            if have is None:
-                self.rule_rows[row["rule"]] = dict(row)
-                continue
-            for k in ("failed_records", "rejected_records", "rejected_batches",
-                      "evaluation_errors"):
-                have[k] = int(have[k]) + int(row[k])  # type: ignore[call-overload]
+        self.rule_parts.append(v.rules.to_pylist())
 
     def verdicts(self, policy: Policy, profile: str, now: int) -> Verdicts:
         from kqlab.records import BATCH_VERDICTS_SCHEMA
@@ -247,21 +241,13 @@ class _Parts:
             REPLAY_BATCHES_SCHEMA.empty_table()
         assert BATCH_VERDICTS_SCHEMA.names == REPLAY_BATCHES_SCHEMA.names[
             :len(BATCH_VERDICTS_SCHEMA)]
-        rules = [self.rule_rows.get(r.id) or _no_failures(r.id, policy) for r in policy.rules]
+        rules = merge_rule_rows(policy.rules, self.rule_parts)
         undetermined = int(pc.sum(pc.equal(
             batches.column("check"), "undetermined")).as_py() or 0) if batches.num_rows else 0
         notes = replay_notes(policy, list(self.topics), undetermined)
-        return Verdicts(records, batches, pa.Table.from_pylist(rules, RULES_SCHEMA), profile,
+        return Verdicts(records, batches, rules, profile,
                         "exact", now, policy.name, policy.content_hash(), list(self.issues),
                         notes)
-
-
-def _no_failures(rule_id: str, policy: Policy) -> dict[str, object]:
-    """A rule's row when no chunk was judged (an empty log)."""
-    rule = next(r for r in policy.rules if r.id == rule_id)
-    return {"rule": rule.id, "kind": rule.kind, "mode": rule.mode, "severity": rule.severity,
-            "exportable": rule.exportable, "failed_records": 0, "rejected_records": 0,
-            "rejected_batches": 0, "evaluation_errors": 0}
 
 
 def _chunks(partitions: list[Path], chunk_batches: int) -> Iterator[Sample]:

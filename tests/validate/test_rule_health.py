@@ -1,0 +1,131 @@
+"""Issue 30, item 1: a field or header that no record of the sample has, and a rule whose
+every evaluation errors, are said by every command that replays (with the nearest name seen
+and how many records were looked at), from the one place the replay computes them (the
+verdicts' rule table); ``--strict`` / ``strict: true`` make them an error for CI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kqlab.cli import main
+from kqlab.cli._common import EXIT_FINDING, EXIT_OK
+
+NOW = 1_763_700_000_000
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """The demo partition and a copy of the demo policy with three typos: a field kind's
+    field, a CEL field and a header name."""
+    from kqlab.sources.demo import demo_policy_path, write_demo_segment
+
+    root = tmp_path_factory.mktemp("health")
+    folder = write_demo_segment(root, NOW)
+    text = demo_policy_path().read_text(encoding="utf-8")
+    typo = (text.replace("field: amount\n", "field: amuont\n", 1)
+            .replace("value.currency == 'EUR'", "value.curency == 'EUR'")
+            .replace("  name: trace-id\n", "  name: trace-idd\n", 1))
+    assert typo.count("amuont") == 1 and "curency" in typo and "trace-idd" in typo
+    policy = root / "typo.yaml"
+    policy.write_text(typo, encoding="utf-8")
+    return folder, policy
+
+
+def _rules(out: str) -> dict[str, dict]:
+    return {r["rule"]: r for r in json.loads(out)["by_rule"]}
+
+
+def test_replay_names_unseen_fields_and_broken_rules(demo, capsys):
+    folder, policy = demo
+    assert main(["replay", str(folder), "--policy", str(policy), "--now", str(NOW),
+                 "--json"]) == EXIT_OK
+    doc_out = capsys.readouterr().out
+    rules = _rules(doc_out)
+    amount = rules["amount-positive"]
+    assert amount["failed_records"] == 0
+    assert amount["unseen"] == [{"what": "field", "name": "amuont", "nearest": "amount",
+                                 "looked_at": amount["judged_records"]}]
+    assert amount["judged_records"] > 300 and not amount["broken"]
+    eur = rules["eur-only"]
+    assert eur["broken"] and eur["evaluation_errors"] == eur["judged_records"] > 300
+    assert eur["unseen"][0]["name"] == "curency" and eur["unseen"][0]["nearest"] == "currency"
+    trace = rules["trace-id"]
+    assert trace["unseen"][0]["what"] == "header"
+    assert trace["unseen"][0]["nearest"] == "trace-id"
+    assert trace["unseen"][0]["looked_at"] == trace["judged_records"]
+    assert rules["status-known"]["unseen"] == [] and not rules["status-known"]["broken"]
+    texts = [f["text"] for f in json.loads(doc_out)["rule_findings"]]
+    assert any("'amuont'" in t and "did you mean 'amount'" in t for t in texts)
+    # for people: the rule rows say it, and the lines say it (warnings: exit 0)
+    assert main(["replay", str(folder), "--policy", str(policy), "--now", str(NOW)]) \
+        == EXIT_OK
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("amount-positive "))
+    assert "unseen field" in row
+    assert f"warning: rule amount-positive: field 'amuont' is in none of the " \
+        f"{amount['judged_records']:,} decoded records looked at — did you mean 'amount'?" in out
+    assert "rule eur-only is broken: every one of its" in out
+    # for CI: --strict makes them an error
+    assert main(["replay", str(folder), "--policy", str(policy), "--now", str(NOW),
+                 "--strict"]) == EXIT_FINDING
+    assert "error: rule amount-positive" in capsys.readouterr().out
+
+
+def test_the_demo_policy_has_no_findings(demo, capsys):
+    from kqlab.sources.demo import demo_policy_path
+
+    folder, _ = demo
+    assert main(["replay", str(folder), "--policy", str(demo_policy_path()), "--now",
+                 str(NOW), "--strict", "--json"]) == EXIT_OK
+    assert json.loads(capsys.readouterr().out)["rule_findings"] == []
+
+
+def test_strict_policy_key_fails_the_replay(demo, capsys, tmp_path):
+    folder, policy = demo
+    strict = tmp_path / "strict.yaml"
+    strict.write_text(policy.read_text(encoding="utf-8") + "strict: true\n", encoding="utf-8")
+    assert main(["replay", str(folder), "--policy", str(strict), "--now", str(NOW)]) \
+        == EXIT_FINDING
+    capsys.readouterr()
+
+
+def test_streamed_and_whole_replays_agree_on_the_rule_table(demo):
+    """A log replayed chunk by chunk merges its chunks' findings into the same table as the
+    whole sample replayed at once (one merge, :func:`merge_rule_rows`)."""
+    from kqlab.policy import load_policy
+    from kqlab.validate import replay
+    from kqlab.validate.stream import replay_stream
+
+    folder, policy_path = demo
+    policy = load_policy(policy_path)
+    whole = replay(folder, policy, now=NOW)
+    streamed = replay_stream(folder, policy, now=NOW, chunk_batches=7)
+    assert streamed.rules.to_pylist() == whole.rules.to_pylist()
+    assert any(r["unseen"] for r in whole.rules.to_pylist())
+
+
+def test_unseen_python_objects_and_nested_paths():
+    """Values kept as Python objects (mixed types) and nested paths: the first step no record
+    has is named, with the path to it."""
+    import numpy as np
+    import pyarrow as pa
+
+    from kqlab.policy.model import Format, Rule
+    from kqlab.records import RECORDS_SCHEMA
+    from kqlab.validate.context import EvalContext
+    from kqlab.validate.rule_health import referenced, unseen_names
+
+    values = [b'{"customer": {"id": 1}, "n": 1}', b'{"customer": {"id": 2}, "n": "x"}']
+    rows = [{"topic": "t", "partition": 0, "offset": i, "timestamp": 0, "batch_offset": 0,
+             "batch_index": i, "headers": [], "value": v} for i, v in enumerate(values)]
+    ctx = EvalContext(pa.Table.from_pylist(rows, schema=RECORDS_SCHEMA), 0,
+                      value_format=Format(format="json"))
+    rule = Rule(id="c", kind="cel", params={"expr": "value.customer.idd > 0 && "
+                                                    "value.n != null"})
+    assert referenced(rule) == [("field", ("customer", "idd")), ("field", ("n",))]
+    found = unseen_names(ctx, rule, np.zeros(2, dtype=bool))
+    assert [(u.name, u.nearest, u.looked_at) for u in found] == \
+        [("customer.idd", "customer.id", 2)]
