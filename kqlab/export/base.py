@@ -387,11 +387,11 @@ def implicit_rules(policy: Any) -> list[Any]:
     out = [r for r in with_implicit_rules(policy).rules if r.id == DECODE_VALUE]
     key_decoded = any(r.kind in DECODE_KINDS and r.param("target") == "key"
                       for r in policy.rules)
-    if policy.key.format in ("string", "json", "avro") and not key_decoded:
+    if policy.key.format in ("string", "json", "avro", "protobuf") and not key_decoded:
         out.append(Rule(id=DECODE_KEY, kind="decodable", params={"target": "key"},
                         description="keys are not decoded by the replay: no record is "
                         "rejected for its key's encoding"))
-    if policy.value.wire == "confluent" and policy.value.format == "avro":
+    if policy.value.wire == "confluent" and policy.value.format in ("avro", "protobuf"):
         out.append(Rule(id=SCHEMA_ID, kind="schema_id_registered",
                         description="the value's schema id resolves in the policy's schema "
                         "source (implied by decoding a Confluent-framed value)"))

@@ -31,7 +31,7 @@ POLICY_VERSION = 1
 SEVERITIES = ("error", "warning", "info")
 MODES = ("reject", "observe")
 ENFORCEMENT_PROFILES = ("kip-940", "kip-686", "kip-729")
-FORMATS = ("none", "bytes", "string", "json", "avro")
+FORMATS = ("none", "bytes", "string", "json", "avro", "protobuf")
 WIRE_FORMATS = ("raw", "confluent")
 
 
@@ -296,11 +296,16 @@ class Check:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SchemaSource:
-    """Where writer schemas come from: a registry URL (``mock://`` in tests) or a folder."""
+    """Where writer schemas come from: a registry URL (``mock://`` in tests) or a folder.
+
+    ``message`` (protobuf) names the message type of unframed values (``shop.Order``); framed
+    values name theirs by their message indexes.
+    """
 
     registry: str | None = None
     subject: str | None = None
     path: str | None = None
+    message: str | None = None
     config: Mapping[str, PlainData] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
@@ -309,7 +314,8 @@ class SchemaSource:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Format:
-    """How a key or value is encoded: ``format`` (none/bytes/string/json/avro), ``wire``."""
+    """How a key or value is encoded: ``format`` (none/bytes/string/json/avro/protobuf),
+    ``wire``."""
 
     format: str = "bytes"
     wire: str = "raw"
@@ -465,7 +471,7 @@ class Policy:
         needs: set[str] = set()
         for r in self.rules:
             needs |= r.needs
-        if self.value.format in ("json", "avro", "string"):
+        if self.value.format in ("json", "avro", "protobuf", "string"):
             needs.add("decoded_value")  # replay decodes the value (the implicit decode rule)
         return frozenset(n for n in NEEDS if n in needs)
 

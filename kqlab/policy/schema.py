@@ -333,14 +333,15 @@ def json_schema() -> dict[str, PlainData]:
                     "schemas": {"$ref": "#/$defs/schemas"},
                 },
                 "allOf": [
-                    {"if": {"required": ["format"], "properties": {"format": {"const": "avro"}}},
+                    {"if": {"required": ["format"],
+                            "properties": {"format": {"enum": ["avro", "protobuf"]}}},
                      "then": {"required": ["schemas"]}},
                     {"if": {"required": ["wire"], "properties": {"wire": {"const": "confluent"}}},
                      "then": {"required": ["format"],
-                              "properties": {"format": {"enum": ["avro", "json"]}}}},
+                              "properties": {"format": {"enum": ["avro", "json", "protobuf"]}}}},
                     {"if": {"required": ["schemas"]},
                      "then": {"required": ["format"],
-                              "properties": {"format": {"enum": ["avro", "json"]}}}},
+                              "properties": {"format": {"enum": ["avro", "json", "protobuf"]}}}},
                 ],
             },
             "sensitive": {
@@ -348,8 +349,8 @@ def json_schema() -> dict[str, PlainData]:
                 "minProperties": 1,
                 "properties": {
                     "fields": {"type": "array", "uniqueItems": True,
-                               "description": "Dotted paths into the decoded value (json or "
-                               "avro), e.g. customer.email.",
+                               "description": "Dotted paths into the decoded value (json, "
+                               "avro or protobuf), e.g. customer.email.",
                                "items": {"type": "string",
                                          "pattern": _PARAM_PATTERNS["field"]}},
                     "key": {"type": "boolean", "default": False,
@@ -370,7 +371,9 @@ def json_schema() -> dict[str, PlainData]:
                     "registry": _string("Schema Registry URL (mock://name in tests).",
                                         pattern="^(mock|https?)://"),
                     "subject": _string("Registry subject."),
-                    "path": _string("Folder (or file) of schemas."),
+                    "path": _string("Folder (or file) of schemas (.avsc, .json, .proto)."),
+                    "message": _string("Protobuf: the message type of unframed values, "
+                                       "e.g. shop.Order."),
                     "config": {"type": "object", "description": "Registry client settings."},
                 },
                 "anyOf": [{"required": ["registry"]}, {"required": ["path"]}],

@@ -48,7 +48,7 @@ REGISTRY_SCHEMES = ("mock://", "http://", "https://")
 #: top-level keys, in dump order
 TOP_KEYS = ("kqlab", *(f.name for f in fields(Policy) if f.name != "version"))
 #: formats whose payload can carry the Confluent wire header / be described by a schema
-SCHEMA_FORMATS = ("avro", "json")
+SCHEMA_FORMATS = ("avro", "json", "protobuf")
 #: old format version -> function upgrading that shape to the next version (none yet)
 UPGRADES: dict[int, Callable[[dict[str, object]], dict[str, object]]] = {}
 T = TypeVar("T")
@@ -189,16 +189,21 @@ class PolicyChecker(SampleCheckChecker):
         if "schemas" in m:
             schemas = self.schemas(m["schemas"], f"{path}.schemas", value_pos(m, "schemas"))
             if fmt not in SCHEMA_FORMATS:
-                self.fail(f"schemas are only read for {' and '.join(SCHEMA_FORMATS)} formats, "
+                self.fail(f"schemas are only read for {', '.join(SCHEMA_FORMATS[:-1])} and "
+                          f"{SCHEMA_FORMATS[-1]} formats, "
                           f"not {fmt} — remove schemas or set format: avro",
                           f"{path}.schemas", key_pos(m, "schemas"))
-        if fmt == "avro" and schemas is None:
-            self.fail(f"an avro {path} needs a schema source — add schemas: {{registry: "
+        if schemas is not None and schemas.message is not None and fmt != "protobuf":
+            self.fail(f"schemas.message names a protobuf message type, but {path} is {fmt} — "
+                      "remove message or set format: protobuf", f"{path}.schemas.message",
+                      key_pos(m["schemas"], "message") or at)
+        if fmt in ("avro", "protobuf") and schemas is None:
+            self.fail(f"{'an' if fmt == 'avro' else 'a'} {fmt} {path} needs a schema source — add schemas: {{registry: "
                       f"mock://{path}s, subject: my-topic-{path}}} or schemas: {{path: "
                       "schemas/}", f"{path}.format", value_pos(m, "format"))
         if wire == "confluent" and fmt not in SCHEMA_FORMATS:
-            self.fail(f"wire: confluent frames avro or json payloads, not {fmt} — use wire: raw "
-                      "or format: avro", f"{path}.wire", value_pos(m, "wire"))
+            self.fail(f"wire: confluent frames avro, json or protobuf payloads, not {fmt} — use "
+                      "wire: raw or format: avro", f"{path}.wire", value_pos(m, "wire"))
         return Format(format=fmt, wire=wire, schemas=schemas)
 
     def schemas(self, value: object, path: str, at: Position | None) -> SchemaSource:
@@ -212,13 +217,15 @@ class PolicyChecker(SampleCheckChecker):
         subject = self.get(m, "subject", "str", path)
         folder = self.get(m, "path", "str", path)
         config = self.get(m, "config", "map", path, default={})
+        message = self.get(m, "message", "str", path)
         if registry is None and folder is None:
             self.fail("a schema source needs registry: <url> or path: <folder> — add registry: "
                       "mock://orders or path: schemas/", path, at)
         if subject is not None and registry is None:
             self.fail("subject is only used with a registry — add registry: <url> or remove "
                       "subject", f"{path}.subject", key_pos(m, "subject"))
-        return SchemaSource(registry=registry, subject=subject, path=folder, config=config)
+        return SchemaSource(registry=registry, subject=subject, path=folder, message=message,
+                            config=config)
 
     def sensitive(self, value: object, path: str, at: Position | None) -> Sensitive:
         """``sensitive: {fields: [customer.email], key: true, value: false, headers: [...]}``."""
@@ -251,7 +258,8 @@ class PolicyChecker(SampleCheckChecker):
         value_masked = self.get(m, "value", "bool", path, default=False)
         fmt = self.formats["value"].format
         if names["fields"] and fmt not in SCHEMA_FORMATS:
-            self.fail(f"sensitive fields are paths into a decoded json or avro value, but the "
+            self.fail(f"sensitive fields are paths into a decoded json, avro or protobuf value, "
+                      "but the "
                       f"policy's value format is {fmt} — mask the whole value with value: true, "
                       "or set value.format: json", f"{path}.fields", key_pos(m, "fields"))
         if names["fields"] and value_masked:

@@ -35,7 +35,7 @@ def format_key(fmt: Any) -> tuple:
     """A hashable key for a ``Format`` (its ``SchemaSource`` holds an unhashable mapping)."""
     src = getattr(fmt, "schemas", None)
     source = None if src is None else (
-        src.registry, src.subject, src.path,
+        src.registry, src.subject, src.path, getattr(src, "message", None),
         orjson.dumps(dict(src.config), option=orjson.OPT_SORT_KEYS, default=str))
     return (getattr(fmt, "format", None), getattr(fmt, "wire", None), source)
 
@@ -89,7 +89,7 @@ class DecodeCache:
                       sample_key: Hashable | None = None,
                       arrow_type: pa.DataType | None = None) -> DecodedColumn:
         """The decoded column, from the cache or decoded now (then cached)."""
-        if resolver is None and getattr(fmt, "format", None) == "avro":
+        if resolver is None and getattr(fmt, "format", None) in ("avro", "protobuf"):
             resolver = self.resolver_for(fmt)
         ident = ("key", sample_key) if sample_key is not None else array_fingerprint(values)
         key = (ident, format_key(fmt), None if resolver is None else resolver.cache_key,

@@ -61,7 +61,7 @@ from kqlab.serde.wire import HEADER_SIZE, WireInfo, as_binary, parse_wire
 __all__ = ["FORMATS", "WIRES", "DecodeConfigError", "DecodePass", "DecodeStage",
            "DecodedColumn", "avro_error", "decode", "decode_pass"]
 
-FORMATS = ("none", "bytes", "string", "json", "avro")
+FORMATS = ("none", "bytes", "string", "json", "avro", "protobuf")
 WIRES = ("raw", "confluent")
 
 _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError,
@@ -95,6 +95,9 @@ class DecodedColumn:
     #: per record objects, when the decoder has them: a list, or (JSON read in bulk) a
     #: sequence that parses a record when it is first read
     _python: Sequence[object] | None = field(default=None, repr=False)
+    #: protobuf: how many fields each record holds that its writer schema lacks (a newer
+    #: writer's), nested messages included; None for the other formats
+    unknown_fields: pa.Int64Array | None = None
 
     def __len__(self) -> int:
         return len(self.values)
@@ -539,10 +542,11 @@ def decode_pass(values: pa.Array | pa.ChunkedArray, fmt: Any,
     stages: list[DecodeStage | None] = [None] * n
     if kind == "none":
         return DecodePass(DecodedColumn(values, pa.nulls(n, pa.string())), stages, None)
-    if kind == "avro" and resolver is None:
+    if kind in ("avro", "protobuf") and resolver is None:
         if getattr(fmt, "schemas", None) is None:
-            raise DecodeConfigError("Avro decoding needs writer schemas: give the format a "
-                                    "schema source (registry URL or folder) or a resolver")
+            raise DecodeConfigError(f"{kind.capitalize()} decoding needs writer schemas: give "
+                                    "the format a schema source (registry URL or folder) or "
+                                    "a resolver")
         resolver = SchemaResolver.from_source(fmt.schemas)
     errors: list[str | None] = [None] * n
     info = None
@@ -557,6 +561,12 @@ def decode_pass(values: pa.Array | pa.ChunkedArray, fmt: Any,
         column = _decode_string(values, info, errors)
     elif kind == "json":
         column, datums = _decode_json(values, info, errors, arrow_type)
+    elif kind == "protobuf":
+        from kqlab.serde.protobuf_decode import decode_protobuf
+
+        assert resolver is not None  # built above
+        message = getattr(getattr(fmt, "schemas", None), "message", None)
+        column, datums = decode_protobuf(values, info, errors, stages, resolver, message)
     else:
         assert resolver is not None  # built above for Avro
         column, datums = _decode_avro(values, info, errors, stages, resolver)

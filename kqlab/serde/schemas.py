@@ -1,5 +1,8 @@
 """Writer schemas by id: a Confluent Schema Registry or a local folder of ``.avsc`` files.
 
+(Protobuf schemas — ``.proto`` folders and registry subjects — are read by
+:meth:`SchemaResolver.protobuf`, see :mod:`kqlab.serde.protobuf_schemas`.)
+
 :class:`SchemaResolver` answers ``schema(id)`` with a :class:`ParsedSchema` (fastavro's parsed
 schema plus its Arrow mapping), parsed once and cached per resolver.  Registry access goes
 through confluent-kafka's own ``SchemaRegistryClient`` (``mock://`` URLs get its in-memory
@@ -149,6 +152,8 @@ class SchemaResolver:
         #: folder mode: the .avsc files by stem (empty for a registry)
         self._files: dict[str, Path] = {} if self.path is None else _scan_folder(self.path)
         self._unframed: ParsedSchema | None = None
+        #: protobuf writer schemas by id, and the compiled .proto folder (see protobuf())
+        self._protos: dict[Any, Any] = {}
         if self.path is None and client is not None and registry is None:
             self.registry = (client.config() or {}).get("url", "registry")
 
@@ -328,9 +333,34 @@ class SchemaResolver:
             self._unframed = hit
             return hit
 
+    def protobuf(self, schema_id: int | None = None) -> Any:
+        """The protobuf writer schema of ``schema_id`` (``None``: for unframed values).
+
+        A :class:`~kqlab.serde.protobuf_schemas.ProtoSchema`.  Folder: its ``.proto`` files
+        compiled together (``<id>.proto`` is id ``<id>``; unframed values look their message
+        up in every file).  Registry: the schema of the id with its references (unframed:
+        the latest version of ``subject``).  Raises ``SchemaNotFound`` (unknown id, not a
+        protobuf schema, one that does not compile: it is the value's failure) or
+        ``SchemaSourceError`` (no such folder, unreachable registry).
+        """
+        from kqlab.serde.protobuf_schemas import load_protobuf
+
+        with self._lock:
+            hit = self._protos.get(schema_id)
+            if hit is None:
+                try:
+                    hit = load_protobuf(self, schema_id)
+                except SchemaNotFound as e:
+                    hit = e
+                self._protos[schema_id] = hit
+        if isinstance(hit, SchemaNotFound):
+            raise SchemaNotFound(str(hit))
+        return hit
+
     def clear(self) -> None:
         """Forget cached schemas and subject lookups."""
         with self._lock:
+            self._protos.clear()
             self._by_id.clear()
             self._subject_ids.clear()
             self._unframed = None
@@ -338,14 +368,14 @@ class SchemaResolver:
 
 def _scan_folder(p: Path) -> dict[str, Path]:
     """The ``.avsc`` files of a schema folder (or the one file) by stem."""
-    if p.is_file() and p.suffix == ".avsc":
-        return {p.stem: p}
+    if p.is_file() and p.suffix in (".avsc", ".proto"):
+        return {p.stem: p} if p.suffix == ".avsc" else {}
     if not p.is_dir():
         raise SchemaSourceError(f"schema folder {p} does not exist (expected a folder of "
                                 f"<schema id>.avsc files or one .avsc file)")
     files = {f.stem: f for f in sorted(p.glob("*.avsc"))}
-    if not files:
-        raise SchemaSourceError(f"schema folder {p} holds no .avsc files")
+    if not files and not any(p.rglob("*.proto")):
+        raise SchemaSourceError(f"schema folder {p} holds no .avsc or .proto files")
     return files
 
 

@@ -252,7 +252,7 @@ class _Proposer:
 
     def wire(self) -> None:
         fmt = self.policy.value
-        if fmt.format not in ("avro", "json") and fmt.wire != "confluent":
+        if fmt.format not in ("avro", "json", "protobuf") and fmt.wire != "confluent":
             return
         ctx = self.ctx
         present = ctx.value_size >= 0
@@ -287,7 +287,7 @@ class _Proposer:
     # -- fields -----------------------------------------------------------------------------
     def fields(self) -> None:
         fmt = self.policy.value
-        if fmt.format not in ("json", "avro") or not decodes(fmt):
+        if fmt.format not in ("json", "avro", "protobuf") or not decodes(fmt):
             return
         records, fallback = self.ctx.decoded_values("value")
         if records is None:
@@ -582,7 +582,8 @@ def suggest(sample: SampleLike, policy: Policy | None = None, *, now: int | None
         policy.with_rules([*policy.rules, *(c.rule for c in kept)]))
     baseline = replayer.run(policy).by_outcome() if kept else final.by_outcome()
     return Suggestions(_rated(kept, final, max_examples), final.records.num_rows, settings,
-                       tuple(proposer.notes), duplicates, final.by_outcome(), baseline)
+                       tuple(proposer.notes), duplicates, final.by_outcome(), baseline,
+                       tuple(final.rules.to_pylist()))
 
 
 def _framing_of(sample: Any, framing: str | None) -> str:

@@ -120,7 +120,7 @@ DECODE_KINDS = frozenset({"decodable", "avro_valid", "json_valid"})
 
 def decodes(fmt: Format | None) -> bool:
     """Whether a format is decoded (json, avro, string) rather than taken as bytes."""
-    return fmt is not None and fmt.format in ("json", "avro", "string")
+    return fmt is not None and fmt.format in ("json", "avro", "protobuf", "string")
 
 
 def _judged(ctx: EvalContext, rule: Rule) -> np.ndarray | None:

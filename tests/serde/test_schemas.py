@@ -138,7 +138,7 @@ def test_folder_unframed_schema(tmp_path):
 def test_folder_errors(tmp_path):
     with pytest.raises(SchemaSourceError, match="does not exist"):
         SchemaResolver(path=tmp_path / "missing")
-    with pytest.raises(SchemaSourceError, match=r"no \.avsc files"):
+    with pytest.raises(SchemaSourceError, match=r"no \.avsc or \.proto files"):
         SchemaResolver(path=tmp_path)
     write(tmp_path, "1.avsc", "{not json")
     with pytest.raises(SchemaSourceError, match=r"1\.avsc is not a valid Avro schema"):

@@ -164,8 +164,8 @@ class Evaluator:
         self._root: Vec | None = None
         self._column: pa.Array | None = None
         fmt = ctx.value_format
-        #: the value is decoded (JSON, Avro): a float64 in it may hold decoded ints
-        self._decoded = fmt is not None and fmt.format in ("json", "avro")
+        #: the value is decoded (JSON, Avro, Protobuf): a float64 in it may hold decoded ints
+        self._decoded = fmt is not None and fmt.format in ("json", "avro", "protobuf")
 
     # -- entry -------------------------------------------------------------------------------
     def top(self, tree: Node) -> tuple[Mask, Mask]:

@@ -26,7 +26,7 @@ def _field_words(ctx: EvalContext) -> tuple[list[np.ndarray], list[str], pa.Arra
     :data:`_WORD` fields, bit ``b`` of word ``w``: field ``w * _WORD + b`` of the names
     sorted), the sorted names and the decoded values (null: no object); None when values do
     not decode to objects."""
-    if ctx.value_format is None or ctx.value_format.format not in ("json", "avro"):
+    if ctx.value_format is None or ctx.value_format.format not in ("json", "avro", "protobuf"):
         return None
     decoded = ctx.decoded("value")
     values = decoded.values
