@@ -266,3 +266,58 @@ def test_configuration_errors(pb, tmp_path):
         proto_folder(tmp_path / "empty")
     resolver = SchemaResolver(path=root)
     assert resolver.protobuf(None).named("kqt.Order").full_name == "kqt.Order"
+
+
+def test_registry_subject_with_references_written_by_confluent_serializer(pb):
+    """confluent-kafka's ProtobufSerializer registers the schema and its import (a reference,
+    as base64 descriptors); kqlab reads both back and decodes its framed values."""
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from kqlab.serde import registry_client
+
+    _, mods = pb
+    o = mods["kqt/orders.proto"]
+    url = "mock://kqt-protobuf-refs"
+    client = registry_client(url)
+    ser = ProtobufSerializer(o.Order, client, {"use.deprecated.format": False})
+    ctx = SerializationContext("orders", MessageField.VALUE)
+    values = [ser(full_order(o), ctx), ser(o.Order(id="b"), ctx)]
+    assert client.get_subjects() == ["kqt/common/money.proto", "orders-value"]
+    line_ser = ProtobufSerializer(o.Order.Line, client, {"use.deprecated.format": False})
+    values.append(line_ser(o.Order.Line(sku="L"), SerializationContext("lines",
+                                                                       MessageField.VALUE)))
+    fmt = Format(format="protobuf", wire="confluent", schemas=SchemaSource(registry=url))
+    col = decode(pa.array(values[:2]), fmt)
+    assert col.error_count == 0
+    assert col.values.to_pylist()[0]["total"] == {"currency": "EUR", "units": 12, "nanos": 0}
+    assert col.values.to_pylist()[1]["id"] == "b"
+    line = decode(pa.array(values[2:]), fmt)  # message indexes [0, 1]: the nested Line
+    assert line.error_count == 0 and line.values.to_pylist() == [{"sku": "L", "n": 0}]
+    # raw values: the subject's latest schema, the message named
+    latest = Format(format="protobuf", schemas=SchemaSource(registry=url, subject="orders-value",
+                                                            message="kqt.Order"))
+    col = decode(pa.array([full_order(o).SerializeToString()]), latest)
+    assert col.values.to_pylist()[0]["status"] == "SHIPPED"
+
+
+def test_registry_text_schema_with_text_reference(pb):
+    """.proto text, as a Schema Registry stores it, with a reference by subject/version."""
+    from confluent_kafka.schema_registry import Schema, SchemaReference
+
+    from kqlab.serde import registry_client
+
+    root, mods = pb
+    o = mods["kqt/orders.proto"]
+    client = registry_client("mock://kqt-protobuf-text")
+    client.register_schema("money", Schema((root / "kqt/common/money.proto").read_text(),
+                                           "PROTOBUF"))
+    sid = client.register_schema("orders-value", Schema(
+        (root / "kqt/orders.proto").read_text(), "PROTOBUF",
+        [SchemaReference("kqt/common/money.proto", "money", 1)]))
+    fmt = Format(format="protobuf", wire="confluent",
+                 schemas=SchemaSource(registry="mock://kqt-protobuf-text"))
+    col = decode(pa.array([framed(sid, [0], full_order(o).SerializeToString()),
+                           framed(sid, [9], b"")]), fmt)
+    assert col.values.to_pylist()[0]["total"]["currency"] == "EUR"
+    assert "message index [9] out of range" in col.errors.to_pylist()[1]
