@@ -10,10 +10,10 @@ SETUP_INPUTS := pyproject.toml $(wildcard setup.py) $(wildcard kqlab/kafka/*.c) 
 STAMP  := $(VENV)/.setup-$(shell cat $(SETUP_INPUTS) 2>/dev/null | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-kafka setup-spark-kafka setup-browser setup-datacontract demo test test-pure test-browser lab bench lint \
+.PHONY: setup setup-kafka setup-spark-kafka setup-topic-policy setup-browser setup-datacontract demo test test-pure test-browser lab bench lint \
         check-java clean readme-screenshot labextension
 
-setup: $(STAMP) check-java setup-kafka setup-spark-kafka
+setup: $(STAMP) check-java setup-kafka setup-spark-kafka setup-topic-policy
 
 # the real Apache Kafka broker (demo + tests) from Maven Central: extensions/kafka-broker/
 setup-kafka: $(STAMP)
@@ -23,6 +23,10 @@ setup-kafka: $(STAMP)
 # extensions/spark-kafka/ (kqlab's sessions load them as local files, never at run time)
 setup-spark-kafka: $(STAMP)
 	@PY=$(BIN)/python scripts/setup-spark-kafka
+
+# kqlab's topic policy as a broker plugin (KIP-108/133): extensions/topic-policy/ -> its jar
+setup-topic-policy:
+	@scripts/setup-topic-policy
 
 $(STAMP): $(SETUP_INPUTS)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
