@@ -21,12 +21,16 @@ report turns each claim into a *verdict*:
 The implicit checks — the value's decoding, the key's decoding, the schema-id allowlist a
 framed value implies (:func:`~kqlab.export.base.implicit_rules`) — are rows too.
 
-Three engines run here (:mod:`kqlab.export.roundtrip`): the Confluent serializer with its CEL
+Four engines run here (:mod:`kqlab.export.roundtrip`): the Confluent serializer with its CEL
 rule executor on a ``mock://`` registry (:func:`roundtrip_confluent`), the embedded Tansu
-broker with the exported schema files (:func:`roundtrip_tansu`) and the kqlab gate — its judge
+broker with the exported schema files (:func:`roundtrip_tansu`), the kqlab gate — its judge
 per rule, and the exported gate config run end to end on the embedded broker
-(:func:`roundtrip_gate`).  Kroxylicious, the schema-ID brokers, the proposed KIP APIs and the
-admin policies cannot run offline: their exact claims stay unverified.
+(:func:`roundtrip_gate`) — and the topic-policy plugin (extensions/topic-policy) in a real
+Apache Kafka broker, asked to create and re-configure the policy's topic with each required
+setting broken (:func:`roundtrip_topic_policy`; its proof counts admin requests, not records).
+Kroxylicious (not served by the Maven Central reachable here), the schema-ID brokers and the
+proposed KIP APIs (no engine exists) cannot run: their exact claims stay unverified, with the
+reason (:data:`NO_ENGINE`).
 
 :meth:`FidelityReport.problems` says what should fail a command: a withdrawn claim or a round
 trip whose whole export disagreed where every claim was exact — always; a rule a requested
@@ -71,14 +75,29 @@ from kqlab.export.roundtrip import RoundTrip, RuleCheck, SampleView, replayer_of
 from kqlab.export.roundtrip_confluent import roundtrip_confluent
 from kqlab.export.roundtrip_gate import roundtrip_gate
 from kqlab.export.roundtrip_tansu import roundtrip_tansu
+from kqlab.export.roundtrip_topic_policy import roundtrip_topic_policy
 
-__all__ = ["ROUNDTRIPS", "FidelityReport", "RoundTrip", "RuleCheck", "Verdict",
+__all__ = ["NO_ENGINE", "ROUNDTRIPS", "FidelityReport", "RoundTrip", "RuleCheck", "Verdict",
            "fidelity_report", "roundtrip_confluent", "roundtrip_gate", "roundtrip_tansu",
-           "verdict_of"]
+           "roundtrip_topic_policy", "verdict_of"]
 
 #: the targets whose own engine runs here, and the function that runs it
 ROUNDTRIPS = {"confluent": roundtrip_confluent, "tansu": roundtrip_tansu,
-              "gate": roundtrip_gate}
+              "gate": roundtrip_gate, "topic-policy": roundtrip_topic_policy}
+
+
+#: targets whose engine cannot run here, and exactly why (their exact claims stay unverified)
+NO_ENGINE = {
+    "kroxylicious": (
+        "engine not available: io.kroxylicious:* is not served by the Maven Central reachable "
+        "here (io.kroxylicious:kroxylicious-app 0.23.0, 0.22.0 and 0.18.0, "
+        "kroxylicious-runtime, kroxylicious-api and kroxylicious-record-validation were all "
+        "answered 'not found'), so the proxy could not be run in front of the broker"),
+    "kip": (
+        "no engine exists: KIP-940 / KIP-729 record validation is a proposed API, not "
+        "implemented in Apache Kafka (no release loads record.validation.policy.class.name); "
+        "a kip row never counts as proven"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +116,9 @@ def verdict_of(row: RuleFidelity, target: str, rt: RoundTrip | None) -> Verdict:
         return Verdict(NOT_EXPRESSIBLE, row.how)
     check = rt.checks.get(row.rule) if rt is not None and rt.ran else None
     if check is None:
-        if rt is None:
+        if rt is None and target in NO_ENGINE:
+            why = NO_ENGINE[target]
+        elif rt is None:
             why = f"{target} cannot run here" if target not in ROUNDTRIPS else \
                 f"{target}'s round trip did not run (no sample given)"
         elif not rt.ran:
@@ -108,8 +129,8 @@ def verdict_of(row: RuleFidelity, target: str, rt: RoundTrip | None) -> Verdict:
             return Verdict(UNVERIFIED, f"claimed exact ({row.how}); not proven: {why}")
         return Verdict(APPROXIMATE, f"{row.how} (not run: {why})")
     if check.equal:
-        proof = (f"{target} refused the same {check.refused} of {check.judged} sampled "
-                 f"records as the replay")
+        proof = (f"{target} refused the same {check.refused} of {check.judged} {check.unit} "
+                 "as the replay" + (" predicts" if check.unit != "sampled records" else ""))
         if row.status == EXACT:
             return Verdict(EXACT, f"proven: {proof} ({row.how})")
         return Verdict(APPROXIMATE, f"{row.how}; agreed on this sample: {proof}")

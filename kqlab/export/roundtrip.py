@@ -61,6 +61,8 @@ class RuleCheck:
     errors: dict[str, int] = field(default_factory=dict)
     #: one example record per direction: {"where": "orders-0@17", "value": "...", ...}
     examples: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: what ``judged`` counts (an admin policy's proof judges admin requests, not records)
+    unit: str = "sampled records"
 
     @property
     def equal(self) -> bool:

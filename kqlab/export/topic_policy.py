@@ -1,6 +1,6 @@
 """Topic-config policy (KIP-108 ``CreateTopicPolicy`` / ``AlterConfigPolicy``): the topic
 settings a policy requires, checked against a live cluster and dry-run through
-``create_topics(validate_only=True)``.
+``create_topics(validate_only=True)``, and enforced by a broker plugin.
 
 A record policy is replayed under topic configs (``broker.configs``: compaction, size limit,
 timestamp bounds); production only behaves as the replay predicted while the topics keep those
@@ -14,6 +14,11 @@ Against Tansu (the test broker) both run, within its documented gaps (test-broke
 Kafka's default for the policy's broker version and reported as ``default (assumed)``; and
 Tansu answers ``validate_only`` by *creating* the topic without validating configs, which
 :func:`dry_run` detects (the probe topic appears), undoes and reports.
+
+The export's ``kqlab-topic-policy.properties`` is read by ``io.kqlab.kafka.KqlabTopicPolicy``
+(extensions/topic-policy: a ``CreateTopicPolicy`` + ``AlterConfigPolicy`` built by ``make
+setup``, :func:`plugin_jar`), which refuses breaking creations and config changes with
+POLICY_VIOLATION; :mod:`kqlab.export.roundtrip_topic_policy` proves that in a real broker.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kqlab.export.base import (
@@ -39,11 +45,26 @@ from kqlab.export.base import (
     rule_lines,
 )
 
-__all__ = ["DryRun", "Requirement", "TopicCheck", "build", "check_topics", "dry_run",
-           "requirements"]
+__all__ = [
+    "FILE_CONFIG",
+    "PLUGIN_CLASS",
+    "DryRun",
+    "Requirement",
+    "TopicCheck",
+    "build",
+    "check_topics",
+    "dry_run",
+    "plugin_file",
+    "plugin_jar",
+    "requirements",
+]
 
 TITLE = "Topic-config policy (KIP-108 CreateTopicPolicy)"
 OPS = ("equals", "contains", "at_most", "at_least")
+#: the broker plugin (extensions/topic-policy): its class, jar and the config naming its file
+PLUGIN_CLASS = "io.kqlab.kafka.KqlabTopicPolicy"
+PLUGIN_JAR = "kqlab-topic-policy-1.jar"
+FILE_CONFIG = "kqlab.topic.policy.file"
 
 BEHAVIOUR = (
     "admin-side: checks topic creation and config changes (POLICY_VIOLATION, 44, on the "
@@ -184,22 +205,97 @@ def build(policy: Any) -> Export:
            "broker_version": policy.broker.version,
            "requirements": [q.to_dict() for q in reqs]}
     props = comment_block([
-        "KIP-108 admin policies, exported by kqlab", *provenance_lines(prov),
+        "KIP-108/133 admin policies, exported by kqlab", *provenance_lines(prov),
         *rule_lines(policy.rules, {f.rule: f.status for f in fid}),
-        "Apache Kafka ships the interfaces, not an implementation: a CreateTopicPolicy /",
-        "AlterConfigPolicy class reading requirements.json (op: equals | contains | at_most |",
-        "at_least; a missing key means the broker default) rejects violations with",
-        "POLICY_VIOLATION (44). Class names below are placeholders for that class.",
-    ]) + "create.topic.policy.class.name=io.kqlab.kafka.KqlabTopicConfigPolicy\n" \
-        "alter.config.policy.class.name=io.kqlab.kafka.KqlabTopicConfigPolicy\n"
+        "io.kqlab.kafka.KqlabTopicPolicy (extensions/topic-policy, built by `make setup` into",
+        f"extensions/topic-policy/target/{PLUGIN_JAR}) reads kqlab-topic-policy.properties and",
+        "refuses creations and config changes that break it with POLICY_VIOLATION (44).",
+        "Put the jar on every controller's classpath (KRaft runs the policies there), e.g.",
+        f"CLASSPATH=/path/to/{PLUGIN_JAR} bin/kafka-server-start.sh server.properties,",
+        "and name the file where you install it:",
+    ]) + f"create.topic.policy.class.name={PLUGIN_CLASS}\n" \
+        f"alter.config.policy.class.name={PLUGIN_CLASS}\n" \
+        f"{FILE_CONFIG}=kqlab-topic-policy.properties\n"
     props += comment_block([f"requires {q.config} {q.op} {q.value}: {q.why}" for q in reqs])
     files = {"topic-policy/requirements.json": json.dumps(doc, indent=2) + "\n",
-             "topic-policy/server.properties": props}
+             "topic-policy/server.properties": props,
+             "topic-policy/kqlab-topic-policy.properties": plugin_file(policy, prov)}
     notes = ("check a live cluster with kqlab.export.topic_policy.check_topics(admin, policy) "
              "and dry-run a creation with dry_run(admin, policy)",)
     return Export(target="topic-policy", title=TITLE, policy=policy.name, files=files,
                   fidelity=(*fid, *_implicit(policy)), behaviour=BEHAVIOUR, notes=notes,
                   data=doc)
+
+
+def _prop(value: str) -> str:
+    """A java.util.Properties value (read as UTF-8): backslashes, line breaks, a leading blank."""
+    out = value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+    return "\\" + out if out[:1] in (" ", "\t") else out
+
+
+def plugin_file(policy: Any, prov: dict[str, Any] | None = None, *,
+                partitions: str | None = None, replication_factor: str | None = None) -> str:
+    """The requirements file the broker plugin reads (format: extensions/topic-policy/README.md).
+
+    ``partitions`` / ``replication_factor``: optional bounds such as ``"at_least 3"``.  Every
+    required config also gets Kafka's default for the policy's broker version and its broker
+    synonym, so the plugin judges a key a request leaves out as the topic will get it.
+    """
+    from kqlab.kafka.configs import BROKER_SYNONYMS, BrokerRelease
+
+    reqs = requirements(policy)
+    lines = comment_block(["kqlab topic policy, read by " + PLUGIN_CLASS,
+                           *provenance_lines(prov or provenance(policy))]).splitlines()
+    lines += ["format=kqlab-topic-policy/1", "scopes=1", f"scope.0.name={_prop(policy.name)}",
+              "scope.0.topics=" + ",".join(policy.topics.names)]
+    lines += [f"scope.0.pattern.{i}={_prop(p)}" for i, p in enumerate(policy.topics.patterns)]
+    for key, bound in (("partitions", partitions), ("replication.factor", replication_factor)):
+        if bound is not None:
+            lines.append(f"scope.0.{key}={bound}")
+    lines.append(f"scope.0.requirements={len(reqs)}")
+    for i, q in enumerate(reqs):
+        lines += [f"scope.0.requirement.{i}.config={q.config}",
+                  f"scope.0.requirement.{i}.op={q.op}",
+                  f"scope.0.requirement.{i}.value={_prop(q.value)}",
+                  f"scope.0.requirement.{i}.why={_prop(q.why)}"]
+    defaults = BrokerRelease.parse(policy.broker.version).defaults()
+    for q in reqs:
+        if q.config in defaults:
+            lines.append(f"default.{q.config}={_prop(str(defaults[q.config]))}")
+        if q.config in BROKER_SYNONYMS:
+            lines.append(f"synonym.{q.config}={BROKER_SYNONYMS[q.config]}")
+    return "\n".join(lines) + "\n"
+
+
+def plugin_jar(*, build: bool = True) -> Path:
+    """The plugin's jar (``extensions/topic-policy/target``), built with Maven when missing or
+    older than its sources and ``build``; ``ExportError`` says how when it cannot be."""
+    import shutil
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2] / "extensions" / "topic-policy"
+    jar = root / "target" / PLUGIN_JAR
+    sources = [root / "pom.xml", *root.joinpath("src").rglob("*.java")]
+    fresh = jar.exists() and all(p.stat().st_mtime <= jar.stat().st_mtime for p in sources
+                                 if p.exists())
+    if fresh or not build:
+        if not jar.exists():
+            raise ExportError(f"the topic-policy plugin jar is not built ({jar}): run `make "
+                              "setup` (or mvn -q -f extensions/topic-policy/pom.xml package)")
+        return jar
+    if not (root / "pom.xml").exists():
+        raise ExportError(f"no extensions/topic-policy/pom.xml under {root.parent.parent}: the "
+                          "plugin builds from a kqlab source checkout")
+    if shutil.which("mvn") is None:
+        raise ExportError("building the topic-policy plugin needs Maven and no `mvn` is on "
+                          "PATH: install Maven 3.8+ (Debian: apt-get install maven), then run "
+                          "mvn -q -f extensions/topic-policy/pom.xml package")
+    proc = subprocess.run(["mvn", "-B", "-q", "-f", str(root / "pom.xml"), "package"],
+                          capture_output=True, text=True, timeout=600, check=False)
+    if proc.returncode != 0 or not jar.exists():
+        raise ExportError(f"building the topic-policy plugin failed (exit {proc.returncode}): "
+                          f"{(proc.stdout + proc.stderr).strip()[-1500:]}")
+    return jar
 
 
 # ------------------------------------------------------------------------ against a cluster
