@@ -106,6 +106,8 @@ def cmd_export(args: argparse.Namespace) -> int:
                            "problems": problems}
     if args.out:
         written = [str(p) for e in report.exports.values() for p in e.write(args.out)]
+        if "topic-policy" in report.exports:
+            written += _plugin_jar(Path(args.out))
         if args.target == "all" or args.sample:
             written += [str(p) for p in report.write(args.out)]
         doc["written"] = written
@@ -117,6 +119,25 @@ def cmd_export(args: argparse.Namespace) -> int:
     for p in problems:
         print(f"kqlab export: {p}", file=sys.stderr)
     return status
+
+
+def _plugin_jar(out: Path) -> list[str]:
+    """The topic-policy broker plugin, built if needed, copied beside its requirements file
+    (or, when it cannot be built, how to build it, on stderr)."""
+    import shutil
+
+    from kqlab.export import ExportError
+    from kqlab.export.topic_policy import PLUGIN_JAR, plugin_jar
+
+    try:
+        jar = plugin_jar()
+    except ExportError as exc:
+        print(f"kqlab export: topic-policy: the plugin jar was not built: {exc}", file=sys.stderr)
+        return []
+    dest = out / "topic-policy" / PLUGIN_JAR
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(jar, dest)
+    return [str(dest)]
 
 
 def _print(report: Any, doc: dict[str, Any]) -> None:
