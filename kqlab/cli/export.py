@@ -106,8 +106,8 @@ def cmd_export(args: argparse.Namespace) -> int:
                            "problems": problems}
     if args.out:
         written = [str(p) for e in report.exports.values() for p in e.write(args.out)]
-        if "topic-policy" in report.exports:
-            written += _plugin_jar(Path(args.out))
+        if "topic-policy" in report.exports and not args.json:
+            _plugin_jar(Path(args.out))
         if args.target == "all" or args.sample:
             written += [str(p) for p in report.write(args.out)]
         doc["written"] = written
@@ -122,22 +122,20 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def _plugin_jar(out: Path) -> list[str]:
-    """The topic-policy broker plugin, built if needed, copied beside its requirements file
-    (or, when it cannot be built, how to build it, on stderr)."""
-    import shutil
-
+    """The topic-policy broker plugin, built if needed; the line saying where it is (it stays
+    in the source tree: an export folder holds text only), or, when it cannot be built, how
+    to build it, on stderr.  ``out`` is the export folder the line refers to."""
     from kqlab.export import ExportError
-    from kqlab.export.topic_policy import PLUGIN_JAR, plugin_jar
+    from kqlab.export.topic_policy import plugin_jar
 
     try:
         jar = plugin_jar()
     except ExportError as exc:
         print(f"kqlab export: topic-policy: the plugin jar was not built: {exc}", file=sys.stderr)
         return []
-    dest = out / "topic-policy" / PLUGIN_JAR
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(jar, dest)
-    return [str(dest)]
+    print(f"  topic-policy plugin: {jar} (put it on every controller's classpath, with "
+          f"{out / 'topic-policy' / 'server.properties'})")
+    return [str(jar)]
 
 
 def _print(report: Any, doc: dict[str, Any]) -> None:
