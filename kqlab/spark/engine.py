@@ -127,8 +127,7 @@ def replay_spark(source: Any, policy: Any, *, spark: Any = None, master: str | N
         plans = baseline_plans(effective, now, base_dir, resolver)
     job = Job(effective, now, framing, profile, linger_ms, batch_size, resolver,
               None if base_dir is None else str(base_dir), plans)
-    sc = session.sparkContext
-    path, _ = _output_path(out, sc.master, overwrite)
+    path, _ = _output_path(out, _master(session), overwrite)
     callback = _callback(progress, session)
     rows = _run(session, plan, job, path, callback) if plan.units else []
     label = "exact" if framing == "exact" else f"reconstructed:{framing}"
@@ -162,9 +161,34 @@ def _sample_clock(session: Any, plan: Plan, framing: str, linger_ms: int, batch_
         except Exception:  # an unreadable unit: the replay reports it as that unit's error
             return None
 
-    sc = session.sparkContext
-    got = [c for c in sc.parallelize(specs, len(specs)).map(clock).collect() if c is not None]
+    import pyarrow as pa
+
+    def clocks(batches: Any) -> Any:
+        for rb in batches:
+            for i in rb.column("id").to_pylist():
+                yield pa.RecordBatch.from_pylist([{"clock": clock(specs[i])}],
+                                                 schema=pa.schema([("clock", pa.int64())]))
+
+    # spark.range: one row (one task) per unit, no RDD (Spark Connect has none)
+    rows = session.range(0, len(specs), 1, len(specs)).mapInArrow(clocks, "clock long")
+    got = [r["clock"] for r in rows.collect() if r["clock"] is not None]
     return max(got) if got else None
+
+
+def is_connect(session: Any) -> bool:
+    """A Spark Connect session (no SparkContext, no RDDs, no JVM on this side)."""
+    return type(session).__module__.startswith("pyspark.sql.connect")
+
+
+def _master(session: Any) -> str:
+    """The session's master URL (``connect`` when a Connect server does not say)."""
+    if is_connect(session):
+        try:
+            return str(session.conf.get("spark.master", "connect"))
+        except Exception:
+            return "connect"
+    return str(session.sparkContext.master)
+
 
 def _run(session: Any, plan: Plan, job: Job, path: str, callback: Any) -> list[Any]:
     """One Spark job: a task per unit; returns the tasks' small result rows."""
@@ -172,13 +196,34 @@ def _run(session: Any, plan: Plan, job: Job, path: str, callback: Any) -> list[A
 
     from kqlab.spark.progress import JobWatcher
 
-    sc = session.sparkContext
     n = len(plan.units)
-    rdd = sc.parallelize([(u.index, u.to_json()) for u in plan.units], numSlices=n)
-    units = session.createDataFrame(rdd, "unit int, spec string")
-    result = units.mapInArrow(map_units(job, plan.stored_framing, path),
-                              from_arrow_schema(OUTPUT_SCHEMA))
+    specs = {u.index: u.to_json() for u in plan.units}
+    fn = map_units(job, plan.stored_framing, path)
+
+    def by_index(batches: Any) -> Any:  # unit indexes in, the units' rows out
+        import pyarrow as pa
+
+        for rb in batches:
+            ids = [specs[i] for i in rb.column("id").to_pylist()]
+            yield from fn(iter([pa.RecordBatch.from_pylist([{"spec": t} for t in ids])]))
+
+    # spark.range(n, numPartitions=n): exactly one unit per task, no RDD (Connect has none)
+    result = session.range(0, n, 1, n).mapInArrow(by_index, from_arrow_schema(OUTPUT_SCHEMA))
     group = f"kqlab-replay-{uuid.uuid4().hex[:12]}"
+    if is_connect(session):  # tags, not job groups: cancel with spark.interruptTag
+        session.addTag(group)
+        try:
+            return result.collect()
+        except Exception as exc:
+            if "cancel" in str(exc).lower() or "interrupt" in str(exc).lower():
+                raise ReplayCancelled(f"replay of {plan.source} was cancelled; partial "
+                                      f"output under {path} is incomplete") from None
+            raise
+        finally:
+            session.removeTag(group)
+            if hasattr(callback, "close"):
+                callback.close()
+    sc = session.sparkContext
     sc.setJobGroup(group, f"kqlab replay of {plan.source} ({n} units)",
                    interruptOnCancel=True)
     if callback is not None and hasattr(callback, "group"):

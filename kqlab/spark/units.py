@@ -78,7 +78,8 @@ def plan_units(source: str | Path) -> Plan:
         raise UnitPlanError(f"the Spark engine replays files, not a {type(source).__name__}: "
                             "pass a snapshot folder, a log directory, a partition folder or a "
                             "segment file (save tables in memory with Snapshot.create first)")
-    p = Path(source)
+    # absolute before it is shipped: an executor's working directory is not the driver's
+    p = Path(source).expanduser().resolve()
     if is_snapshot(p):
         try:
             return _plan_snapshot(Snapshot.open(p))
