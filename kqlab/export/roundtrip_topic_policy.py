@@ -209,5 +209,3 @@ def _fill(rt: RoundTrip, ex: Any, probes: list[Probe]) -> None:
                 check.examples[side] = {"where": p.name, "value": p.message or "accepted"}
         rt.checks[f.rule] = check
         rt.rules.append(f.rule)
-    rt.unchecked.update({f.rule: "an admin policy sees no record: no request can refuse one "
-                         "for its key" for f in ex.fidelity if f.implicit})
