@@ -38,8 +38,10 @@ __all__ = ["roundtrip_gate"]
 _BROKER = "refused first by a broker check ({rule}) in the gate"
 _UNDECODED = "value does not decode: refused first by the decoding, compared there"
 _PAYLOAD = "value framed with a known id but its payload does not decode"
-#: group joins on Tansu wait session.timeout.ms / 2 (test-broker.md)
-_FAST_GROUP = {"session.timeout.ms": "2000", "heartbeat.interval.ms": "300"}
+#: a quick group join: Apache Kafka refuses a session.timeout.ms below its
+#: group.min.session.timeout.ms (6000 by default) with INVALID_SESSION_TIMEOUT, so use the
+#: smallest it takes (the embedded broker's initial rebalance delay is 0)
+_FAST_GROUP = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"}
 
 
 def _as_consumed(records: Any) -> Any:
