@@ -89,6 +89,13 @@ def add_parser(sub: SubParsers) -> None:
     rep.add_argument("--master", default=None,
                      help="Spark master for --engine spark (default local[*]; e.g. local[2], "
                      "spark://host:7077, yarn)")
+    rep.add_argument("--remote", default=None,
+                     help="Spark Connect server for --engine spark (sc://host:15002), "
+                     "instead of --master")
+    rep.add_argument("--ship-env", default=None, metavar="ARCHIVE",
+                     help="a packed environment with kqlab (kqlab.spark.ship."
+                     "pack_environment, venv-pack, conda-pack) shipped to the executors "
+                     "(spark.archives; over --remote a session artifact)")
     rep.add_argument("--overwrite", action="store_true",
                      help="with --engine spark: replace an existing --out folder")
     add_strict_flag(rep)
@@ -368,13 +375,17 @@ def _replay_spark(args: argparse.Namespace, policy: Policy) -> int:
     folder), the same summary as the local engine; exit 3 when a unit could not be read,
     else 1 when ``--fail-over`` is exceeded or a sample check failed."""
     from kqlab.cli._ui import progress_enabled
-    from kqlab.spark import replay_spark
+    from kqlab.spark import replay_spark, spark_session
 
-    verdicts = replay_spark(args.source, policy, master=args.master, out=args.out,
+    if args.remote and args.master:
+        raise SystemExit("kqlab replay: --master and --remote exclude each other")
+    spark = spark_session(args.master, remote=args.remote, environment=args.ship_env) \
+        if args.remote or args.ship_env else None
+    verdicts = replay_spark(args.source, policy, spark=spark, master=args.master, out=args.out,
                             overwrite=args.overwrite, now=args.now, framing=args.framing,
                             profile=args.profile, linger_ms=args.linger_ms,
                             batch_size=args.batch_size, progress=progress_enabled(),
-                            base_dir=Path(args.policy).parent)
+                            base_dir=Path(args.policy).resolve().parent)
     summary = verdicts.summary()
     summary["clock"] = verdicts.clock  # the sample's own unless --now, as locally
     summary["rule_findings"], summary["strict_failed"] = rule_findings(

@@ -78,7 +78,8 @@ def _connector_jars(wanted: bool | None, settings: Mapping[str, str]) -> dict[st
 def spark_session(master: str | None = None, *, app_name: str = "kqlab",
                   config: Mapping[str, Any] | None = None, ui: bool = False,
                   quiet: bool = True, spark: Any = None,
-                  kafka_connector: bool | None = None) -> Any:
+                  kafka_connector: bool | None = None, remote: str | None = None,
+                  environment: str | None = None) -> Any:
     """The session to run on: ``spark`` when given, else the active one, else a new one.
 
     A new session gets ``master`` (default ``local[*]``: every core of this machine; pass a
@@ -101,6 +102,8 @@ def spark_session(master: str | None = None, *, app_name: str = "kqlab",
     """
     if spark is not None:
         return spark
+    if remote is not None:
+        return connect_session(remote, environment)
     try:
         from pyspark.sql import SparkSession
     except ImportError as exc:
@@ -127,6 +130,13 @@ def spark_session(master: str | None = None, *, app_name: str = "kqlab",
         opt = _log4j_option()
         settings["spark.driver.extraJavaOptions"] = opt
         settings["spark.executor.extraJavaOptions"] = opt
+    if environment is not None:  # kqlab shipped to the executors (kqlab.spark.ship)
+        from kqlab.spark.ship import ship_conf
+
+        settings.update(ship_conf(environment))
+        # a driver started from Python takes its executors' Python from PYSPARK_PYTHON
+        # (spark.pyspark.python counts for spark-submit only)
+        os.environ["PYSPARK_PYTHON"] = settings["spark.pyspark.python"]
     settings.update({str(k): str(v) for k, v in (config or {}).items()})
     settings.update(_connector_jars(kafka_connector, settings))
     builder = SparkSession.builder.master(master or "local[*]").appName(app_name)
@@ -142,4 +152,26 @@ def spark_session(master: str | None = None, *, app_name: str = "kqlab",
                                ) from exc
     if quiet:
         session.sparkContext.setLogLevel("WARN")
+    return session
+
+
+def connect_session(remote: str, environment: str | None = None) -> Any:
+    """A Spark Connect session on ``remote`` (``sc://host:port``); ``environment``, a packed
+    kqlab environment, is uploaded as a session artifact and runs this session's Python
+    functions on the executors (:func:`kqlab.spark.ship.ship_to`)."""
+    try:
+        from pyspark.sql.connect.session import SparkSession
+    except ImportError as exc:
+        raise SparkUnavailable("Spark Connect needs its client: pip install 'kqlab[spark]' "
+                               "(pyspark[connect])") from exc
+    # pyspark.sql.functions build Connect columns only in Connect mode
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    try:
+        session = SparkSession.builder.remote(remote).getOrCreate()
+    except Exception as exc:
+        raise SparkUnavailable(f"no Spark Connect server at {remote}: {exc}") from exc
+    if environment is not None:
+        from kqlab.spark.ship import ship_to
+
+        ship_to(session, environment)
     return session
