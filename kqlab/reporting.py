@@ -186,14 +186,23 @@ class ReportVerdict:
     thresholds: Thresholds
     reasons: list[str]
     warnings: list[str]
+    #: the reasons that refused most: (reason, records whose own failure it is), collateral
+    #: left out as the Top failures table leaves it out
     top: list[tuple[str, int]]
     #: ids of the policy's sample checks that failed (each is also one of ``reasons``)
     checks_failed: list[str] = field(default_factory=list)
+    #: records refused only because a sibling in their batch failed (counted in ``refused``,
+    #: not in ``top``)
+    collateral: int = 0
+    #: what the replay found wrong with the rules themselves (unseen names, broken rules:
+    #: :mod:`kqlab.validate.rule_health`); a reason too when the replay is strict
+    rule_findings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (``kqlab report --json``)."""
         out = asdict(self)
-        out["top"] = [{"reason": r, "records": n} for r, n in self.top]
+        out["top"] = [{"reason": r, "records": n, "collateral_included": False}
+                      for r, n in self.top]
         return out
 
 
@@ -202,9 +211,14 @@ def _pct(share: float) -> str:
 
 
 def judge(verdicts: VerdictsView, thresholds: Thresholds | None = None, *,
-          summary: dict[str, Any] | None = None) -> ReportVerdict:
+          summary: dict[str, Any] | None = None, strict: bool = False,
+          policy: Policy | None = None) -> ReportVerdict:
     """Whether the replayed policy passes on this sample (see :class:`Thresholds`);
-    ``summary``: the verdicts' summary when already at hand (Spark computes it anew)."""
+    ``summary``: the verdicts' summary when already at hand (Spark computes it anew).
+    The rule findings of the replay (a field no record has, a broken rule) are warnings, or
+    reasons when ``strict`` or the ``policy`` says ``strict: true``."""
+    from kqlab.validate.rule_health import findings, strict_failures
+
     t = thresholds or Thresholds()
     summary = summary if summary is not None else verdicts.summary()
     outcomes = summary["outcomes"]
@@ -223,11 +237,16 @@ def judge(verdicts: VerdictsView, thresholds: Thresholds | None = None, *,
     if undetermined:
         warnings.append(f"{undetermined:,} records could not be judged (damaged batches "
                         "without their bytes): the verdict does not cover them")
-    errors = [(r["rule"], r.get("evaluation_errors") or 0) for r in summary["by_rule"]]
-    for rule, n in errors:
-        if n:
-            warnings.append(f"rule {rule} could not be evaluated on {n:,} records "
-                            "(evaluation errors)")
+    found = [f.text for f in findings(summary["by_rule"])]
+    if strict_failures(policy, summary["by_rule"], strict):
+        reasons.extend(found)
+    else:
+        warnings.extend(found)
+    for r in summary["by_rule"]:
+        n = r.get("evaluation_errors") or 0
+        if n and not r.get("broken"):
+            warnings.append(f"rule {r['rule']} could not be evaluated on {n:,} records "
+                            "(evaluation errors: failures with status error)")
     if not records:
         warnings.append("the sample holds no records")
     checks_failed = []
@@ -238,11 +257,24 @@ def judge(verdicts: VerdictsView, thresholds: Thresholds | None = None, *,
         elif row["status"] == "not_evaluable":
             warnings.append(f"sample check {row['text']}")
     reason_rows = verdicts.by_reason().to_pylist()
-    top = sorted(((r["reason"], int(r["culprit"]) + int(r["collateral"])) for r in reason_rows
-                  if r["culprit"] or r["collateral"]), key=lambda x: (-x[1], x[0]))[:3]
+    # the records whose own failure each reason is: what the Top failures table counts
+    # (collateral, fine records refused with their batch, is said apart)
+    top = sorted(((r["reason"], int(r["culprit"])) for r in reason_rows if r["culprit"]),
+                 key=lambda x: (-x[1], x[0]))[:3]
     return ReportVerdict(passed=not reasons, records=records, refused=refused, rate=rate,
                          thresholds=t, reasons=reasons, warnings=warnings, top=top,
-                         checks_failed=checks_failed)
+                         checks_failed=checks_failed,
+                         collateral=int(outcomes.get("collateral", 0)), rule_findings=found)
+
+
+def _rule_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A rule-table row for the page: its unseen names as words, not a list of dicts."""
+    out = dict(row)
+    out["unseen"] = "; ".join(
+        f"{u['what']} {u['name']!r} ({u['looked_at']:,} records looked at"
+        + (f", nearest {u['nearest']!r})" if u.get("nearest") else ")")
+        for u in row.get("unseen") or ()) or "—"
+    return out
 
 
 def _verdict_html(v: ReportVerdict, policy_name: str) -> str:
@@ -259,7 +291,9 @@ def _verdict_html(v: ReportVerdict, policy_name: str) -> str:
     items = ""
     if v.top:
         items += "<li>refused most by: " + ", ".join(
-            f"<code>{_esc(r)}</code> ({n:,})" for r, n in v.top) + "</li>"
+            f"<code>{_esc(r)}</code> ({n:,})" for r, n in v.top) + \
+            f" — records that failed it themselves, as Top failures counts them; collateral " \
+            f"not included ({v.collateral:,} records refused only with their batch)</li>"
     items += "".join(f"<li class='note'>{_esc(w)}</li>" for w in v.warnings)
     return (f"<div class='verdict {'pass' if v.passed else 'fail'}' id='kqlab-verdict'>"
             f"<b class='word'>{word}</b><span>{line}</span>"
@@ -308,7 +342,9 @@ def _failures_html(groups: list[Any], max_rows: int) -> str:
             "<th>message template, and the first example</th></tr>" + "".join(rows)
             + f"</table><p class='sub'>Failures grouped by rule, error code and message "
               f"template (fields like <code>{{value}}</code> vary per record); the "
-              f"{max_rows} largest groups.</p>")
+              f"{max_rows} largest groups. Records that failed the check themselves: "
+              f"collateral (records refused only because a sibling in their batch failed) "
+              f"is not included.</p>")
 
 
 def _rollout_section(rollout: Any) -> str:
@@ -321,7 +357,8 @@ def report(verdicts: VerdictsView, policy: Policy | None = None, *,
            sample: SampleLike | None = None, path: str | Path | None = None,
            title: str | None = None, source: str | None = None, unmask: bool | None = None,
            max_rows: int = 50, plotlyjs: str = "inline",
-           thresholds: Thresholds | None = None, rollout: Any = None) -> str | Path:
+           thresholds: Thresholds | None = None, rollout: Any = None,
+           strict: bool = False) -> str | Path:
     """A static HTML report of a replay; written to ``path`` (returned) or returned as text.
 
     Parameters
@@ -353,6 +390,9 @@ def report(verdicts: VerdictsView, policy: Policy | None = None, *,
     thresholds
         When the policy passes on this sample (:class:`Thresholds`; default: at most 1 % of
         the records refused): the verdict the report opens with.
+    strict
+        The rule findings (a field no record has, a broken rule) fail the verdict, as the
+        policy's ``strict: true`` makes them; else they are warnings under it.
     rollout
         A what-if and/or rollout plan (:mod:`kqlab.rollout`: a ``WhatIf``, a ``RolloutPlan``
         or a tuple of both) to add as the report's rollout section; None (the default) adds
@@ -424,7 +464,7 @@ def report(verdicts: VerdictsView, policy: Policy | None = None, *,
         "</code>).</p>" if m.active else ""
     name = summary["policy"] or "replay"
     title = title or f"kqlab report: {name}"
-    verdict = judge(verdicts, thresholds, summary=summary)
+    verdict = judge(verdicts, thresholds, summary=summary, strict=strict, policy=policy)
     if plotlyjs == "inline":
         script = f"<script type='text/javascript'>{bundle_text()}</script>"
     elif plotlyjs == "file":
@@ -447,7 +487,7 @@ def report(verdicts: VerdictsView, policy: Policy | None = None, *,
         *parts,
         *([] if rollout is None else [_rollout_section(rollout)]),
         "<h2>Rules</h2>",
-        _table(summary["by_rule"]),
+        _table([_rule_row(r) for r in summary["by_rule"]]),
         *_checks_section(summary.get("checks", [])),
         "<h2>Broker errors</h2>",
         _table([{"error": k, **v} for k, v in sorted(summary["by_error"].items(),

@@ -183,7 +183,7 @@ def test_cli_report(demo, tmp_path, capsys):
     out = tmp_path / "out" / "orders.html"
     code = main(["report", str(folder), "--policy", str(policy_path("orders")), "--now",
                  str(NOW), "--out", str(out), "--json"])
-    assert code == 0
+    assert code == 1  # the verdict is FAIL, and the exit status says so (issue 30, item 4)
     doc = json.loads(capsys.readouterr().out)
     assert doc["report"] == str(out) and doc["bytes"] == out.stat().st_size
     assert doc["summary"]["policy"] == "demo-orders"
@@ -198,7 +198,7 @@ def test_cli_report(demo, tmp_path, capsys):
     assert "PASS: " in printed and "within the 100 % allowed" in printed
     assert "id='kqlab-verdict'" in out.read_text(encoding="utf-8")
     assert main(["report", str(folder), "--policy", str(policy_path("orders")), "--now",
-                 str(NOW), "--out", str(out), "--plotly-js", "cdn", "--json"]) == 0
+                 str(NOW), "--out", str(out), "--plotly-js", "cdn", "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["bytes"] < 150_000
     assert main(["report", str(tmp_path / "missing"), "--policy",
                  str(policy_path("orders"))]) == 2

@@ -65,7 +65,9 @@ EXIT_PARTIAL = 3
 EXIT_CODES: tuple[tuple[int, str], ...] = (
     (EXIT_OK, "done; problems in the data are findings in the output"),
     (EXIT_FINDING, "the check asked for failed: replay --fail-over exceeded or a sample check "
-                   "of the policy failed, a golden example "
+                   "of the policy failed, the report's verdict is FAIL (report), a rule reads "
+                   "a field or header no record has or every evaluation of it errored "
+                   "(--strict or strict: true), a golden example "
                    "misbehaved (test), a claim contradicted or a reject rule not enforced "
                    "exactly (export), drift (verify), engines disagree (demo --spark), a gate "
                    "delivery failed (gate), a redriven record not delivered (dlq redrive)"),

@@ -28,6 +28,7 @@ from kqlab.cli._common import (
     prepare_registries,
     write_json,
 )
+from kqlab.cli._health import add_strict_flag, rule_findings
 
 __all__ = ["add_parser", "cmd_export"]
 
@@ -53,6 +54,7 @@ def add_parser(sub: SubParsers) -> None:
                     help="the enforcement target, or all")
     ex.add_argument("--out", default=None, metavar="DIR",
                     help="write the files under DIR (default: print a summary only)")
+    add_strict_flag(ex)
     add_json_flag(ex)
     ex.add_argument("--sample", default=None, metavar="PATH",
                     help="run the targets' own engines on this sample (segment file, "
@@ -91,7 +93,14 @@ def cmd_export(args: argparse.Namespace) -> int:
     with progress() as shown:
         shown.step(f"exporting to {args.target}" + (f", round trips on {args.sample}"
                                                      if args.sample else ""))
-        report = fidelity_report(policy, sample=args.sample, now=args.now,
+        sample: Any = args.sample
+        rule_rows: list[dict[str, Any]] = []
+        if sample is not None:  # one replay: its rule table here, its decodes for the trips
+            from kqlab.validate.replayer import Replayer
+
+            sample = Replayer(args.sample, now=args.now)
+            rule_rows = sample.run(policy).rules.to_pylist()
+        report = fidelity_report(policy, sample=sample, now=args.now,
                                  targets=tuple(targets), **options)
     if args.target != "all" and args.target in report.skipped:
         from kqlab.export import ExportError
@@ -111,7 +120,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         if args.target == "all" or args.sample:
             written += [str(p) for p in report.write(args.out)]
         doc["written"] = written
-    status = EXIT_FINDING if problems else EXIT_OK
+    doc["rule_findings"], failing = rule_findings("export", rule_rows, policy, args.strict)
+    status = EXIT_FINDING if problems or failing else EXIT_OK
     if args.json:
         write_json(doc)
         return status

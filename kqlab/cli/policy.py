@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from kqlab.validate.check_suggestion import ThresholdSuggestions
     from kqlab.validate.suggestions import Suggestions
 
+from kqlab.cli._health import add_strict_flag, rule_findings
+
 __all__ = ["add_parser", "cmd_suggest", "cmd_test"]
 
 _TEST_EXAMPLES = """\
@@ -56,6 +58,7 @@ def add_parser(sub: SubParsers) -> None:
     tst.add_argument("--now", type=int, default=None, metavar="EPOCH_MS",
                      help="clock for relative example timestamps and the broker checks "
                      "(default: the wall clock)")
+    add_strict_flag(tst)
     add_json_flag(tst)
     tst.set_defaults(run=cmd_test)
 
@@ -99,6 +102,7 @@ def add_parser(sub: SubParsers) -> None:
     sug.add_argument("--write", default=None, metavar="FILE",
                      help="write the policy with every suggestion appended (and every "
                      "proposed check threshold set) to FILE")
+    add_strict_flag(sug)
     add_json_flag(sug)
     sug.set_defaults(run=cmd_suggest)
 
@@ -110,11 +114,14 @@ def cmd_test(args: argparse.Namespace) -> int:
     policy = load_policy_file(args.policy)
     prepare_registries(policy)
     report = check_examples(policy, now=args.now)
+    doc = report.to_dict()
+    doc["rule_findings"], failing = rule_findings("test", report.rule_rows, policy,
+                                                  args.strict)
     if args.json:
-        write_json(report.to_dict())
+        write_json(doc)
     else:
         print(report.render())
-    return EXIT_OK if report.ok else EXIT_FINDING
+    return EXIT_OK if report.ok and not failing else EXIT_FINDING
 
 
 def cmd_suggest(args: argparse.Namespace) -> int:
@@ -147,15 +154,18 @@ def cmd_suggest(args: argparse.Namespace) -> int:
                                         quantile=args.quantile)
     doc = found.to_dict()
     doc["thresholds"] = thresholds.to_dict()
+    doc["rule_findings"], failing = rule_findings("suggest", found.rule_rows, policy,
+                                                  args.strict)
+    status = EXIT_FINDING if failing else EXIT_OK
     if args.write:
         save_policy(thresholds.accept(found.accept(policy)), args.write)
         doc["written"] = str(args.write)
     if args.json:
         write_json(doc)
-        return EXIT_OK
+        return status
     _print_suggestions(found, args)
     _print_thresholds(thresholds)
-    return EXIT_OK
+    return status
 
 
 def _print_thresholds(found: ThresholdSuggestions) -> None:

@@ -2,8 +2,9 @@
 
 The report opens with a verdict — the policy passes or fails on this sample against
 ``--max-reject-rate`` (and ``--max-rejected``) — which the command also prints, and puts in the
-``--json`` document (``verdict``) for scripts.  Exit status 0 when the report was written (a
-failing verdict is a finding in the output), 2 for a wrong request (as every kqlab command).
+``--json`` document (``verdict``) for scripts.  Exit status 0 when the report was written and
+its verdict is PASS, 1 when it prints FAIL (the status agrees with the verdict: a CI step can
+gate on it), 2 for a wrong request (as every kqlab command).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import argparse
 from pathlib import Path
 
 from kqlab.cli._common import (
+    EXIT_FINDING,
     EXIT_OK,
     SubParsers,
     add_json_flag,
@@ -22,6 +24,7 @@ from kqlab.cli._common import (
     share,
     write_json,
 )
+from kqlab.cli._health import add_strict_flag, rule_findings
 
 __all__ = ["add_parser", "cmd_report"]
 
@@ -33,7 +36,8 @@ def add_parser(sub: SubParsers) -> None:
         description="Replay SOURCE (segment file, partition folder, log directory or "
         "snapshot) under the policy and write one HTML file: a verdict (does the policy pass "
         "on this sample, against --max-reject-rate), the figures, the top failures grouped by "
-        "rule with their message templates, summaries, the policy and the provenance. It "
+        "rule with their message templates, summaries, the policy and the provenance. Exit "
+        "status 1 when the verdict is FAIL (the status agrees with what it prints). It "
         "embeds plotly.js's basic bundle (about 1.3 MB in all) and opens offline; the "
         "policy's sensitive data is masked unless --unmask is given.", examples="""\
   kqlab report orders-0 --policy orders.yaml --now 1763700000000
@@ -72,6 +76,7 @@ def add_parser(sub: SubParsers) -> None:
                      "failures then come from Spark aggregations, for samples of any size")
     rep.add_argument("--master", default=None,
                      help="Spark master for --engine spark (default local[*])")
+    add_strict_flag(rep)
     add_json_flag(rep, "print one JSON document: the report's path, size and the summary")
     rep.set_defaults(run=cmd_report)
 
@@ -104,10 +109,13 @@ def cmd_report(args: argparse.Namespace) -> int:
         p.step(f"writing the report to {out}")
         report(verdicts, policy, sample=replayer, path=out, title=args.title,
                source=str(args.source), unmask=bool(args.unmask),
-               max_rows=args.max_rows, plotlyjs=args.plotlyjs, thresholds=thresholds)
+               max_rows=args.max_rows, plotlyjs=args.plotlyjs, thresholds=thresholds,
+               strict=args.strict)
     size = out.stat().st_size
     summary = verdicts.summary()
-    verdict = judge(verdicts, thresholds, summary=summary)
+    verdict = judge(verdicts, thresholds, summary=summary, strict=args.strict, policy=policy)
+    summary["rule_findings"], _ = rule_findings("report", summary["by_rule"], policy,
+                                                args.strict)
     if args.json:
         doc = {"report": str(out), "bytes": size, "verdict": verdict.to_dict(),
                "summary": summary}
@@ -121,4 +129,4 @@ def cmd_report(args: argparse.Namespace) -> int:
             f"{100 * verdict.rate:.2f} % of the records refused, within the "
             f"{100 * thresholds.max_reject_rate:g} % allowed" if verdict.passed
             else "; ".join(verdict.reasons)))
-    return EXIT_OK
+    return EXIT_OK if verdict.passed else EXIT_FINDING

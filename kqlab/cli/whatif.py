@@ -14,6 +14,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from kqlab.cli._common import (
+    EXIT_FINDING,
     EXIT_OK,
     SubParsers,
     add_json_flag,
@@ -22,6 +23,7 @@ from kqlab.cli._common import (
     prepare_registries,
     write_json,
 )
+from kqlab.cli._health import add_strict_flag, rule_findings
 from kqlab.rollout.errors import RolloutError
 
 if TYPE_CHECKING:
@@ -75,6 +77,7 @@ def add_parser(sub: SubParsers) -> None:
     wi.add_argument("--dlq-topic", default=None, metavar="TOPIC",
                     help="confluent: the contract copies refused records to TOPIC "
                     "(onFailure DLQ)")
+    add_strict_flag(wi)
     add_json_flag(wi)
     wi.set_defaults(run=cmd_whatif)
 
@@ -105,11 +108,14 @@ def cmd_whatif(args: argparse.Namespace) -> int:
         result = what_if(policy, args.sample, now=args.now, framing=args.framing,
                          points=args.point, client_header=client_header(args.client_header),
                          dlq_topic=args.dlq_topic)
+    doc = result.to_dict()  # its rule_findings are the library's
+    _, failing = rule_findings("whatif", result.rule_rows, policy, args.strict)
+    status = EXIT_FINDING if failing else EXIT_OK
     if args.json:
-        write_json(result.to_dict())
-        return EXIT_OK
+        write_json(doc)
+        return status
     print_whatif(result)
-    return EXIT_OK
+    return status
 
 
 def _rate(value: float | None) -> str:

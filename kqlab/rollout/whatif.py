@@ -161,6 +161,9 @@ class WhatIf:
     framing: str
     client_header: str | None
     targets: list[TargetOutcome]
+    #: the rule table of the sample's replay under the policy (rows as dicts): what it found
+    #: about the rules themselves (:mod:`kqlab.validate.rule_health`)
+    rule_rows: tuple[dict[str, Any], ...] = ()
 
     def target(self, name: str) -> TargetOutcome:
         """The outcome at the point called ``name``."""
@@ -185,10 +188,18 @@ class WhatIf:
                 "records": self.records, "batches": self.batches, "now": self.now,
                 "clock": self.clock, "framing": self.framing,
                 "client_header": self.client_header,
-                "targets": [t.to_dict() for t in self.targets]}
+                "targets": [t.to_dict() for t in self.targets],
+                "rule_findings": _finding_dicts(self.rule_rows)}
 
     def _repr_html_(self) -> str:
         return whatif_html(self, figure=False)
+
+
+def _finding_dicts(rows: Any) -> list[dict[str, str]]:
+    """The replay's rule findings as the CLI's JSON documents carry them."""
+    from kqlab.validate.rule_health import findings
+
+    return [{"rule": f.rule, "kind": f.kind, "text": f.text} for f in findings(rows)]
 
 
 def deployment_outcome(replays: SampleReplays, policy: Policy, *,
@@ -284,7 +295,7 @@ def what_if(policy: Policy, sample: SampleSource | Sequence[SampleSource] | Samp
                                      out.by_producer(replays.producers)))
     return WhatIf(policy.name, policy.content_hash(), replays.records, replays.batches,
                   replays.now, replays.clock, replays.framing, replays.producers.header,
-                  targets)
+                  targets, tuple(replays.run(policy).rules.to_pylist()))
 
 
 # -- display ------------------------------------------------------------------------------------

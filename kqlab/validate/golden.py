@@ -113,6 +113,9 @@ class ExamplesReport:
     now: int
     rules: tuple[RuleExamplesResult, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    #: the rule table of the examples' replay (rows as dicts): a field no example record has
+    #: is found there as in any replay (:mod:`kqlab.validate.rule_health`)
+    rule_rows: tuple[dict[str, Any], ...] = field(default=(), repr=False)
 
     @property
     def ok(self) -> bool:
@@ -489,8 +492,10 @@ def check_examples(policy: Policy, *, now: int | None = None,
     table, _, errors = examples_table(policy, now=now, resolver=resolver)
     outcomes: list[str] = []
     failures: list[tuple[tuple[str, str], ...]] = []
+    rule_rows: tuple[dict[str, Any], ...] = ()
     if table.num_rows:
         verdicts = replay(table, policy, now=now, framing="single", resolver=resolver)
+        rule_rows = tuple(verdicts.rules.to_pylist())
         recs = verdicts.records.sort_by("offset")
         # both columns are non-null in the verdict contract (outcome; a list, maybe empty)
         outcomes = [str(o) for o in recs.column("outcome").to_pylist()]
@@ -508,7 +513,8 @@ def check_examples(policy: Policy, *, now: int | None = None,
             row += 1
         by_rule.setdefault(rule_id, []).append(result)
     return ExamplesReport(policy=policy.name, now=now, rules=tuple(
-        RuleExamplesResult(rule=r, examples=tuple(items)) for r, items in by_rule.items()))
+        RuleExamplesResult(rule=r, examples=tuple(items)) for r, items in by_rule.items()),
+        rule_rows=rule_rows)
 
 
 

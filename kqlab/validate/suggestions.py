@@ -17,6 +17,7 @@ import hashlib
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from kqlab.policy.model import Policy, Rule, thaw
 from kqlab.policy.plain_data import PlainData
@@ -155,6 +156,9 @@ class Suggestions:
     duplicates: tuple[Duplicate, ...] = ()
     outcomes: dict[str, int] = field(default_factory=dict)
     baseline: dict[str, int] = field(default_factory=dict)
+    #: the rule table of that replay (rows as dicts): what it found about the policy's own
+    #: rules (:mod:`kqlab.validate.rule_health`) is said with the suggestions
+    rule_rows: tuple[dict[str, Any], ...] = field(default=(), repr=False)
 
     def __iter__(self) -> Iterator[Suggestion]:
         return iter(self.items)

@@ -222,7 +222,7 @@ def test_table_and_json_shapes(one_bad_in_ten):
                                   "approximate"]
     doc = w.to_dict()
     assert set(doc) == {"policy", "policy_hash", "records", "batches", "now", "clock",
-                        "framing", "client_header", "targets"}
+                        "framing", "client_header", "targets", "rule_findings"}
     t = doc["targets"][0]
     assert set(t) >= {"point", "caveat", "counts", "answers", "refused_by", "collateral_by",
                       "dead_lettered_by", "fidelity", "producers", "sources", "behaviour"}

@@ -74,8 +74,9 @@ def test_cli_report_engine_spark(orders, tmp_path):
          "kqlab/sources/demo_topics_orders_policy.yaml", "--now", str(DEMO_NOW),
          "--engine", "spark", "--master", "local[1]", "--out", str(out), "--json"],
         capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(proc.stdout.strip().splitlines()[-1])
+    # the exit status agrees with the verdict (1: FAIL)
+    assert proc.returncode == (0 if doc["verdict"]["passed"] else 1), proc.stderr[-3000:]
     assert doc["report"] == str(out) and doc["bytes"] == out.stat().st_size
     assert doc["summary"]["outcomes"] == local.by_outcome()
     assert doc["summary"]["engine"] == "spark"

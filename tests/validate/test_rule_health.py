@@ -129,3 +129,85 @@ def test_unseen_python_objects_and_nested_paths():
     found = unseen_names(ctx, rule, np.zeros(2, dtype=bool))
     assert [(u.name, u.nearest, u.looked_at) for u in found] == \
         [("customer.idd", "customer.id", 2)]
+
+
+def test_report_and_suggest_say_the_same(demo, capsys, tmp_path):
+    """The report and suggest read the same rule table: the same finding texts, and
+    --strict fails them too."""
+    folder, policy = demo
+    assert main(["replay", str(folder), "--policy", str(policy), "--now", str(NOW),
+                 "--json"]) == EXIT_OK
+    expected = [f["text"] for f in json.loads(capsys.readouterr().out)["rule_findings"]]
+    assert main(["report", str(folder), "--policy", str(policy), "--now", str(NOW),
+                 "--out", str(tmp_path / "r.html")]) in (EXIT_OK, EXIT_FINDING)
+    err = capsys.readouterr().err
+    assert [line.split(": ", 2)[2] for line in err.splitlines()
+            if line.startswith("kqlab report: warning: ")] == expected
+    html = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "did you mean &#x27;amount&#x27;" in html or "did you mean 'amount'" in html
+    assert main(["suggest", str(folder), "--policy", str(policy), "--now", str(NOW),
+                 "--strict", "--json"]) == EXIT_FINDING
+    doc = json.loads(capsys.readouterr().out)
+    assert [f["text"] for f in doc["rule_findings"]] == expected
+    assert Path(policy).exists()
+
+
+def test_report_exit_status_follows_its_verdict(demo, capsys, tmp_path):
+    """Issue 30, item 4: FAIL exits 1, PASS 0; the headline's "refused most by" counts what
+    the Top failures table counts (records that failed it themselves) and both say that
+    collateral is not included."""
+    from kqlab.sources.demo import demo_policy_path
+
+    folder, _ = demo
+    out = tmp_path / "v.html"
+    args = ["report", str(folder), "--policy", str(demo_policy_path()), "--now", str(NOW),
+            "--out", str(out)]
+    assert main(args) == EXIT_FINDING
+    printed = capsys.readouterr().out
+    assert "FAIL: it refuses" in printed
+    assert main([*args, "--max-reject-rate", "100%"]) == EXIT_OK
+    assert "PASS: " in capsys.readouterr().out
+    assert main([*args, "--json"]) == EXIT_FINDING
+    verdict = json.loads(capsys.readouterr().out)["verdict"]
+    from kqlab.policy import load_policy
+    from kqlab.validate import replay
+
+    v = replay(folder, load_policy(demo_policy_path()), now=NOW)
+    culprits = {r["reason"]: r["culprit"] for r in v.by_reason().to_pylist()}
+    assert verdict["top"] and all(t["records"] == culprits[t["reason"]] and
+                                  t["collateral_included"] is False for t in verdict["top"])
+    assert verdict["collateral"] == v.by_outcome()["collateral"] > 0
+    html = out.read_text(encoding="utf-8")
+    assert "collateral not included" in html
+    assert "collateral (records refused only because a sibling in their batch failed) " \
+        "is not included" in html
+
+
+def _texts(doc: dict) -> list[str]:
+    return [f["text"] for f in doc["rule_findings"]]
+
+
+def test_whatif_export_and_test_say_the_same(demo, capsys, tmp_path):
+    """whatif, export --sample and test (the golden examples' replay) read their replay's
+    rule table like replay does; --strict fails each."""
+    folder, policy = demo
+    assert main(["replay", str(folder), "--policy", str(policy), "--now", str(NOW),
+                 "--json"]) == EXIT_OK
+    expected = _texts(json.loads(capsys.readouterr().out))
+    assert len(expected) == 4  # amuont, curency (unseen + broken), trace-idd
+    assert main(["whatif", str(policy), "--sample", str(folder), "--now", str(NOW),
+                 "--point", "kip-940", "--json"]) == EXIT_OK
+    assert _texts(json.loads(capsys.readouterr().out)) == expected
+    assert main(["whatif", str(policy), "--sample", str(folder), "--now", str(NOW),
+                 "--point", "kip-940", "--strict", "--json"]) == EXIT_FINDING
+    capsys.readouterr()
+    assert main(["export", str(policy), "--target", "odcs", "--sample", str(folder),
+                 "--now", str(NOW), "--out", str(tmp_path / "x"), "--strict", "--json"]) \
+        == EXIT_FINDING
+    assert _texts(json.loads(capsys.readouterr().out)) == expected
+    # the golden examples are a sample too: no example record has amuont or curency
+    assert main(["test", str(policy), "--now", str(NOW), "--json"]) == EXIT_FINDING
+    captured = capsys.readouterr()
+    texts = _texts(json.loads(captured.out))
+    assert any("field 'amuont' is in none of the" in t for t in texts)
+    assert "kqlab test: warning: rule amount-positive: field 'amuont'" in captured.err
