@@ -211,3 +211,26 @@ def test_whatif_export_and_test_say_the_same(demo, capsys, tmp_path):
     texts = _texts(json.loads(captured.out))
     assert any("field 'amuont' is in none of the" in t for t in texts)
     assert "kqlab test: warning: rule amount-positive: field 'amuont'" in captured.err
+
+
+def test_evaluation_errors_are_a_status_in_records_parquet(demo, capsys, tmp_path):
+    """Issue 30, item 3: every errored record is in records.parquet with its failure's
+    status ``error`` (not a false), and the count equals the rule table's."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from kqlab.sources.demo import demo_policy_path
+
+    folder, typo = demo
+    for policy, rule in ((demo_policy_path(), "eur-only"), (typo, "eur-only")):
+        out = tmp_path / Path(policy).stem
+        assert main(["replay", str(folder), "--policy", str(policy), "--now", str(NOW),
+                     "--out", str(out), "--json"]) == EXIT_OK
+        errors = _rules(capsys.readouterr().out)[rule]["evaluation_errors"]
+        flat = pc.list_flatten(pq.read_table(out / "records.parquet").column("failures"))
+        mine = flat.filter(pc.equal(pc.struct_field(flat, "rule"), rule)).to_pylist()
+        errored = [f for f in mine if dict(f["params"] or []).get("status") == "error"]
+        assert errors >= 1 and len(errored) == errors
+        assert all(f["message"].startswith(f"evaluation error in rule {rule}: ")
+                   for f in errored)
+        assert all("non-EUR order" not in f["message"] for f in errored)
