@@ -124,9 +124,11 @@ class FetchClient:
         self.close()
 
     def _refresh(self) -> None:
+        """The client's metadata of every topic (:meth:`cluster_topics`): kafka-python's own
+        update asks only for the topics it tracks (none here), which Apache Kafka answers
+        with no topic at all, so a topic was never found there."""
         with contextlib.suppress(Exception):
-            fut = self.client.cluster.request_update()
-            self.client.poll(timeout_ms=int(self.timeout_s * 1000), future=fut)
+            self.cluster_topics()
 
     def cluster_topics(self) -> ClusterTopics:
         """Every topic of the cluster and its partitions: one Metadata request for all

@@ -16,8 +16,9 @@ if TYPE_CHECKING:  # the sources package is imported where a snapshot is opened
     from kqlab.sources.files import Snapshot
 
 #: what a replay accepts as its sample: a segment file, partition folder, log directory or
-#: snapshot (by path or opened), a records table (framing rebuilt), or a sample already made
-SampleSource: TypeAlias = "str | Path | Snapshot | pa.Table | Sample"
+#: snapshot (by path or opened), a records table or a Spark DataFrame of Kafka records
+#: (``format("kafka")``; framing rebuilt), or a sample already made
+SampleSource: TypeAlias = "str | Path | Snapshot | pa.Table | Sample | Any"
 
 
 def load_sample(source: SampleSource, *, framing: str = "exact", linger_ms: int = 5,
@@ -52,8 +53,14 @@ def load_sample(source: SampleSource, *, framing: str = "exact", linger_ms: int 
             raise ReplayError("a records table has no batch framing: pass framing='single' or "
                               "'linger' to rebuild producer-like batches")
         return reconstruct_framing(source, framing, linger_ms=linger_ms, batch_size=batch_size)
+    from kqlab.spark.kafka_frames import is_spark_frame
+
+    if is_spark_frame(source):  # spark.read.format("kafka") or ("kqlab-kafka"): reconstructed
+        from kqlab.spark.kafka_frames import load_frame
+
+        return load_frame(source, framing, linger_ms, batch_size)
     raise ReplayError(f"cannot replay a {type(source).__name__}: pass a segment path, a "
-                      "records table or a Sample")
+                      "records table, a Spark DataFrame of Kafka records or a Sample")
 
 
 def _read_segments(path: str | Path) -> Sample:
