@@ -230,6 +230,19 @@ class AuthoringSession:
             for r in v.rules.to_pylist()})
 
     @property
+    def rule_findings(self) -> dict[str, list[str]]:
+        """Per rule id: what the current verdicts found wrong with the rule itself (a field
+        or header no record has, every evaluation errored: the rule table's own columns,
+        worded by :func:`kqlab.validate.rule_health.findings_of`); empty lists for the rest."""
+        from kqlab.validate.rule_health import findings_of
+
+        v = self.verdicts
+        if v is None:
+            return {}
+        return self._derive("rule_findings", lambda: {
+            r["rule"]: [f.text for f in findings_of(r)] for r in v.rules.to_pylist()})
+
+    @property
     def checks(self) -> list[dict[str, Any]]:
         """The sample checks' results in the current verdicts, one dict per check
         (:data:`~kqlab.validate.sample_checks.CHECK_RESULTS_SCHEMA` columns, ``params`` as a

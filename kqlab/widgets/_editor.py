@@ -581,7 +581,8 @@ class PolicyEditor:
         row below it.  Only a rule out of place (moved, or back at another place or with
         another kind) lays out the rows from there again (:func:`_box_order`).
         """
-        counts = self.counts
+        found = self.session.rule_findings
+        counts = {rid: {**c, "findings": found.get(rid, [])} for rid, c in self.counts.items()}
         n = (self.verdicts.count()[0] if self.verdicts is not None else 0) or 1
         zero = {"failed": 0, "rejected": 0}
         rules = self.policy.rules
@@ -737,7 +738,11 @@ def _small() -> w.Layout:
     return w.Layout(width="34px")
 
 
-def _count_html(c: dict[str, int], n: int, mode: str) -> str:
+def _count_html(c: dict[str, Any], n: int, mode: str) -> str:
+    found = c.get("findings") or ()
+    if found:  # the count is no evidence: say why, as every command does
+        return ('<span style="color:#c0392b" title="' + html.escape("; ".join(found))
+                + f'">⚠ {html.escape(found[0])}</span>')
     failed = c["failed"]
     colour = "#c0392b" if failed and mode == "reject" else ("#e6a23c" if failed else "#4c9a6a")
     return (f'<span style="color:{colour}" title="records failing / rejected by this rule">'

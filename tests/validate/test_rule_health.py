@@ -234,3 +234,23 @@ def test_evaluation_errors_are_a_status_in_records_parquet(demo, capsys, tmp_pat
         assert all(f["message"].startswith(f"evaluation error in rule {rule}: ")
                    for f in errored)
         assert all("non-EUR order" not in f["message"] for f in errored)
+
+
+def test_the_workbench_rule_row_says_it(demo):
+    """The editor's rule row reads the same finding (no green '0 failed'), and an edit that
+    fixes the field clears it."""
+    from kqlab.policy import load_policy
+    from kqlab.validate import Replayer
+    from kqlab.widgets import PolicyEditor
+
+    folder, policy_path = demo
+    editor = PolicyEditor(Replayer(folder, now=NOW), load_policy(policy_path))
+    row = editor.rows["amount-positive"]["count"].value
+    assert "field &#x27;amuont&#x27; is in none of the" in row and "0 failed" not in row
+    assert "did you mean &#x27;amount&#x27;" in row
+    assert editor.session.rule_findings["amount-positive"][0].startswith(
+        "rule amount-positive: field 'amuont'")
+    editor.update_rule("amount-positive", params={"field": "amount", "min": 0.01})
+    fixed = editor.rows["amount-positive"]["count"].value
+    assert "failed" in fixed and "amuont" not in fixed
+    assert editor.session.rule_findings["amount-positive"] == []
