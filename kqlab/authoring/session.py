@@ -149,6 +149,15 @@ class AuthoringSession:
     def __init__(self, policy: Policy, source: Any = None, *, now: int | None = None,
                  framing: str = "exact", resolver: Any = None,
                  base_dir: str | Path | None = None):
+        if isinstance(policy, str | Path):  # a policy file, as every command reads one
+            from kqlab.sources.policy_files import load_policy_file
+
+            base_dir = base_dir if base_dir is not None else Path(policy).parent
+            policy = load_policy_file(str(policy))
+        elif not isinstance(policy, Policy):
+            raise EditError(f"policy must be a Policy or a policy file path (str or Path), "
+                            f"not {type(policy).__name__}: pass 'policy.yaml' or "
+                            "kqlab.load_policy('policy.yaml')")
         self.policy: Policy = check_policy(policy)
         self.now = now
         self.framing = framing

@@ -254,3 +254,18 @@ def test_the_workbench_rule_row_says_it(demo):
     fixed = editor.rows["amount-positive"]["count"].value
     assert "failed" in fixed and "amuont" not in fixed
     assert editor.session.rule_findings["amount-positive"] == []
+
+
+def test_workbench_takes_paths(demo, tmp_path):
+    """Issue 30, item 8: kqlab.Workbench('data/orders-0', 'policy.yaml') — str and Path —
+    works; anything else fails with one line naming what to pass."""
+    import kqlab
+    from kqlab.widgets import EditError
+
+    folder, policy_path = demo
+    for src, pol in ((str(folder), str(policy_path)), (Path(folder), Path(policy_path))):
+        wb = kqlab.Workbench(src, pol)
+        assert wb.session.policy.name == "orders-quality"
+        assert wb.session.verdicts is not None and wb.session.verdicts.count()[0] == 352
+    with pytest.raises(EditError, match="pass 'policy.yaml'"):
+        kqlab.Workbench(str(folder), 42)
