@@ -267,5 +267,5 @@ def test_workbench_takes_paths(demo, tmp_path):
         wb = kqlab.Workbench(src, pol)
         assert wb.session.policy.name == "orders-quality"
         assert wb.session.verdicts is not None and wb.session.verdicts.count()[0] == 352
-    with pytest.raises(EditError, match="pass 'policy.yaml'"):
+    with pytest.raises(EditError, match=r"pass 'policy\.yaml'"):
         kqlab.Workbench(str(folder), 42)
