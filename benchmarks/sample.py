@@ -85,7 +85,7 @@ def main() -> None:
     ap.add_argument("--records", type=int)
     args = ap.parse_args()
     n = args.records or (100_000 if args.quick else 1_000_000)
-    with Broker(start_timeout=15) as b:
+    with Broker() as b:
         b.create_topic(TOPIC, partitions=PARTITIONS)
         t0 = time.perf_counter()
         nbytes = produce(b.bootstrap, n)

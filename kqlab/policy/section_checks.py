@@ -198,7 +198,8 @@ class PolicyChecker(SampleCheckChecker):
                       "remove message or set format: protobuf", f"{path}.schemas.message",
                       key_pos(m["schemas"], "message") or at)
         if fmt in ("avro", "protobuf") and schemas is None:
-            self.fail(f"{'an' if fmt == 'avro' else 'a'} {fmt} {path} needs a schema source — add schemas: {{registry: "
+            article = "an" if fmt == "avro" else "a"
+            self.fail(f"{article} {fmt} {path} needs a schema source — add schemas: {{registry: "
                       f"mock://{path}s, subject: my-topic-{path}}} or schemas: {{path: "
                       "schemas/}", f"{path}.format", value_pos(m, "format"))
         if wire == "confluent" and fmt not in SCHEMA_FORMATS:

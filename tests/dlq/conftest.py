@@ -19,7 +19,7 @@ NOW = 1763700000000
 
 @pytest.fixture(scope="module")
 def kafka() -> Iterator[Broker]:
-    b = Broker(start_timeout=15)
+    b = Broker()
     b.start()
     try:
         yield b

@@ -22,7 +22,7 @@ FAST_GROUP = {"session.timeout.ms": "2000", "heartbeat.interval.ms": "300"}
 
 @pytest.fixture(scope="module")
 def kafka() -> Iterator[Broker]:
-    b = Broker(start_timeout=15)
+    b = Broker()
     b.start()
     try:
         yield b

@@ -36,7 +36,7 @@ RECORDS = [_record(i) for i in range(N)]
 
 @pytest.fixture(scope="module")
 def kafka():
-    b = Broker(start_timeout=15)
+    b = Broker()
     b.start()
     try:
         for codec in CODECS:

@@ -50,7 +50,7 @@ def _expected(i: int, offset: int) -> dict:
 
 @pytest.fixture(scope="module")
 def kafka():
-    b = Broker(start_timeout=15)
+    b = Broker()
     b.start()
     try:
         b.create_topic(TOPIC, partitions=PARTITIONS)

@@ -35,7 +35,7 @@ SQUEEZE_N = 100_000
 
 @pytest.fixture(scope="module")
 def kafka():
-    b = Broker(start_timeout=15)
+    b = Broker()
     b.start()
     try:
         b.create_topic(BIG, partitions=3)
@@ -372,7 +372,7 @@ def test_snapshot_memory_is_bounded_by_the_chunk_not_the_data(tmp_path, compress
     n, topic = 2_000_000, "mem"
     value = os.urandom(96).hex().encode()  # 192 B + 12 B key
     results = {}
-    with Broker(start_timeout=15) as b:
+    with Broker() as b:
         b.create_topic(topic, partitions=3)
         p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 20, "batch.size": 1 << 20,
                       "queue.buffering.max.messages": 400_000, "log_level": 0,

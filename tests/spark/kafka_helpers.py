@@ -28,7 +28,7 @@ IDEMPOTENT = {"enable.idempotence": True, "compression.type": "lz4", "linger.ms"
 
 @pytest.fixture(scope="module")
 def kafka() -> Iterator[Broker]:
-    b = Broker(start_timeout=15)
+    b = Broker()
     b.start()
     try:
         yield b
