@@ -1,4 +1,4 @@
-"""Shared helpers of the dead-letter tests: a real Tansu broker, dead letters in the gate's
+"""Shared helpers of the dead-letter tests: a real Apache Kafka broker, dead letters in the gate's
 header format, reading a topic back."""
 
 from __future__ import annotations

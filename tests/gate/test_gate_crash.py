@@ -48,7 +48,7 @@ rules:
 def _gate_cmd(config: Path, bootstrap: str, *extra: str) -> list[str]:
     return [sys.executable, "-m", "kqlab.cli", "gate", "--config", str(config),
             "--bootstrap", bootstrap, "--group", "crash-gate", "--batch-max", "500",
-            "-X", "consumer.session.timeout.ms=1000", "-X", "consumer.heartbeat.interval.ms=200",
+            "-X", "consumer.session.timeout.ms=6000", "-X", "consumer.heartbeat.interval.ms=200",
             "--log-interval", "0", "--json-metrics", *extra]
 
 
