@@ -20,7 +20,8 @@ shuts it down and removes the directory::
 
 Broker settings differ from Kafka's defaults only where a one-node test broker needs it
 (replication factors and ISR of the internal topics = 1, one partition for them, no initial
-rebalance delay, the log cleaner looking for work every second instead of every 15 s); pass
+rebalance delay, the log cleaner looking for work every second instead of every 15 s, no
+broker-wide time retention since samples carry fixed past clocks); pass
 ``configs`` to set any other broker property (e.g. ``create.topic.policy.class.name`` with a
 plugin jar on ``classpath``).
 """
@@ -63,6 +64,10 @@ _BASE_CONFIG: dict[str, str] = {
     "group.initial.rebalance.delay.ms": "0",
     # how soon the cleaner looks for a compactable log (Kafka: 15 s); what it does is unchanged
     "log.cleaner.backoff.ms": "1000",
+    # keep every record by default (Kafka: 7 days by record timestamp): the demo and the tests
+    # replay samples at fixed clocks in the past, which Kafka's retention would delete within
+    # minutes of the first check; a topic's own retention.ms still applies
+    "log.retention.ms": "-1",
 }
 #: 4.x-only properties (3.9 warns about unknown ones; keep its log quiet)
 _BASE_CONFIG_4: dict[str, str] = {
