@@ -17,9 +17,15 @@ from kqlab.gate import H_MESSAGE, H_OFFSET, H_PARTITION, H_POLICY, H_RULE, H_TOP
 NOW = 1763700000000
 
 
+#: the tests' records carry fixed timestamps (``NOW``, Nov 2025) so replays are reproducible;
+#: Kafka's default retention (log.retention.ms, 7 days) deletes such records at its first
+#: check, 30 s after the broker starts (offset 0 then out of range) -- keep them
+KEEP_OLD_RECORDS = {"log.retention.ms": "-1"}
+
+
 @pytest.fixture(scope="module")
 def kafka() -> Iterator[Broker]:
-    b = Broker()
+    b = Broker(configs=KEEP_OLD_RECORDS)
     b.start()
     try:
         yield b

@@ -1,5 +1,5 @@
-"""Shared helpers for the gate tests: a real Apache Kafka broker, reading topics back, running a gate
-in a thread."""
+"""Shared helpers for the gate tests: a real Apache Kafka broker, reading topics back, running a
+gate in a thread."""
 
 from __future__ import annotations
 
@@ -21,9 +21,15 @@ from kqlab.embedded import Broker
 FAST_GROUP = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "300"}
 
 
+#: the tests' records carry fixed timestamps (``NOW``, Nov 2025) so replays are reproducible;
+#: Kafka's default retention (log.retention.ms, 7 days) deletes such records at its first
+#: check, 30 s after the broker starts (offset 0 then out of range) -- keep them
+KEEP_OLD_RECORDS = {"log.retention.ms": "-1"}
+
+
 @pytest.fixture(scope="module")
 def kafka() -> Iterator[Broker]:
-    b = Broker()
+    b = Broker(configs=KEEP_OLD_RECORDS)
     b.start()
     try:
         yield b
