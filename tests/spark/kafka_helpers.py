@@ -1,4 +1,4 @@
-"""What the Kafka-on-Spark tests share: a real Tansu broker per module, topics with varied
+"""What the Kafka-on-Spark tests share: a real Apache Kafka broker per module, topics with varied
 batch framing (idempotent producers, lz4, small batches, keys, headers, tombstones), and a
 Spark session with ``format("kqlab-kafka")`` registered.
 
@@ -28,7 +28,9 @@ IDEMPOTENT = {"enable.idempotence": True, "compression.type": "lz4", "linger.ms"
 
 @pytest.fixture(scope="module")
 def kafka() -> Iterator[Broker]:
-    b = Broker()
+    # the records carry a fixed clock (NOW, a past date): Kafka's default retention (7 days,
+    # by record timestamp) would delete them ~30 s after the start; keep them for the module
+    b = Broker(configs={"log.retention.ms": "-1"})
     b.start()
     try:
         yield b
