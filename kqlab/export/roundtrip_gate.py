@@ -256,6 +256,10 @@ def _run_gate(broker: Any, view: SampleView, gf: Any, policy: Any, timeout: floa
                          "logger": _quiet()})
     where: dict[tuple[str, int, int], int] = {}
     refused_at_produce: dict[int, str] = {}
+    # a real broker judges timestamps (message.timestamp.*.max.ms) against its own clock, the
+    # replay against ``view.now``: every timestamp and the gate's clock move by the same
+    # amount, so each record stands where it stood from the replay's ``now``
+    shift = 0 if view.now is None else int(time.time() * 1000) - view.now
 
     def delivered(i: int) -> Any:
         def report(err: Any, msg: Any) -> None:
@@ -275,7 +279,7 @@ def _run_gate(broker: Any, view: SampleView, gf: Any, policy: Any, timeout: floa
             try:
                 producer.produce(cols["topic"][i], value=cols["value"][i], key=cols["key"][i],
                                  partition=cols["partition"][i],
-                                 timestamp=cols["timestamp"][i],
+                                 timestamp=_shifted(cols["timestamp"][i], shift),
                                  headers=[(h["key"], h["value"]) for h in cols["headers"][i]],
                                  on_delivery=delivered(i))
                 break
@@ -285,7 +289,8 @@ def _run_gate(broker: Any, view: SampleView, gf: Any, policy: Any, timeout: floa
     del producer
     settings = settings_cls(routes=tuple(routes), bootstrap=broker.bootstrap,
                             group=f"kqlab-roundtrip-{uuid.uuid4().hex[:8]}",
-                            consumer=_FAST_GROUP, now=view.now, log_interval=0,
+                            consumer=_FAST_GROUP,
+                            now=None if view.now is None else view.now + shift, log_interval=0,
                             final_log=False)
     gate = gate_cls(policy, settings)
     out: dict[str, Any] = {}
@@ -338,6 +343,11 @@ def _run_gate(broker: Any, view: SampleView, gf: Any, policy: Any, timeout: floa
     for i, why in refused_at_produce.items():  # the broker refused it: the gate never saw it
         dead[i], seen[i] = why, True
     return dead, seen
+
+
+def _shifted(timestamp: int | None, shift: int) -> int:
+    """``timestamp`` moved by ``shift`` ms (0: none, the producer stamps it itself)."""
+    return 0 if timestamp is None or timestamp < 0 else timestamp + shift
 
 
 def _quiet() -> Any:
