@@ -82,3 +82,13 @@ def confluent_avro(schema: dict, datum: dict, schema_id: int = 1) -> bytes:
     buf.write(b"\0" + struct.pack(">i", schema_id))
     fastavro.schemaless_writer(buf, fastavro.parse_schema(schema), datum)
     return buf.getvalue()
+
+
+@pytest.fixture(scope="session")
+def tansu_broker():
+    """A Tansu broker, for the tests of what kqlab does with Tansu's own answers
+    (issue 27: those not yet green on Apache Kafka)."""
+    from kqlab.embedded import TansuBroker
+
+    with TansuBroker() as b:
+        yield b
