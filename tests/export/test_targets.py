@@ -360,3 +360,31 @@ def test_gate_config_is_minimal(vetted):
                               "content_hash": vetted["orders"].content_hash()},
                    "topics": [{"source": "orders", "sink": "orders.valid",
                                "dlq": "orders.dlq"}]}
+
+
+def test_topic_policy_checks_and_dry_run_on_apache_kafka(vetted, kafka_broker, topic_name):
+    """On Apache Kafka every key is reported (set or default) and validate_only is honoured."""
+    from kqlab.export.topic_policy import check_topics, dry_run, requirements
+
+    policy = vetted["orders"]
+    admin = kafka_broker.admin()
+    good, drift = f"{topic_name}-good", f"{topic_name}-drift"
+    want = {q.config: q.value for q in requirements(policy)}
+    kafka_broker.create_topic(good, config=want)
+    kafka_broker.create_topic(drift, config={"cleanup.policy": "delete"})
+    try:
+        checks = check_topics(admin, policy, [good, drift, f"{topic_name}-missing"])
+        by = {(c.topic, c.requirement.config): c for c in checks}
+        assert all(c.ok for c in checks if c.topic == good)
+        assert not by[(drift, "cleanup.policy")].ok
+        size = by[(drift, "max.message.bytes")]
+        assert not size.ok and size.actual == "1048588" and size.source != "default (assumed)"
+        assert all(not c.ok and c.source == "missing topic" for c in checks
+                   if c.topic == f"{topic_name}-missing")
+        before = set(admin.list_topics(timeout=10).topics)
+        run = dry_run(admin, policy)
+        assert run.accepted and run.validate_only_honoured is True
+        assert set(admin.list_topics(timeout=10).topics) == before
+    finally:
+        for t in (good, drift):
+            admin.delete_topics([t])[t].result(10)
