@@ -388,3 +388,24 @@ def test_topic_policy_checks_and_dry_run_on_apache_kafka(vetted, kafka_broker, t
     finally:
         for t in (good, drift):
             admin.delete_topics([t])[t].result(10)
+
+
+def test_schema_id_admin_calls_are_refused_by_apache_kafka(vetted, kafka_broker):
+    """Apache Kafka has no confluent.* topic configs: apply reports the broker's refusal for
+    the topic (INVALID_CONFIG naming the key) instead of raising, and nothing is set."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    from kqlab.export.schema_id import apply
+
+    admin = kafka_broker.admin()
+    kafka_broker.create_topic("orders")  # apply targets the policy's own topic name
+    try:
+        got = apply(admin, vetted["orders"], "confluent-server")
+        assert list(got) == ["orders"]
+        assert "INVALID_CONFIG" in got["orders"]
+        assert "confluent.value.schema.validation" in got["orders"]
+        res = ConfigResource(ResourceType.TOPIC, "orders")
+        assert "confluent.value.schema.validation" not in admin.describe_configs([res])[res] \
+            .result(10)
+    finally:
+        admin.delete_topics(["orders"])["orders"].result(10)

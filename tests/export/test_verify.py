@@ -293,3 +293,20 @@ def test_a_json_contract_validates_against_the_policys_schema(deployed, policy):
     (d,) = verify(policy, registry=deployed.registry).differences
     assert (d.item, d.what, d.policy) == ("schema", "schema", "{}")
     assert json.loads(d.deployed) == {"type": "object", "required": ["type"]}
+
+
+def test_apache_kafka_reports_every_key_so_nothing_is_assumed(policy, kafka_broker, topic_name):
+    """Apache Kafka reports unset keys with their defaults: the bare topic's max.message.bytes
+    is the broker's own answer (1048588), and nothing is noted as unreported."""
+    kafka_broker.create_topic(topic_name, config={"cleanup.policy": "compact,delete"})
+    admin = kafka_broker.admin()
+    try:
+        report = verify(policy, admin=admin, topics=[topic_name, f"{topic_name}-nowhere"])
+    finally:
+        admin.delete_topics([topic_name])[topic_name].result(10)
+    found = {(d.where, d.item): d for d in report.differences}
+    size = found[(topic_name, "max.message.bytes")]
+    assert (size.policy, size.deployed) == ("65536", "1048588")
+    assert (topic_name, "cleanup.policy") not in found
+    assert not any("is not reported by the broker" in n for n in report.notes)
+    assert found[(f"{topic_name}-nowhere", "topic")].what == "missing topic"
