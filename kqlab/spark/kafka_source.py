@@ -709,18 +709,47 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def high_watermarks(self, start: Mapping[str, Mapping[int, int]]) -> dict[str, dict[int, int]]:
         """Each partition's high watermark, from a Fetch response at its current offset."""
+        from kqlab.sources.kafka_errors import UnknownTopicError
+
         client = self._fetch_client()
         out: dict[str, dict[int, int]] = {}
+        gone: list[tuple[str, int]] = []
         for t, parts in start.items():
             out[t] = {}
             for p, o in parts.items():
                 try:
                     _, hw = client.fetch(t, p, o, 1)
+                except UnknownTopicError:
+                    # deleted after the Metadata answer of current_partitions (Apache Kafka
+                    # drops a deleted topic from Metadata and Fetch at different moments):
+                    # the whole topic is gone, however its other partitions answered
+                    if not self.opts.discovers:
+                        self._drop_fetch_client()
+                        raise
+                    gone += [(t, q) for q in sorted(parts)]
+                    out[t] = dict(parts)
+                    break
                 except Exception:
                     self._drop_fetch_client()
                     raise
                 out[t][p] = o if hw is None else max(int(hw), o)
-        return out
+        return self._drop_gone(out, gone) if gone else out
+
+    def _drop_gone(self, out: dict[str, dict[int, int]], gone: list[tuple[str, int]]
+                   ) -> dict[str, dict[int, int]]:
+        """``out`` without the ``gone`` topic-partitions (``failOnDataLoss=false``), or
+        :class:`PartitionsGoneError` naming them (``true``, as Spark's connector fails)."""
+        names = ", ".join(f"{t}[{p}]" for t, p in gone)
+        if self.opts.fail_on_data_loss:
+            raise PartitionsGoneError(
+                f"topic-partition(s) {names} of this stream are gone from "
+                f"{self.opts.bootstrap} (topic deleted?): records not read yet are lost "
+                "to it. Set the option failOnDataLoss=false to drop them and read on")
+        _log.warning("kqlab-kafka: %s gone from %s; dropped (failOnDataLoss=false)",
+                     names, self.opts.bootstrap)
+        for t, p in gone:
+            del out[t][p]
+        return {t: parts for t, parts in out.items() if parts}
 
     def current_partitions(self, begin: Mapping[str, Mapping[int, int]]
                            ) -> dict[str, dict[int, int]]:
@@ -747,17 +776,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         gone = [(t, p) for t, parts in out.items() for p in sorted(parts)
                 if t not in have or (have[t] is not None and p not in have[t])]
         if gone:
-            names = ", ".join(f"{t}[{p}]" for t, p in gone)
-            if self.opts.fail_on_data_loss:
-                raise PartitionsGoneError(
-                    f"topic-partition(s) {names} of this stream are gone from "
-                    f"{self.opts.bootstrap} (topic deleted?): records not read yet are lost "
-                    "to it. Set the option failOnDataLoss=false to drop them and read on")
-            _log.warning("kqlab-kafka: %s gone from %s; dropped (failOnDataLoss=false)",
-                         names, self.opts.bootstrap)
-            for t, p in gone:
-                del out[t][p]
-            out = {t: parts for t, parts in out.items() if parts}
+            out = self._drop_gone(out, gone)
         if self.opts.strategy == "subscribePattern":
             assert self.opts.pattern is not None
             topics = matching_topics(self.opts.pattern, cluster)

@@ -1,12 +1,12 @@
-"""``format("kqlab-kafka")`` follows the cluster as Spark's connector does, on a real Tansu
+"""``format("kqlab-kafka")`` follows the cluster as Spark's connector does, on a real Apache Kafka
 broker: ``subscribePattern`` selects the topics whose names the pattern is found in (never an
 internal one); a stream on ``subscribe``/``subscribePattern`` picks up, at every trigger, a
 topic that comes to match and reads it from its earliest offset, whatever
 ``startingOffsets`` said, each record once; a topic-partition that disappears fails the
 query with ``failOnDataLoss=true`` and is dropped with ``false``.
 
-(Tansu has no CreatePartitions, so partitions added to a subscribed topic are not driven
-here; they take the same path as a new matching topic: :meth:`current_partitions`.)
+Partitions added to a subscribed topic (CreatePartitions) take the same path as a new
+matching topic (:meth:`current_partitions`): read from their earliest offset.
 """
 
 from __future__ import annotations
@@ -200,3 +200,29 @@ def test_the_reader_adds_and_drops_partitions_at_each_trigger(kafka):
     finally:
         strict.stop()
         lenient.stop()
+
+
+def test_partitions_added_to_a_subscribed_topic_are_read_from_their_start(kafka):
+    """CreatePartitions (Apache Kafka has it; Tansu did not): a partition added to a
+    subscribed topic joins at the next trigger and is read from its earliest offset."""
+    from confluent_kafka.admin import NewPartitions
+
+    kafka.create_topic("grow-a", partitions=1)
+    kafka.produce("grow-a", _values(3, "g", 1))
+    r = KafkaStreamReader(SourceOptions.parse({"kafka.bootstrap.servers": kafka.bootstrap,
+                                               "subscribe": "grow-a"}))
+    try:
+        start = r.initialOffset()
+        assert start == {"grow-a": {"0": 0}}
+        end = r.latestOffset(start, None)
+        assert end == {"grow-a": {"0": 3}}
+        kafka.admin().create_partitions([NewPartitions("grow-a", 3)])["grow-a"].result(10)
+        kafka.produce("grow-a", [{"key": b"n", "value": b"n%d" % p, "partition": p}
+                                 for p in (1, 2, 2)])
+        grown = r.latestOffset(end, None)
+        assert grown == {"grow-a": {"0": 3, "1": 1, "2": 2}}
+        parts = r.partitions(end, grown)
+        assert [(p.topic, p.partition, p.start, p.end) for p in parts
+                if p.end > p.start] == [("grow-a", 1, 0, 1), ("grow-a", 2, 0, 2)]
+    finally:
+        r.stop()
