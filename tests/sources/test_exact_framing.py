@@ -1,4 +1,4 @@
-"""Exact batch framing from a real Tansu broker via raw Fetch requests (one broker per module)."""
+"""Exact batch framing from a real Apache Kafka broker via raw Fetch requests (a module broker)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Live sampling against a real Tansu broker on loopback (one broker for this module)."""
+"""Live sampling against a real Apache Kafka broker on loopback (one broker for this module)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def kafka():
     try:
         b.create_topic(TOPIC, partitions=PARTITIONS)
         b.create_topic("empty-topic", partitions=2)
-        # one produce call with linger: multi-record batches (Tansu's ListOffsets is wrong there)
+        # one produce call with linger: multi-record batches (Tansu's ListOffsets was wrong there)
         delivered = b.produce(TOPIC, RECORDS)
         yield b, delivered
     finally:
