@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from kqlab.errors import KqlabError
+from kqlab.serde.schema_errors import SchemaNotFound, SchemaSourceError
 
 __all__ = ["MessageIndexError", "ProtoCompileError", "ProtoSchema", "compile_proto_files",
            "proto_folder", "registry_proto", "wkt_pool"]
@@ -390,8 +391,6 @@ def load_protobuf(resolver: Any, schema_id: int | None) -> ProtoSchema:
     Errors the value is to blame for (an id not there, a schema that is not protobuf or does
     not compile) are ``SchemaNotFound``; a source that cannot be read is ``SchemaSourceError``.
     """
-    from kqlab.serde.schemas import SchemaNotFound, SchemaSourceError
-
     if resolver.path is not None:
         folder = resolver._protos.get("folder")
         if folder is None:

@@ -27,8 +27,8 @@ from typing import Any
 import fastavro
 import orjson
 
-from kqlab.errors import KqlabError
 from kqlab.serde.avro_arrow import ArrowMapping, avro_to_arrow
+from kqlab.serde.schema_errors import SchemaNotFound, SchemaSourceError
 
 __all__ = [
     "ParsedSchema",
@@ -38,14 +38,6 @@ __all__ = [
     "clear_registry_clients",
     "registry_client",
 ]
-
-
-class SchemaNotFound(KqlabError, LookupError):
-    """No schema with this id (or for this subject) in the schema source."""
-
-
-class SchemaSourceError(KqlabError):
-    """The schema source itself is unusable: missing folder, unreachable registry, bad config."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)

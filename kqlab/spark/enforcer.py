@@ -759,17 +759,12 @@ class Enforcer:
     def _sink_natively(self, df: Any) -> list[Any]:
         """``connector: spark``: Spark's Kafka rows → kqlab's records → judged rows →
         Spark's Kafka sink; the per-partition counts from the judged rows."""
-        from pyspark.sql import functions as sf
         from pyspark.sql.pandas.types import from_arrow_schema
 
+        from kqlab.spark.kafka_frames import records_frame
+
         s = self.settings
-        records = df.select(
-            "topic", "partition", "offset",
-            sf.unix_millis("timestamp").alias("timestamp"),
-            sf.when(sf.col("timestampType") == 1, 1).otherwise(0).cast("byte")
-            .alias("timestamp_type"), "key", "value",
-            sf.coalesce("headers", sf.array()).alias("headers"),
-            sf.col("offset").alias("batch_offset"), sf.lit(0).alias("batch_index"))
+        records = records_frame(df)  # Spark's Kafka rows as kqlab's records columns
         judged = records.mapInArrow(judge_for_sink(self._job()),
                                     from_arrow_schema(SINK_SCHEMA)).cache()
         try:

@@ -250,7 +250,7 @@ def _collect(session: Any, plan: Plan, policy: Any, rows: list[Any], path: str, 
     """Aggregate the tasks' rows (rule counts, notes, issues, errors) on the driver."""
     from kqlab.spark.outputs import filesystem, spark_path
     from kqlab.validate.assemble import replay_notes
-    from kqlab.validate.rule_health import merge_rule_rows
+    from kqlab.validate.rule_table import merge_rule_rows
 
     got = sorted(((r["unit"], r["kind"], r["seq"], orjson.loads(r["text"])) for r in rows),
                  key=lambda x: (x[0], x[2]))

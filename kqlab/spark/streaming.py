@@ -637,7 +637,7 @@ class StreamingReplay:
         from kqlab.spark.verdicts import SparkVerdicts
         from kqlab.validate.assemble import replay_notes
         from kqlab.validate.replayer import with_implicit_rules
-        from kqlab.validate.rule_health import merge_rule_rows
+        from kqlab.validate.rule_table import merge_rule_rows
 
         fs, base = _fs(self.location)
 

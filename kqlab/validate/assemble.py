@@ -27,7 +27,7 @@ from kqlab.validate.aggregates import (
     FlatFailures,
     RecordCodes,
 )
-from kqlab.validate.rule_health import HEALTH_COLUMNS, health_row
+from kqlab.validate.rule_table import RULES_SCHEMA, health_row
 from kqlab.validate.rules import RuleResult
 from kqlab.validate.sample import Sample
 from kqlab.validate.verdict_tables import SortedFailures
@@ -45,15 +45,6 @@ from kqlab.validate.verdicts import (
 _OUTCOME_WORDS = pa.array(["accepted", "rejected", "collateral", "undetermined"], pa.string())
 #: stand-in error code of a batch the tables alone could not judge
 UNDECIDED = -1000
-RULES_SCHEMA = pa.schema([
-    ("rule", pa.string()), ("kind", pa.string()), ("mode", pa.string()),
-    ("severity", pa.string()), ("exportable", pa.bool_()), ("failed_records", pa.int64()),
-    ("rejected_records", pa.int64()), ("rejected_batches", pa.int64()),
-    ("evaluation_errors", pa.int64()),
-    # what the replay knows about the rule itself (kqlab.validate.rule_health)
-    *HEALTH_COLUMNS,
-])
-
 
 
 def _broker_pass(sample: Sample, config: TopicConfig, now: int, profile: str,

@@ -7,8 +7,8 @@ a ``field_range`` on a field no decoded record has passes every record (absent p
 ``value.curency == 'EUR'`` errors on every one — both look like ordinary results.  The replay
 computes these findings once per rule, with its result (:func:`unseen_names` from
 :meth:`kqlab.validate.replayer.Replayer.evaluate`), and writes them into the verdicts' rule
-table (``unseen``, ``judged_records``, ``broken``: :data:`HEALTH_COLUMNS`); every surface —
-the CLI commands, the report, the workbench's rule rows — reads them from there and words
+table (``unseen``, ``judged_records``, ``broken``: :mod:`kqlab.validate.rule_table`); every
+surface — the CLI commands, the report, the workbench's rule rows — reads them from there and words
 them with :func:`findings` (one wording), so no view recomputes or contradicts another.
 
 Evidence, stated with each finding: how many records were looked at (the decoded records
@@ -29,36 +29,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from kqlab.validate.rule_table import Unseen
+
 if TYPE_CHECKING:
     from kqlab.policy.model import Policy, Rule
     from kqlab.validate.context import EvalContext
 
-__all__ = ["HEALTH_COLUMNS", "UNSEEN_TYPE", "Finding", "Unseen", "findings",
-           "findings_of", "merge_rule_rows", "referenced", "strict_failures", "unseen_names"]
+__all__ = ["Finding", "findings", "findings_of", "referenced", "strict_failures",
+           "unseen_names"]
 
-#: one unseen name of a rule: ``what`` (``field`` or ``header``), the dotted ``name``, the
-#: ``nearest`` name seen (null: none close) and how many records were ``looked_at``
-UNSEEN_TYPE = pa.list_(pa.struct([("what", pa.string()), ("name", pa.string()),
-                                  ("nearest", pa.string()), ("looked_at", pa.int64())]))
-#: the rule-table columns this module fills (after the counts)
-HEALTH_COLUMNS = (("judged_records", pa.int64()), ("broken", pa.bool_()),
-                  ("unseen", UNSEEN_TYPE))
 #: rule kinds whose ``name`` parameter is a header name
 _HEADER_KINDS = frozenset({"header_required", "header_values", "header_pattern"})
-
-
-@dataclass(frozen=True, slots=True)
-class Unseen:
-    """A field or header a rule reads that none of the ``looked_at`` records has."""
-
-    what: str
-    name: str
-    nearest: str | None
-    looked_at: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"what": self.what, "name": self.name, "nearest": self.nearest,
-                "looked_at": self.looked_at}
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,60 +231,6 @@ def _python_missing(ctx: EvalContext, values: Sequence[object], rows: np.ndarray
 def _nearest(name: str, names: Iterable[str]) -> str | None:
     close = difflib.get_close_matches(name, list(names), n=1, cutoff=0.6)
     return close[0] if close else None
-
-
-# ------------------------------------------------------------------------- the rule table
-def health_row(unseen: Sequence[Unseen], judged: int, errors: int) -> dict[str, Any]:
-    """A rule row's health columns: ``broken`` when it judged records and every judgement
-    was an evaluation error."""
-    return {"judged_records": judged, "broken": bool(judged and errors >= judged),
-            "unseen": [u.to_dict() for u in unseen]}
-
-
-#: the count columns a rule row sums over chunks (streamed and Spark replays)
-SUMS = ("failed_records", "rejected_records", "rejected_batches", "evaluation_errors",
-        "judged_records")
-
-
-def merge_rule_rows(rules: Sequence[Rule], parts: Iterable[Sequence[Mapping[str, Any]]]
-                    ) -> pa.Table:
-    """One rule table from the rule rows of a replay's chunks (a streamed replay's chunks,
-    Spark's units): counts summed; a name is unseen only when no chunk saw it (its records
-    looked at summed over the chunks that looked); broken when every judgement of every
-    chunk errored.  The one merge every engine uses."""
-    from kqlab.validate.assemble import RULES_SCHEMA
-
-    totals = {r.id: dict.fromkeys(SUMS, 0) for r in rules}
-    unseen: dict[str, dict[tuple[str, str], dict[str, Any]] | None] = {}
-    for rows in parts:
-        for row in rows:
-            rid = row["rule"]
-            if rid not in totals:
-                continue
-            for c in SUMS:
-                totals[rid][c] += int(row.get(c) or 0)
-            names = {(u["what"], u["name"]): u for u in row.get("unseen") or ()}
-            have = unseen.get(rid, {}) if rid in unseen else None
-            if rid not in unseen:
-                unseen[rid] = {k: dict(u) for k, u in names.items()}
-            elif have is not None:
-                kept = {}
-                for k, u in have.items():
-                    if k in names:
-                        u["looked_at"] += names[k]["looked_at"]
-                        u["nearest"] = u["nearest"] or names[k]["nearest"]
-                        kept[k] = u
-                unseen[rid] = kept
-    out = []
-    for r in rules:
-        t = totals[r.id]
-        found = unseen.get(r.id) or {}
-        out.append({"rule": r.id, "kind": r.kind, "mode": r.mode, "severity": r.severity,
-                    "exportable": r.exportable, **t,
-                    "broken": bool(t["judged_records"]
-                                   and t["evaluation_errors"] >= t["judged_records"]),
-                    "unseen": list(found.values())})
-    return pa.Table.from_pylist(out, RULES_SCHEMA)
 
 
 # ---------------------------------------------------------------------------- the wording

@@ -27,7 +27,7 @@ from kqlab.validate.context import EvalContext
 
 if TYPE_CHECKING:
     from kqlab.policy.model import Format
-    from kqlab.validate.rule_health import Unseen
+    from kqlab.validate.rule_table import Unseen
 
 
 class RuleEvaluationError(KqlabError):
@@ -46,7 +46,7 @@ class RuleResult:
     #: status of its own in the verdicts, not a false
     error_mask: np.ndarray | None = None
     #: the records the rule judged (set by the replay: not a marker, decoded when it reads the
-    #: value), and the names it reads that none of them has (:mod:`kqlab.validate.rule_health`)
+    #: value), and the names it reads that none of them has (:mod:`kqlab.validate.rule_table`)
     judged: int = 0
     unseen: tuple[Unseen, ...] = ()
 

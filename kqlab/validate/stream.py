@@ -40,7 +40,7 @@ from kqlab.policy.model import Policy
 from kqlab.serde.schemas import SchemaResolver
 from kqlab.validate.assemble import replay_notes
 from kqlab.validate.replayer import Replayer, with_implicit_rules
-from kqlab.validate.rule_health import merge_rule_rows
+from kqlab.validate.rule_table import merge_rule_rows
 from kqlab.validate.sample import ReplayError, Sample
 from kqlab.validate.sample_checks import CheckRun
 from kqlab.validate.verdicts import Verdicts

@@ -21,6 +21,7 @@ import struct
 from dataclasses import dataclass, field
 
 from kqlab.errors import KqlabError
+from kqlab.kafka.varint import encode_unsigned as uvarint  # compact lengths, tag counts
 
 API_PRODUCE = 0
 API_FIND_COORDINATOR = 10
@@ -42,16 +43,6 @@ class WireError(KqlabError):
 
 
 # -- encoding -------------------------------------------------------------------------------
-def uvarint(n: int) -> bytes:
-    """Kafka's unsigned varint (compact lengths, tag counts)."""
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 class Writer:
     """Builds one request body; ``flexible`` picks compact forms and tagged sections."""
 

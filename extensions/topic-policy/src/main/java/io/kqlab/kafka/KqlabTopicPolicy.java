@@ -80,15 +80,8 @@ public class KqlabTopicPolicy implements CreateTopicPolicy, AlterConfigPolicy {
                 broken.add(s.replicationFactor().sentence("the replication factor") + ", the request asks " + rf);
             }
             for (TopicRequirements.Requirement q : s.requirements()) {
-                String actual = configs.get(q.config());
-                String source = "the request sets " + actual;
-                if (actual == null) {
-                    actual = fallback(q.config());
-                    source = "the request does not set it, so it would be the default " + actual;
-                }
-                if (!q.holds(actual)) {
-                    broken.add(explain(q, source));
-                }
+                judge(q, configs.get(q.config()), "the request sets ",
+                      "the request does not set it, so it would be the default ", broken);
             }
         }
         refuse("creating", topic, scopes, broken);
@@ -110,21 +103,27 @@ public class KqlabTopicPolicy implements CreateTopicPolicy, AlterConfigPolicy {
             }
             scopes = scopes.isEmpty() ? s.name() : scopes + ", " + s.name();
             for (TopicRequirements.Requirement q : s.requirements()) {
-                if (!configs.containsKey(q.config())) {
-                    continue;
-                }
-                String actual = configs.get(q.config());
-                String source = "the change sets " + actual;
-                if (actual == null) {
-                    actual = fallback(q.config());
-                    source = "the change deletes it, reverting to the default " + actual;
-                }
-                if (!q.holds(actual)) {
-                    broken.add(explain(q, source));
+                if (configs.containsKey(q.config())) {
+                    judge(q, configs.get(q.config()), "the change sets ",
+                          "the change deletes it, reverting to the default ", broken);
                 }
             }
         }
         refuse("changing the configs of", topic, scopes, broken);
+    }
+
+    /**
+     * Judge one requirement against the value a request gives its key ({@code null}: the key
+     * is unset, so the topic gets the broker's fallback); a broken one is added to
+     * {@code broken}, worded with how the request came to that value.
+     */
+    private void judge(TopicRequirements.Requirement q, String given, String setWording,
+                       String unsetWording, List<String> broken) {
+        String actual = given == null ? fallback(q.config()) : given;
+        String source = (given == null ? unsetWording : setWording) + actual;
+        if (!q.holds(actual)) {
+            broken.add(explain(q, source));
+        }
     }
 
     /** What a key no request sets becomes: the broker's synonym, else Kafka's default. */
