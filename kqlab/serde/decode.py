@@ -566,7 +566,11 @@ def decode_pass(values: pa.Array | pa.ChunkedArray, fmt: Any,
 
         assert resolver is not None  # built above
         message = getattr(getattr(fmt, "schemas", None), "message", None)
-        column, datums = decode_protobuf(values, info, errors, stages, resolver, message)
+        values_col, fallback, unknown, datums = decode_protobuf(values, info, errors, stages,
+                                                                resolver, message)
+        column = DecodedColumn(values_col, pa.array(errors, pa.string()),
+                               None if info is None else info.schema_id, fallback,
+                               unknown_fields=unknown)
     else:
         assert resolver is not None  # built above for Avro
         column, datums = _decode_avro(values, info, errors, stages, resolver)

@@ -152,10 +152,12 @@ def _combine(parts: list[tuple[list[int], pa.Array, np.ndarray, list[Any]]], n: 
 
 def decode_protobuf(values: pa.Array, info: WireInfo | None, errors: list[str | None],
                     stages: list[Any], resolver: SchemaResolver,
-                    message: str | None) -> tuple[Any, Sequence[object]]:
-    """The protobuf column (a :class:`~kqlab.serde.decode.DecodedColumn`) and each record's
-    parsed message (``None`` where it failed); see the module docstring."""
-    from kqlab.serde.decode import DecodedColumn
+                    message: str | None
+                    ) -> tuple[pa.Array, Any, pa.Array, Sequence[object]]:
+    """The protobuf values as ``(column, fallback, unknown field counts, parsed messages)``:
+    the pieces :func:`kqlab.serde.decode.decode` makes its ``DecodedColumn`` of (the
+    messages ``None`` where they failed; ``errors`` filled in place); see the module
+    docstring."""
     from kqlab.serde.protobuf_schemas import MessageIndexError
 
     n = len(values)
@@ -195,7 +197,4 @@ def decode_protobuf(values: pa.Array, info: WireInfo | None, errors: list[str | 
         fallback_type = parts[0][1].type
     column, unknown, datums, fallback = _combine([p for p in parts if p[0]] or parts[:1],
                                                  n, fallback_type)
-    schema_ids = None if info is None else info.schema_id
-    decoded = DecodedColumn(column, pa.array(errors, pa.string()), schema_ids, fallback,
-                            unknown_fields=pa.array(unknown, pa.int64()))
-    return decoded, datums
+    return column, fallback, pa.array(unknown, pa.int64()), datums
