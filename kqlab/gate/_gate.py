@@ -371,7 +371,11 @@ class Gate:
             def on_assign(c: Any, parts: list[Any]) -> None:
                 self.metrics.assigned = sorted(f"{p.topic}-{p.partition}" for p in parts)
 
-            consumer.subscribe(list(self._routes), on_assign=on_assign)
+            def on_revoke(c: Any, parts: list[Any]) -> None:
+                gone = {f"{p.topic}-{p.partition}" for p in parts}
+                self.metrics.assigned = [a for a in self.metrics.assigned if a not in gone]
+
+            consumer.subscribe(list(self._routes), on_assign=on_assign, on_revoke=on_revoke)
             self.subscribed = True
             self.metrics.state = "running"
             while not self._stop.is_set():
