@@ -129,8 +129,9 @@ def print_summary(summary: dict[str, Any], *, out: TextIO | None = None) -> None
     outcomes = [(styled(name, name), n, f"{100 * n / total:.1f} %" if total else "-")
                 for name, n in o.items()]
     show(table(("outcome", "records", "share"), outcomes, right=("records", "share")), out=c)
-    c.print(f"would be lost: {summary['records_lost']:,} records; delayed (retried): "
-            f"{summary['records_delayed']:,}")
+    from kqlab.validate.verdicts import lost_delayed_text
+
+    c.print(lost_delayed_text(summary))
     if summary["by_rule"]:
         by_rule = [(r["rule"], r["kind"], r["mode"], _failed_cell(r),
                     r["rejected_records"], styled(

@@ -25,7 +25,8 @@ PAYLOAD_VERSION = 1
 MAX_REASONS, MAX_ISSUES = 15, 10
 
 _SUMMARY_KEYS = ("policy", "policy_hash", "profile", "framing", "now", "records", "batches",
-                 "outcomes", "producer_actions", "records_lost", "records_delayed")
+                 "outcomes", "producer_actions", "records_lost", "records_delayed",
+                 "producer_clients")
 
 
 def replay_payload(view: Any) -> dict[str, Any]:
@@ -100,6 +101,16 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _librdkafka_clause(s: Mapping[str, Any]) -> str:
+    """`` (librdkafka: lost n, delayed m)`` when a librdkafka producer's counts differ from the
+    Java producer's (it fails the batches Java splits; docs/producer-outcomes.md)."""
+    rd = (s.get("producer_clients") or {}).get("librdkafka")
+    if not rd or (rd["lost"], rd["delayed"]) == (s.get("records_lost", 0),
+                                                 s.get("records_delayed", 0)):
+        return ""
+    return f" (Java producer; librdkafka: lost {rd['lost']:,}, delayed {rd['delayed']:,})"
+
+
 def _replay_html(p: Mapping[str, Any]) -> str:
     s = p["summary"]
     e = html.escape
@@ -107,7 +118,8 @@ def _replay_html(p: Mapping[str, Any]) -> str:
     head = (f"<p><b>kqlab replay</b> of policy <code>{e(str(s.get('policy')))}</code> "
             f"({e(str(s.get('profile')))}, {e(str(s.get('framing')))} framing): "
             f"{s['records']:,} records in {s['batches']:,} batches — {outcomes}; "
-            f"lost {s.get('records_lost', 0):,}, delayed {s.get('records_delayed', 0):,}</p>")
+            f"lost {s.get('records_lost', 0):,}, delayed {s.get('records_delayed', 0):,}"
+            f"{_librdkafka_clause(s)}</p>")
     rules = _table(["rule", "kind", "mode", "failed", "rejected records", "rejected batches"],
                    [[r["rule"], r["kind"], r["mode"], r["failed_records"],
                      r["rejected_records"], r["rejected_batches"]] for r in p["rules"]])

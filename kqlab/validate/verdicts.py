@@ -5,7 +5,8 @@ Record verdicts say for every record whether production would have ``accepted`` 
 as ``collateral`` (it was fine, but a sibling in its batch failed), with every failure that
 applies (policy rules, ``observe`` rules included, and broker checks).  Batch verdicts are the
 broker's answer per batch plus the enforcement profile and what the Java producer does with it
-(spec §6: retried, split, or failed — records that are *delayed* versus *lost*).
+(spec §6: retried, split, or failed — records that are *delayed* versus *lost*); the summary
+also counts them for a librdkafka producer, which never splits (docs/producer-outcomes.md).
 """
 
 from __future__ import annotations
@@ -32,24 +33,60 @@ from kqlab.validate.verdict_tables import (  # noqa: F401 - the verdict contract
     failures_from_codes,
 )
 
+#: the producer clients whose next step kqlab knows: the Java client (spec §6, read from its
+#: source) and librdkafka (confluent-kafka and the other librdkafka bindings: measured against the
+#: real broker, docs/producer-outcomes.md)
+PRODUCER_CLIENTS = ("java", "librdkafka")
 
-def producer_action(error_code: int, record_count: int | None, duplicate: bool = False) -> str:
-    """What the Java producer does with a batch's answer (spec §6).
 
-    ``appended`` / ``duplicate`` (acknowledged), ``split`` (MESSAGE_TOO_LARGE with more than one
-    record: halves re-enqueued), ``retried`` (a retriable error: the batch is resent unchanged
-    until delivery.timeout.ms, so its records are *delayed*, and lost only if the cause
-    persists), ``failed`` (not retriable: the records are *lost* to the application's callback).
+def producer_action(error_code: int, record_count: int | None, duplicate: bool = False,
+                    client: str = "java") -> str:
+    """What a producer ``client`` does with a batch's answer — the one home of that mapping.
+
+    ``appended`` / ``duplicate`` (acknowledged), ``split`` (Java only: MESSAGE_TOO_LARGE with
+    more than one record, halves re-enqueued), ``retried`` (a retriable error: the batch is
+    resent unchanged until delivery.timeout.ms / message.timeout.ms, so its records are
+    *delayed*, and lost only if the cause persists), ``failed`` (not retriable: the records are
+    *lost* to the application's callback).  Both clients retry the same codes (librdkafka's
+    ``rd_kafka_err_action``: CORRUPT_MESSAGE, UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER,
+    NOT_ENOUGH_REPLICAS); librdkafka never splits a batch, so a MESSAGE_TOO_LARGE batch of
+    several records is ``failed`` there — measured with confluent-kafka 2.16 on Kafka 4.4.0.
     """
+    if client not in PRODUCER_CLIENTS:
+        raise ValueError(f"unknown producer client {client!r}: choose one of "
+                         f"{', '.join(PRODUCER_CLIENTS)}")
     if error_code == 0:
         return "duplicate" if duplicate else "appended"
-    if error_code == 10 and (record_count or 0) > 1:
+    if error_code == 10 and (record_count or 0) > 1 and client == "java":
         return "split"
     try:
         retriable = error_for_code(error_code).retriable
     except KeyError:
         retriable = False
     return "retried" if retriable else "failed"
+
+
+def client_outcomes(actions: dict[str, int]) -> dict[str, dict[str, int]]:
+    """Records lost and delayed per producer client, from the Java actions' record counts
+    (:meth:`Verdicts.by_action`): the two clients differ only where Java splits (librdkafka
+    fails those records), so every engine's counts answer both."""
+    failed, retried, split = (actions.get(a, 0) for a in ("failed", "retried", "split"))
+    return {"java": {"lost": failed, "delayed": retried + split},
+            "librdkafka": {"lost": failed + split, "delayed": retried}}
+
+
+def lost_delayed_text(summary: dict[str, Any]) -> str:
+    """The summary's "would be lost / delayed" sentence: the Java producer's counts, and a
+    librdkafka producer's when they differ (it fails the batches Java splits)."""
+    text = (f"would be lost: {summary['records_lost']:,} records; delayed (retried or split): "
+            f"{summary['records_delayed']:,} (Java producer)")
+    clients = summary.get("producer_clients") or {}
+    rd = clients.get("librdkafka")
+    if rd and (rd["lost"], rd["delayed"]) != (summary["records_lost"],
+                                              summary["records_delayed"]):
+        text += (f"; a librdkafka producer (confluent-kafka), which never splits a batch: lost "
+                 f"{rd['lost']:,}, delayed {rd['delayed']:,}")
+    return text
 
 
 @dataclass
@@ -199,6 +236,7 @@ def summary_of(v: Any, records: int, batches: int) -> dict[str, Any]:
         "producer_actions": actions,
         "records_lost": actions.get("failed", 0),
         "records_delayed": actions.get("retried", 0) + actions.get("split", 0),
+        "producer_clients": client_outcomes(actions),
         "issues": [i.to_dict() if hasattr(i, "to_dict") else dict(i) for i in v.issues],
         "notes": v.notes,
         "checks": CheckResults(v.checks(), v.check_windows()).to_dicts(),
