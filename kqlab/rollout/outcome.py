@@ -56,7 +56,8 @@ NEXT_STEP = {
     "duplicate": "treated as success (a batch the broker already appended)",
     "retried": "resends the batch unchanged until delivery.timeout.ms: its records are "
                "delayed, and lost if the cause persists",
-    "split": "splits the batch and re-enqueues the halves (not counted as a retry)",
+    "split": "splits the batch and re-enqueues the halves (not counted as a retry); a "
+             "librdkafka producer never splits: it fails every record of the batch",
     "failed": "fails every record of the batch: the listed culprits get their own error, the "
               "others 'part of a batch which had one or more invalid records'; nothing is "
               "resent (KIP-467's client retry was never implemented)",
