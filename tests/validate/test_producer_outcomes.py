@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +24,8 @@ import pytest
 from kqlab.validate.verdicts import client_outcomes, lost_delayed_text, producer_action
 
 DAY_MS = 86_400_000
+#: the Java producer's side of the table: one JVM, every case (tests/validate/java)
+JAVA_HARNESS = Path(__file__).parent / "java" / "ProducerOutcomes.java"
 #: librdkafka's own code for the good records of a batch with several culprits
 INVALID_DIFFERENT_RECORD = -138
 
@@ -254,6 +258,59 @@ def test_fenced_transactional_producer_is_fatal(kafka_broker, topic_name) -> Non
     assert err.fatal() and not err.txn_requires_abort()
     # librdkafka's own code for the coordinator's PRODUCER_FENCED answer
     assert err.name() == "_FENCED" and not err.retriable()
+
+
+# -- the Java producer, for kqlab's default column --------------------------------------------
+def _java(broker: Any, cases: Sequence[tuple[str, str, Sequence[str]]]) -> dict[str, Any]:
+    """Run the Java harness (the broker's own kafka-clients jar) over ``cases`` of
+    (topic, producer configs, records as size:timestamp offset:key): per topic, the records'
+    outcomes ("ok" or the exception's class) and the record-retry-total metric."""
+    from kqlab.embedded.kafka import java_binary, kafka_libs
+
+    args = [java_binary(), "-Xmx256m", "-cp", f"{kafka_libs(broker.version)}/*", str(JAVA_HARNESS),
+            broker.bootstrap]
+    for topic, conf, records in cases:
+        args += ["--case", topic, conf, *records]
+    run = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out: dict[str, Any] = {}
+    for line in run.stdout.splitlines():
+        word, _, rest = line.partition(" ")
+        if word == "case":
+            current = out.setdefault(rest, {"records": [], "retries": None})
+        elif word in ("ok", "err"):
+            current["records"].append("ok" if word == "ok" else rest.split(" ", 1)[0])
+        elif word == "retries":
+            current["retries"] = int(rest)
+    return out
+
+
+def test_java_producer_splits_and_names_culprits(kafka_broker, topic_name) -> None:
+    """kqlab's default column is the Java client's: MESSAGE_TOO_LARGE with several records is
+    split and delivered (delayed, not lost), idempotent or not; a refused batch fails every
+    record, the one culprit with the code's own exception, the others with KafkaException."""
+    big, big_idem, ts, ts2, cmp = (f"{topic_name}-{n}" for n in
+                                   ("big", "bigidem", "ts", "ts2", "cmp"))
+    for t in (big, big_idem):
+        kafka_broker.create_topic(t, config={"max.message.bytes": "2000"})
+    for t in (ts, ts2):
+        kafka_broker.create_topic(t, config={"message.timestamp.before.max.ms": "60000"})
+    kafka_broker.create_topic(cmp, config={"cleanup.policy": "compact"})
+    old, ahead = f"10:{-DAY_MS}:k", "10:7200000:k"
+    out = _java(kafka_broker, [
+        (big, "", ["600:0:k"] * 5), (big_idem, "enable.idempotence=true", ["600:0:k"] * 5),
+        (ts, "", ["10:0:k", old, "10:0:k"]), (ts2, "", ["10:0:k", old, "10:0:k", ahead]),
+        (cmp, "", ["10:0:k", "10:0:-", "10:0:k"])])
+    for t in (big, big_idem):
+        assert out[t] == {"records": ["ok"] * 5, "retries": 0}
+    assert producer_action(10, 5) == "split"
+    other = "KafkaException"
+    assert out[ts]["records"] == [other, "InvalidTimestampException", other]
+    assert out[ts2]["records"] == [other, "InvalidRecordException", other,
+                                   "InvalidRecordException"]
+    assert out[cmp]["records"] == [other, "InvalidRecordException", other]
+    assert {out[t]["retries"] for t in (ts, ts2, cmp)} == {0}
+    assert producer_action(32, 3) == producer_action(87, 3) == "failed"
 
 
 # -- kqlab's mapping ----------------------------------------------------------------------------
