@@ -436,9 +436,11 @@ def report(verdicts: VerdictsView, policy: Policy | None = None, *,
     n = max(summary["records"], 1)
     cards = "".join(f"<div class='card'>{_esc(k)}<b>{v:,}</b>{100 * v / n:.2f} %</div>"
                     for k, v in outcomes.items())
-    rd = (summary.get("producer_clients") or {}).get("librdkafka") or {}
-    rd_lost = f"; librdkafka: {rd['lost']:,}" if rd.get("lost", summary["records_lost"]) \
-        != summary["records_lost"] else ""
+    from kqlab.validate.verdicts import librdkafka_counts
+
+    rd = librdkafka_counts(summary)
+    rd_lost = f"; librdkafka: {rd['lost']:,}" if rd and rd["lost"] != summary["records_lost"] \
+        else ""
     cards += (f"<div class='card'>records lost<b>{summary['records_lost']:,}</b>Java producer "
               f"gives up{rd_lost}</div><div class='card'>records delayed<b>"
               f"{summary['records_delayed']:,}</b>retried or split</div>")

@@ -104,9 +104,10 @@ def _fmt(value: Any) -> str:
 def _librdkafka_clause(s: Mapping[str, Any]) -> str:
     """`` (librdkafka: lost n, delayed m)`` when a librdkafka producer's counts differ from the
     Java producer's (it fails the batches Java splits; docs/producer-outcomes.md)."""
-    rd = (s.get("producer_clients") or {}).get("librdkafka")
-    if not rd or (rd["lost"], rd["delayed"]) == (s.get("records_lost", 0),
-                                                 s.get("records_delayed", 0)):
+    from kqlab.validate.verdicts import librdkafka_counts
+
+    rd = librdkafka_counts(s)
+    if rd is None:
         return ""
     return f" (Java producer; librdkafka: lost {rd['lost']:,}, delayed {rd['delayed']:,})"
 

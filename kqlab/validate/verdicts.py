@@ -11,6 +11,7 @@ also counts them for a librdkafka producer, which never splits (docs/producer-ou
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,15 +76,24 @@ def client_outcomes(actions: dict[str, int]) -> dict[str, dict[str, int]]:
             "librdkafka": {"lost": failed + split, "delayed": retried}}
 
 
+def librdkafka_counts(summary: Mapping[str, Any]) -> dict[str, int] | None:
+    """A librdkafka producer's ``{"lost", "delayed"}`` when they differ from the Java
+    producer's (it fails the batches Java splits), else None: the one test every view of the
+    summary uses before it names the second client."""
+    rd = (summary.get("producer_clients") or {}).get("librdkafka")
+    if not rd or (rd["lost"], rd["delayed"]) == (summary.get("records_lost", 0),
+                                                 summary.get("records_delayed", 0)):
+        return None
+    return dict(rd)
+
+
 def lost_delayed_text(summary: dict[str, Any]) -> str:
     """The summary's "would be lost / delayed" sentence: the Java producer's counts, and a
     librdkafka producer's when they differ (it fails the batches Java splits)."""
     text = (f"would be lost: {summary['records_lost']:,} records; delayed (retried or split): "
             f"{summary['records_delayed']:,} (Java producer)")
-    clients = summary.get("producer_clients") or {}
-    rd = clients.get("librdkafka")
-    if rd and (rd["lost"], rd["delayed"]) != (summary["records_lost"],
-                                              summary["records_delayed"]):
+    rd = librdkafka_counts(summary)
+    if rd:
         text += (f"; a librdkafka producer (confluent-kafka), which never splits a batch: lost "
                  f"{rd['lost']:,}, delayed {rd['delayed']:,}")
     return text
@@ -224,6 +234,7 @@ def summary_of(v: Any, records: int, batches: int) -> dict[str, Any]:
     """The summary dict of any engine's verdicts ``v`` (its ``by_*`` methods answer it):
     one definition, so the engines' summaries cannot drift apart."""
     actions = v.by_action()
+    clients = client_outcomes(actions)
     return {
         "policy": v.policy_name, "policy_hash": v.policy_hash,
         "profile": v.profile, "framing": v.framing, "now": v.now,
@@ -234,9 +245,9 @@ def summary_of(v: Any, records: int, batches: int) -> dict[str, Any]:
         "by_partition": v.by_partition().to_pylist(),
         "by_producer": v.by_producer().to_pylist(),
         "producer_actions": actions,
-        "records_lost": actions.get("failed", 0),
-        "records_delayed": actions.get("retried", 0) + actions.get("split", 0),
-        "producer_clients": client_outcomes(actions),
+        "records_lost": clients["java"]["lost"],
+        "records_delayed": clients["java"]["delayed"],
+        "producer_clients": clients,
         "issues": [i.to_dict() if hasattr(i, "to_dict") else dict(i) for i in v.issues],
         "notes": v.notes,
         "checks": CheckResults(v.checks(), v.check_windows()).to_dicts(),
