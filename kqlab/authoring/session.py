@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING, Any
 from kqlab.authoring.check_edits import changed_check, make_check
 from kqlab.authoring.policy_edits import EditError, changed_rule, check_policy, make_rule
 from kqlab.errors import KqlabError
+from kqlab.policy.message_params import StaleLiteral, stale_literals
 from kqlab.policy.model import ENFORCEMENT_PROFILES, Check, Policy, Rule
 from kqlab.viz._style import RuleColors
 
@@ -176,6 +177,9 @@ class AuthoringSession:
         self.examples: ExamplesReport | None = None
         #: why the last edit was refused (None after an accepted one)
         self.error: str | None = None
+        #: per rule id: old parameter values its hand-written message still says after an
+        #: edit (issue 30: a message naming [0.01, 100000] after min became 10)
+        self.stale_messages: dict[str, tuple[StaleLiteral, ...]] = {}
         self.run_info: RunInfo | None = None
         #: whether the current verdicts were judged on :attr:`replayer` (the session made
         #: them, so it knows; no view has to ask the verdicts which engine they came from)
@@ -504,11 +508,27 @@ class AuthoringSession:
 
     def replace_rule(self, rule_id: str, rule: Rule) -> Any:
         """Put ``rule`` where rule ``rule_id`` is."""
-        self.rule(rule_id)
+        before = self.rule(rule_id)
         if rule.id != rule_id and any(r.id == rule.id for r in self.policy.rules):
             raise self.refuse(f"there is already a rule {rule.id!r}")
-        return self._commit(self.policy.with_rules(
-            [rule if r.id == rule_id else r for r in self.policy.rules]))
+        kept = dict(self.stale_messages)  # set before the commit: its observers show it
+        stale = stale_literals(before, rule, self.stale_messages.pop(rule_id, ()))
+        if stale:
+            self.stale_messages[rule.id] = stale
+        try:
+            return self._commit(self.policy.with_rules(
+                [rule if r.id == rule_id else r for r in self.policy.rules]))
+        except EditError:
+            self.stale_messages = kept
+            raise
+
+    @property
+    def message_warnings(self) -> tuple[str, ...]:
+        """The rules whose hand-written message still says a parameter's old value (checked
+        against the rules as they are now: an undo or a fixed message clears it)."""
+        rules = {r.id: r for r in self.policy.rules}
+        return tuple(s.text for rid, found in self.stale_messages.items() if rid in rules
+                     for s in stale_literals(rules[rid], rules[rid], found))
 
     def remove_rule(self, rule_id: str) -> Any:
         """Remove rule ``rule_id``."""

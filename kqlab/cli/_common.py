@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 # a command reads its policy file as every caller of kqlab does (re-exported for the commands)
-from kqlab.sources.policy_files import load_policy_file, prepare_registries
+from kqlab.sources.policy_files import load_policy_file as _load_policy_file
+from kqlab.sources.policy_files import prepare_registries
 
 __all__ = [
     "EXIT_CODES",
@@ -109,6 +110,25 @@ def add_json_flag(parser: argparse.ArgumentParser, help: str = "print one JSON d
                   ) -> None:
     """The ``--json`` option every command has (the same name and meaning everywhere)."""
     parser.add_argument("--json", action="store_true", help=help)
+
+
+def load_policy_file(path: str) -> Any:
+    """The policy file ``path`` as every command reads it
+    (:func:`kqlab.sources.policy_files.load_policy_file`), then linted: a rule message that
+    writes a parameter's value by hand (``[0.01, 100000]`` instead of ``[{min}, {max}]``) is
+    a warning on stderr naming file, line and key — it would go stale at the next edit."""
+    from pathlib import Path
+
+    from kqlab.policy.message_params import message_lints
+
+    policy = _load_policy_file(path)
+    try:
+        text: str | None = Path(path).read_text(encoding="utf-8-sig")
+    except OSError:
+        text = None
+    for line in message_lints(policy, text, str(path)):
+        print(f"kqlab: warning: {line}", file=sys.stderr)
+    return policy
 
 
 def write_json(doc: dict[str, Any], *, default: Callable[[Any], Any] | None = None) -> None:

@@ -31,6 +31,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from kqlab.errors import KqlabError
+from kqlab.policy.message_params import params_filled
 
 __all__ = [
     "APPROXIMATE",
@@ -349,7 +350,7 @@ def rule_lines(rules: Iterable[Any], status: Mapping[str, str] | None = None) ->
     """
     out = []
     for r in rules:
-        what = r.description or r.message or ""
+        what = r.description or params_filled(r) or ""
         head = f"rule {r.id} ({r.kind}, severity {r.severity}, {r.mode})"
         if status is not None and r.id in status:
             head += f" [{status[r.id]}]"

@@ -150,7 +150,9 @@ def rename_cel(expr: str, renames: dict[str, str] | None = None) -> str:
 def _doc(rule: Any) -> str:
     """The rule's failure text for ``doc`` (the serializer's error message): the rule's own
     message when it has no per-record placeholders, else its description or a plain label."""
-    text = rule.message
+    from kqlab.policy.message_params import params_filled
+
+    text = params_filled(rule)  # the current parameters, never a stale copy of them
     if text and "{" not in text:
         return text
     return rule.description or f"kqlab rule {rule.id} ({rule.kind}) failed"

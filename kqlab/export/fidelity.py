@@ -76,6 +76,7 @@ from kqlab.export.roundtrip_confluent import roundtrip_confluent
 from kqlab.export.roundtrip_gate import roundtrip_gate
 from kqlab.export.roundtrip_tansu import roundtrip_tansu
 from kqlab.export.roundtrip_topic_policy import roundtrip_topic_policy
+from kqlab.policy.message_params import params_filled
 
 __all__ = ["NO_ENGINE", "ROUNDTRIPS", "FidelityReport", "RoundTrip", "RuleCheck", "Verdict",
            "fidelity_report", "roundtrip_confluent", "roundtrip_gate", "roundtrip_tansu",
@@ -440,7 +441,8 @@ def fidelity_report(policy: Any, *, sample: Any = None, now: int | None = None,
             except ExportError as exc:
                 skipped[name] = str(exc)
     report = FidelityReport(policy.name, provenance(policy), exports, skipped=skipped,
-                            rules={r.id: (r.severity, r.description or r.message or "")
+                            rules={r.id: (r.severity,
+                                          r.description or params_filled(r) or "")
                                    for r in policy.rules},
                             checks={c.id: c.kind for c in policy.checks})
     report.run = {"exported_at": today or datetime.date.today().isoformat(), "seconds": {}}

@@ -22,6 +22,7 @@ import ipywidgets as w
 from kqlab.authoring import AuthoringSession, EditError, check_cel
 from kqlab.errors import KqlabError
 from kqlab.policy.catalog import KINDS, Param
+from kqlab.policy.message_params import stale_literals
 from kqlab.policy.model import ENFORCEMENT_PROFILES, MODES, SEVERITIES, Policy, Rule
 from kqlab.widgets._common import FigureView, build_figures, css, error_html
 
@@ -109,7 +110,10 @@ class RuleForm:
         self._problem = problem
         self.kind = css(w.Dropdown(options=sorted(KINDS), description="kind"), "form_kind")
         self.rule_id = css(w.Text(description="id", continuous_update=True), "form_id")
-        self.message = w.Text(description="message", placeholder="catalog default")
+        self.message = w.Text(description="message", placeholder="catalog default",
+                              continuous_update=True)
+        #: a hand-written message that still says a parameter's old value (issue 30)
+        self.message_status = w.HTML("")
         self.when = css(w.Text(description="when", placeholder="CEL precondition (optional)",
                                continuous_update=True), "form_when")
         self.severity = w.Dropdown(options=list(SEVERITIES), value="error",
@@ -129,10 +133,11 @@ class RuleForm:
         # ipywidgets' own value <-> index sync, and the page would show a stale kind
         self.kind.observe(self._on_kind, names="value")
         self.when.observe(self._on_input, names="value")
+        self.message.observe(self._on_message, names="value")
         self.widget = css(w.VBox([
             w.HBox([self.kind, self.rule_id]), self._params,
             w.HBox([self.message, self.when]), w.HBox([self.severity, self.mode]),
-            self.cel_status, w.HBox([self.apply]), self.error,
+            self.cel_status, self.message_status, w.HBox([self.apply]), self.error,
         ]), "form")
         self._build(self.kind.value, {})
 
@@ -149,9 +154,29 @@ class RuleForm:
             widget = css(_param_widget(p, params.get(p.name)), "form_param", name=p.name)
             if p.name in _CHECKED_PARAMS:
                 widget.observe(self._on_input, names="value")
+            else:
+                widget.observe(self._on_message, names="value")
             self.fields[p.name] = widget
         self._params.children = tuple(self.fields.values())
         self.check()
+        self.check_message()
+
+    def _on_message(self, _change: dict[str, Any]) -> None:
+        self.check_message()
+
+    def check_message(self) -> None:
+        """Flag a hand-written message that still says a parameter's old value once the
+        parameter is edited (write ``{min}`` and it follows the edit)."""
+        if self._loading or self.loaded is None:
+            self.message_status.value = ""
+            return
+        try:
+            rule = self.rule(require_id=False)
+        except (EditError, KqlabError, ValueError, TypeError):
+            return  # a parameter that does not read yet: Apply will say which
+        stale = stale_literals(self.loaded, rule)
+        self.message_status.value = error_html("; ".join(s.text for s in stale)) \
+            if stale else ""
 
     def load(self, rule: Rule | None = None, *, kind: str | None = None,
              rule_id: str = "") -> None:
@@ -532,7 +557,7 @@ class PolicyEditor:
         self.outcomes.value = " · ".join(
             f"<b>{k}</b> {c:,} ({c / n:.1%})" for k, c in o.items()) if o else \
             "no sample loaded"
-        self.warning.value = error_html(" ".join(s.warnings))
+        self.warning.value = error_html(" ".join((*s.warnings, *s.message_warnings)))
         self.golden.value = html.escape(s.examples_text())
         self.error.value = error_html(s.error)
         self.yaml.value = self._yaml(s.policy)
