@@ -28,6 +28,7 @@ from kqlab.cli._common import (
     shown_dir,
     write_json,
 )
+from kqlab.cli._errored import errored_records, print_errored
 from kqlab.cli._health import add_strict_flag, rule_findings
 
 if TYPE_CHECKING:
@@ -98,6 +99,9 @@ def add_parser(sub: SubParsers) -> None:
                      "(spark.archives; over --remote a session artifact)")
     rep.add_argument("--overwrite", action="store_true",
                      help="with --engine spark: replace an existing --out folder")
+    rep.add_argument("--errors", action="store_true",
+                     help="list the records a rule could not judge (evaluation errors: "
+                     "failures with status error in records.parquet), one row per rule")
     add_strict_flag(rep)
     add_json_flag(rep)
     rep.set_defaults(run=cmd_replay)
@@ -159,8 +163,8 @@ def print_summary(summary: dict[str, Any], *, out: TextIO | None = None) -> None
         if r["evaluation_errors"] and not r.get("broken"):
             c.print(styled(f"evaluation errors: rule {r['rule']} raised an error on "
                            f"{r['evaluation_errors']:,} record(s) — they are failures with "
-                           "status error in the record verdicts (failures.params['status'] "
-                           "in records.parquet)", "error"))
+                           "status error in the record verdicts (failures.status in "
+                           "records.parquet; kqlab replay --errors lists them)", "error"))
     if summary.get("checks"):
         print_checks(summary["checks"], out=out)
     for note in summary["notes"]:
@@ -330,6 +334,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         summary["clock"] = clock
         if args.fail_over is not None:
             summary["fail_over"] = fail_over(summary, args.fail_over)
+        if args.errors:
+            summary["errored"] = errored_records(verdicts)
         if args.vet:
             from kqlab.policy import save_policy
 
@@ -361,6 +367,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         write_json(summary)
         return status
     print_summary(summary)
+    if "errored" in summary:
+        print_errored(summary["errored"])
     _print_clock(summary)
     if args.out:
         print(f"verdict tables written to {shown_dir(args.out)}")
@@ -394,6 +402,8 @@ def _replay_spark(args: argparse.Namespace, policy: Policy) -> int:
     _warn_clock(verdicts)
     if args.fail_over is not None:
         summary["fail_over"] = fail_over(summary, args.fail_over)
+    if args.errors:
+        summary["errored"] = errored_records(verdicts)
     if args.vet:
         from kqlab.policy import save_policy
 
@@ -403,6 +413,8 @@ def _replay_spark(args: argparse.Namespace, policy: Policy) -> int:
         write_json(summary)
     else:
         print_summary(summary)
+        if "errored" in summary:
+            print_errored(summary["errored"])
         _print_clock(summary)
         print(f"engine: spark, {summary['units']} unit(s) in {summary['seconds']:.1f} s; "
               f"verdict Parquet files in {shown_dir(summary['out'])}")

@@ -375,7 +375,11 @@ def query_filter(query: RecordQuery) -> Column:
 
     cond = (sf.col("outcome") == "collateral") if query.collateral else \
         (sf.col("outcome") != "accepted")
-    if query.reason is not None and not query.collateral:
+    if query.errors:  # the records a rule could not judge, whatever their outcome
+        errored = sf.exists("failures", lambda f: (f["status"] == sf.lit("error")) & (
+            f["rule"] == sf.lit(query.reason) if query.reason is not None else sf.lit(True)))
+        cond = (cond & errored) if query.collateral else errored
+    elif query.reason is not None and not query.collateral:
         cond = cond & sf.exists("failures", lambda f: f["rule"] == sf.lit(query.reason))
     if query.topic is not None:
         cond = cond & (sf.col("topic") == query.topic)

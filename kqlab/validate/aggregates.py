@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kqlab.validate.verdict_tables import RECORD_VERDICTS_SCHEMA, batch_ids
+from kqlab.validate.verdict_tables import ERROR, RECORD_VERDICTS_SCHEMA, batch_ids
 from kqlab.validate.view import (
     OUTCOME_CODES,
     REASONS_SCHEMA,
@@ -525,10 +525,28 @@ class LocalAggregates:
             keys = _np(t.column(query.order).take(pa.array(rows))).astype(np.int64)
         return rows[np.lexsort((rows, -keys if query.descending else keys))]
 
+    def errored(self, rule: str | None = None) -> np.ndarray:
+        """bool per record: a failure of it (of ``rule`` when given) has status ``error``
+        (read from the record verdicts' ``failures.status``, the column records.parquet
+        carries)."""
+        hit = np.zeros(self.n, dtype=bool)
+        column = _combined(self.table.column("failures"))
+        flat = pc.list_flatten(column)
+        if not len(flat):
+            return hit
+        cond = pc.equal(pc.struct_field(flat, "status"), pa.scalar(ERROR))
+        if rule is not None:
+            cond = pc.and_(cond, pc.equal(pc.struct_field(flat, "rule"), pa.scalar(rule)))
+        parents = _np(pc.list_parent_indices(column))
+        hit[parents[_np(cond.fill_null(False)).astype(bool)]] = True
+        return hit
+
     def _select(self, query: RecordQuery) -> np.ndarray:
         outcome = self.outcome
         mask = (outcome == 2) if query.collateral else (outcome != 0)
-        if query.reason is not None and not query.collateral:
+        if query.errors:
+            mask = self.errored(query.reason) & (mask if query.collateral else True)
+        elif query.reason is not None and not query.collateral:
             parents, rules, _, _ = self.failures
             hit = np.zeros(self.n, dtype=bool)
             if len(rules):

@@ -690,7 +690,8 @@ class Assembler:
 
 
 #: a failure's ``params`` when the rule could not judge the record: an evaluation error is a
-#: status of its own (``failures.params['status'] == 'error'`` in records.parquet)
+#: status of its own (``failures.params['status'] == 'error'``, from which the failure's
+#: ``status`` column is made: ``verdict_tables.failure_status``)
 ERROR_STATUS = "error"
 
 

@@ -219,10 +219,15 @@ class RecordQuery:
     """Which refused (rejected or collateral) records to list: failing ``reason`` (a rule id
     or ``broker:<check>``, any enforcement), ``collateral`` only, one ``topic`` and/or
     ``partition``, inclusive ``offsets`` and ``time`` (epoch ms) ranges (None: open); and in
-    which ``order`` (:data:`RECORD_ORDERS`), ``descending`` or not."""
+    which ``order`` (:data:`RECORD_ORDERS`), ``descending`` or not.
+
+    ``errors``: instead the records a rule could not judge (a failure whose ``status`` is
+    ``error``; of rule ``reason`` when given), whatever their outcome — an observe rule's
+    errored records are appended, and are still to be found."""
 
     reason: str | None = None
     collateral: bool = False
+    errors: bool = False
     topic: str | None = None
     partition: int | None = None
     offsets: tuple[int | None, int | None] = (None, None)

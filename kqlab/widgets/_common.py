@@ -61,6 +61,7 @@ CSS = {
     "explorer": "kqlab-rejection-explorer",
     "filter_reason": "kqlab-filter-reason",
     "filter_partition": "kqlab-filter-partition",
+    "filter_errors": "kqlab-filter-errors",
     "table": "kqlab-rejected-table",
     "record": "kqlab-record-<partition>-<offset>",
     "detail": "kqlab-record-detail",

@@ -85,6 +85,10 @@ class RejectionExplorer:
         self.reason = css(w.Dropdown(options=[ALL], description="reason"), "filter_reason")
         self.partition = css(w.Dropdown(options=[ALL], description="partition"),
                              "filter_partition")
+        #: the records a rule could not judge (failures with status ``error``), whatever
+        #: their outcome: the same query as ``kqlab replay --errors``
+        self.errors_only = css(w.Checkbox(value=False, description="evaluation errors only",
+                                          indent=False), "filter_errors")
         self.offset_min = w.Text(description="offsets ≥", placeholder="any",
                                  continuous_update=False)
         self.offset_max = w.Text(description="≤", placeholder="any", continuous_update=False)
@@ -100,8 +104,8 @@ class RejectionExplorer:
                      for k, label, order, num in COLUMNS],
             empty="No refused record matches these filters."), "table")
         self.detail_out = css(w.Output(), "detail")
-        for control in (self.reason, self.partition, self.offset_min, self.offset_max,
-                        self.time_min, self.time_max):
+        for control in (self.reason, self.partition, self.errors_only, self.offset_min,
+                        self.offset_max, self.time_min, self.time_max):
             control.observe(lambda _ch: self._from_controls(), names="value")
         self.apply_button.on_click(lambda _b: self._from_controls())
         self.clear_button.on_click(lambda _b: self.set_filter())
@@ -109,7 +113,7 @@ class RejectionExplorer:
         self.table.observe(self._on_page, names="page")
         self.table.observe(self._on_select, names="selected")
         self.widget = css(w.VBox([
-            w.HBox([self.reason, self.partition]),
+            w.HBox([self.reason, self.partition, self.errors_only]),
             w.HBox([self.offset_min, self.offset_max]), w.HBox([self.time_min, self.time_max]),
             w.HBox([self.apply_button, self.clear_button]),
             self.error, self.table, self.detail_out,
@@ -152,12 +156,14 @@ class RejectionExplorer:
     # -- the Python twins --------------------------------------------------------------------
     def set_filter(self, *, reason: str | None = None, partition: str | int | None = None,
                    offsets: tuple[int | None, int | None] | None = None,
-                   time: tuple[Any, Any] | None = None) -> list[dict[str, Any]]:
+                   time: tuple[Any, Any] | None = None, errors: bool = False
+                   ) -> list[dict[str, Any]]:
         """Filter the refused records; returns the first page.  ``reason``: a rule id or
         ``broker:<check>`` (``"(collateral)"``: records rejected with their batch only);
         ``partition``: ``"topic-N"`` (or N when there is one topic); ``offsets`` and ``time``
-        (epoch ms, ISO text or datetimes) are inclusive ranges, None for open ends.  Nothing
-        given: every refused record."""
+        (epoch ms, ISO text or datetimes) are inclusive ranges, None for open ends;
+        ``errors``: instead the records a rule (``reason`` when given) could not judge,
+        whatever their outcome.  Nothing given: every refused record."""
         if partition is not None and not isinstance(partition, str):
             matches = [o for o in self.partition.options if o.rsplit("-", 1)[-1] == str(partition)]
             if len(matches) != 1:
@@ -167,6 +173,7 @@ class RejectionExplorer:
         with self._quiet():
             self.reason.value = reason or ALL
             self.partition.value = partition or ALL
+            self.errors_only.value = bool(errors)
             lo, hi = offsets or (None, None)
             self.offset_min.value = "" if lo is None else str(lo)
             self.offset_max.value = "" if hi is None else str(hi)
@@ -239,6 +246,7 @@ class RejectionExplorer:
         try:
             self._filters = {
                 "reason": self.reason.value, "partition": self.partition.value,
+                "errors": bool(self.errors_only.value),
                 "offsets": (_int(self.offset_min.value), _int(self.offset_max.value)),
                 "time": (_int_or_time(self.time_min.value), _int_or_time(self.time_max.value)),
             }
@@ -259,7 +267,8 @@ class RejectionExplorer:
         sort = self.table.sort or {}
         self._query = RecordQuery(
             reason=None if reason in (None, ALL, COLLATERAL) else reason,
-            collateral=reason == COLLATERAL, topic=topic, partition=partition,
+            collateral=reason == COLLATERAL, errors=bool(f.get("errors", False)),
+            topic=topic, partition=partition,
             offsets=f.get("offsets", (None, None)), time=f.get("time", (None, None)),
             order=sort.get("key", "log"), descending=bool(sort.get("descending", False)))
         self._go_to(0)
@@ -390,7 +399,8 @@ class RejectionExplorer:
             self.table.pages = pages
             sel = self.selected
             self.table.selected = _row_id(*sel) if sel is not None else ""
-            self.table.status = f"{self.matches:,} records · page {page + 1} of {pages}"
+            what = "records a rule could not judge" if self._query.errors else "records"
+            self.table.status = f"{self.matches:,} {what} · page {page + 1} of {pages}"
 
     def _keys(self, page: list[dict[str, Any]]) -> dict[tuple[str, int, int], Any]:
         """The page's keys read from the sample (a few rows; none without a sample): text when
@@ -428,10 +438,14 @@ def _matches(record: dict[str, Any], q: RecordQuery) -> bool:
     """Whether the record verdict ``record`` is one ``q`` lists (the filters of
     :meth:`~kqlab.validate.view.VerdictsView.find`, for one record in hand)."""
     outcome = record["outcome"]
-    if outcome == "accepted" or (q.collateral and outcome != "collateral"):
+    failures = record["failures"] or []
+    if q.collateral and outcome != "collateral":
         return False
-    if q.reason is not None and not q.collateral and \
-            q.reason not in {f["rule"] for f in record["failures"] or []}:
+    if q.errors:  # errored records whatever their outcome, of rule ``reason`` when given
+        if not any(f["status"] == "error" and q.reason in (None, f["rule"]) for f in failures):
+            return False
+    elif outcome == "accepted" or (q.reason is not None and not q.collateral and
+                                   q.reason not in {f["rule"] for f in failures}):
         return False
     if q.topic is not None and record["topic"] != q.topic:
         return False

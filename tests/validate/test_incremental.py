@@ -197,7 +197,8 @@ def test_views_get_the_replays_codes_equal_to_derived_ones(log):
 def test_failures_array_from_lists_still_builds_the_column():
     col = failures_array(3, np.array([2, 0, 2]), ["b", "a", None], np.array([87, 0, 32]),
                          ["x", "y", "z"])
-    unknown = {"kind": None, "step": None, "params": None}  # lists say nothing of identity
+    # lists say nothing of identity; a failure with no params is one the check judged
+    unknown = {"kind": None, "step": None, "params": None, "status": "failed"}
     assert col.to_pylist() == [
         [{"rule": "a", "code": 0, "message": "y"} | unknown], [],
         [{"rule": "b", "code": 87, "message": "x"} | unknown,

@@ -74,7 +74,8 @@ def test_failing_record_rejects_its_batch_with_kip467_record_errors(three_batche
     failures = v.records.column("failures").to_pylist()
     assert failures[4] == [{"rule": "trace", "code": 87,
                             "message": "trace-id header is required",
-                            "kind": "header_required", "step": None, "params": None}]
+                            "kind": "header_required", "step": None, "params": None,
+                            "status": "failed"}]
     assert failures[3] == [] and failures[0] == []
     assert v.by_outcome() == {"accepted": 6, "rejected": 1, "collateral": 2}
     assert v.rules.to_pylist()[0]["rejected_batches"] == 1
@@ -132,7 +133,7 @@ def test_observe_rules_count_but_never_reject(three_batches):
     assert v.rules.to_pylist()[0]["rejected_records"] == 0
     assert v.records.column("failures").to_pylist()[4] == [
         {"rule": "trace", "code": 0, "message": "header 'trace-id' is missing",
-         "kind": "header_required", "step": None, "params": None}]
+         "kind": "header_required", "step": None, "params": None, "status": "failed"}]
 
 
 def test_policy_rejection_leaves_producer_state_alone(tmp_path):
