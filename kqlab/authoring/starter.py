@@ -120,16 +120,18 @@ def _quote(path: str) -> str:
 
 
 def next_commands(sample: str, policy: Path, framing: str) -> tuple[str, ...]:
-    """The three commands after ``init``: replay, report and export, with the real paths."""
+    """The three commands after ``init``, with the real paths: replay the sample, write its
+    report, open the workbench on it in JupyterLab (absolute paths: the notebook's kernel
+    runs in another folder)."""
     s, p = _quote(sample), _quote(str(policy))
     frame = "" if framing == "exact" else f" --framing {framing}"
     stem = policy.name.removesuffix(".yaml").removesuffix(".policy")
-    here = policy.parent
-    reports = _quote(str(here / f"{stem}-report") + os.sep)
-    export = _quote(str(here / f"{stem}-export") + os.sep)
+    reports = _quote(str(policy.parent / f"{stem}-report") + os.sep)
+    cell = (f"import kqlab; kqlab.Workbench({str(Path(sample).resolve())!r}, "
+            f"kqlab.load_policy({str(policy.resolve())!r}))")
     return (f"kqlab replay {s} --policy {p}{frame}",
             f"kqlab report {s} --policy {p}{frame} --out {reports}",
-            f"kqlab export {p} --target gate --sample {s} --out {export}")
+            f"jupyter lab   # then, in a notebook cell: {cell}")
 
 
 def _starter(name: str, topic: str, key: FormatGuess, value: FormatGuess) -> Policy:
@@ -157,7 +159,8 @@ def _comment(text: str, width: int = 96) -> list[str]:
     import textwrap
 
     return textwrap.wrap(" ".join(text.split()), width=width, initial_indent="# ",
-                         subsequent_indent="#   ", break_long_words=True) or ["#"]
+                         subsequent_indent="#   ", break_long_words=True,
+                         break_on_hyphens=False) or ["#"]
 
 
 def _header(result: dict[str, Any]) -> list[str]:

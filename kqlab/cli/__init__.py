@@ -1,6 +1,7 @@
 """The ``kqlab`` command line, one module per command.
 
-``inspect`` (:mod:`kqlab.cli.inspect`), ``replay`` (:mod:`~kqlab.cli.replay`), ``sample``
+``init`` (:mod:`kqlab.cli.init`: a starter policy for one's own topic), ``inspect``
+(:mod:`kqlab.cli.inspect`), ``replay`` (:mod:`~kqlab.cli.replay`), ``sample``
 (:mod:`~kqlab.cli.sample`), ``snapshot`` (:mod:`~kqlab.cli.snapshot`), ``demo``
 (:mod:`~kqlab.cli.demo`), ``test`` and ``suggest`` (:mod:`~kqlab.cli.policy`), ``report``
 (:mod:`~kqlab.cli.report`), ``export`` (:mod:`~kqlab.cli.export`), ``gate``
@@ -31,6 +32,7 @@ from kqlab.cli import (
     export,
     gate,
     import_,
+    init,
     inspect,
     plan,
     policy,
@@ -47,12 +49,13 @@ from kqlab.errors import KqlabError
 __all__ = ["build_parser", "main"]
 
 #: the command modules, in the order ``kqlab --help`` lists them
-_COMMANDS = (inspect, replay, sample, snapshot, demo, policy, report, whatif, plan, export,
+_COMMANDS = (init, inspect, replay, sample, snapshot, demo, policy, report, whatif, plan, export,
              gate, verify, import_, dlq)
 
 
 _EXAMPLES = """\
 examples:
+  kqlab init 127.0.0.1:9092 orders                                   # start here: a policy
   kqlab inspect orders-0 --validate --config cleanup.policy=compact   # like kafka-dump-log
   kqlab sample 127.0.0.1:9092 orders snap/ --latest 10000 --exact     # a live topic
   kqlab suggest snap/ --policy orders.yaml --write suggested.yaml    # rules from a sample

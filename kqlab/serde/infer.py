@@ -142,7 +142,9 @@ def _unframed(role: str, present: int, values: list[bytes]) -> FormatGuess:
         evidence = f"{n_json:,} of {looked:,} {role}s parse as JSON objects or arrays"
         if n_json < looked:
             first = next(i for i, good in enumerate(ok) if not good)
-            evidence += (f"; {looked - n_json:,} do not (the first: {_excerpt(values[first])})"
+            bad = looked - n_json
+            verb = "does" if bad == 1 else "do"
+            evidence += (f"; {bad:,} {verb} not (the first: {_excerpt(values[first])})"
                          " — the implicit decodable rule rejects them")
         return FormatGuess(role=role, format="json", evidence=evidence, present=present,
                            parsed=n_json)
@@ -206,7 +208,7 @@ def _registry_types(role: str, counts: dict[int, int], topic: str | None, regist
     for schema_id, n in counts.items():
         try:
             schema = client.get_schema(schema_id)
-            names = client.get_subjects_by_schema_id(schema_id) or []
+            names = _subjects_of(client, schema_id, schema, mock=registry.startswith("mock://"))
         except Exception as exc:  # the client raises its own error types, or a socket's
             status = getattr(exc, "http_status_code", None)
             if status == 404:
@@ -229,3 +231,19 @@ def _registry_types(role: str, counts: dict[int, int], topic: str | None, regist
     if subject is None:
         notes.append(f"registry {registry} names no subject for the {role}s' schema ids")
     return fmt, subject, tuple(notes)
+
+
+def _subjects_of(client: Any, schema_id: int, schema: Any, *, mock: bool) -> list[str]:
+    """The subjects ``schema_id`` is registered under.  confluent-kafka's mock client has no
+    ``get_subjects_by_schema_id`` (it sends HTTP requests to ``mock://``, retried for
+    seconds): there every subject is asked whether it holds the schema (``lookup_schema``)."""
+    if not mock:
+        return list(client.get_subjects_by_schema_id(schema_id) or [])
+    names = []
+    for subject in client.get_subjects():
+        try:
+            if client.lookup_schema(subject, schema).schema_id == schema_id:
+                names.append(subject)
+        except Exception:  # a subject without this schema (404): not its subject
+            continue
+    return names
