@@ -52,6 +52,7 @@ from kqlab.export.base import (
     provenance,
     provenance_properties,
 )
+from kqlab.export.confluent_json import DRAFT7, JSON_INT64, json_schema_fidelity, json_schema_of
 
 __all__ = ["build", "cel_variables", "confluent_rule", "register_contract", "rename_cel",
            "writer_schema"]
@@ -240,12 +241,13 @@ def _typed_field_cel(rule: Any, ft: Any) -> tuple[str | None, str, str]:
     return expr, EXACT, how
 
 
-def confluent_rule(rule: Any, *, dlq_topic: str | None = None, writer: Any = None
-                   ) -> tuple[RuleFidelity, dict[str, Any] | None]:
+def confluent_rule(rule: Any, *, dlq_topic: str | None = None, writer: Any = None,
+                   proto: Any = None) -> tuple[RuleFidelity, dict[str, Any] | None]:
     """One kqlab rule as a Confluent domain rule (or None) with its fidelity.
 
     ``writer`` is the Avro writer schema (parsed JSON) for Avro values: field rules are then
-    written for the executor's binding of their field's type (module docstring).
+    written for the executor's binding of their field's type (module docstring); ``proto``
+    the message descriptor for Protobuf values (:mod:`kqlab.export.confluent_protobuf`).
     """
     from kqlab.validate.fields import FIELD_KINDS, field_rule_to_cel
 
@@ -266,12 +268,22 @@ def confluent_rule(rule: Any, *, dlq_topic: str | None = None, writer: Any = Non
             if typed is not None:
                 expr, how = typed, "CEL CONDITION for the Avro type"
             how += extra
+        elif proto is not None:
+            from kqlab.export.confluent_protobuf import protobuf_field_cel
+
+            typed, status, extra = protobuf_field_cel(rule, proto)
+            expr = typed or expr
+            how += extra
     elif k == "cel":
         expr, how = rule.param("expr"), "CEL CONDITION, the expression as written"
         status = APPROXIMATE
         how += (" (approximate: the Python client evaluates it with cel-python, kqlab with "
                 "cel-expr-python; cel-python has no heterogeneous equality - `1 != null` "
                 "raises - and a rule that raises refuses the record)")
+        if proto is not None:
+            from kqlab.export.confluent_protobuf import CEL_PROTOBUF
+
+            how += CEL_PROTOBUF
     elif k in ("decodable", "avro_valid", "json_valid", "json_schema") and value_side:
         return row(APPROXIMATE, "by construction: the serializer writes only data that "
                    "conforms to the registered schema (a raw-bytes producer is not checked)"
@@ -362,20 +374,21 @@ def _schema(policy: Any, subject: str, schema: str | None
         for r in policy.rules:
             if r.kind != "json_schema" or r.param("target") == "key" or r.mode != "reject":
                 continue  # an observe-mode schema would refuse: it is not registered
-            doc = _json_schema_of(r)
+            doc = json_schema_of(r)
             if doc is None:
                 continue
             note = f"schema: the policy's json_schema rule {r.id!r}"
             if isinstance(doc, dict) and "$schema" not in doc:
                 # kqlab validates with fastjsonschema, whose default is draft-07; the
                 # serializer's jsonschema defaults to the newest draft: pin the one kqlab used
-                doc = {"$schema": _DRAFT7, **doc}
+                doc = {"$schema": DRAFT7, **doc}
                 note += " (pinned to draft-07, the draft kqlab's validator assumed)"
             return "JSON", json.dumps(doc, sort_keys=True), note, r.id
         return "JSON", json.dumps({}), \
             "schema: the empty schema {} accepts any JSON value, as json_valid does (the " \
             "policy declares no JSON Schema)", None
-    raise ExportError(f"a data contract needs an Avro or JSON value; policy {policy.name!r} "
+    raise ExportError(f"a data contract needs an Avro, JSON or Protobuf value; policy "
+                      f"{policy.name!r} "
                       f"has value format {fmt!r}")
 
 
@@ -436,63 +449,6 @@ def _folder_schema(folder: Path, subject: str) -> tuple[str, str]:
     return text, f"schema: {why}"
 
 
-_DRAFT7 = "http://json-schema.org/draft-07/schema#"
-#: what keeps an expression rule from being exact on JSON values (verified with 2.16.0)
-_JSON_INT64 = ("; approximate on JSON values: a JSON integer outside the signed 64-bit range "
-               "anywhere in the value makes the executor's conversion of the message fail "
-               "(ValueError 'overflow'), so the record is refused whatever the rule says")
-
-
-def _json_schema_of(rule: Any) -> Any:
-    """The schema of a ``json_schema`` rule (inline, else read from its ``path``), or None."""
-    from kqlab.policy.model import thaw
-
-    inline = rule.param("schema")
-    if inline is not None:
-        return thaw(inline)
-    if rule.param("path"):
-        try:
-            with open(rule.param("path"), encoding="utf-8") as fh:
-                return json.load(fh)
-        except (OSError, ValueError):
-            return None
-    return None
-
-
-def _has_key(doc: Any, key: str) -> bool:
-    if isinstance(doc, dict):
-        return key in doc or any(_has_key(v, key) for v in doc.values())
-    if isinstance(doc, list):
-        return any(_has_key(v, key) for v in doc)
-    return False
-
-
-def _json_schema_fidelity(rule: Any, registered: str | None) -> RuleFidelity:
-    """A value-side ``json_schema`` rule of a JSON policy: the JSONSerializer validates every
-    value against the *registered* schema (``validate`` is on by default), after the domain
-    rules; a second schema has no place in the contract."""
-    def row(status: str, how: str) -> RuleFidelity:
-        return RuleFidelity(rule=rule.id, kind=rule.kind, status=status, how=how,
-                            mode=rule.mode)
-
-    if rule.mode == "observe":
-        return row(NOT_EXPRESSIBLE, "observe mode: the serializer refuses every value that "
-                   "does not conform to the registered schema and cannot merely count, so this "
-                   "schema is not registered")
-    if rule.id != registered:
-        why = f"rule {registered!r}'s schema is the registered one" if registered else \
-            "its schema could not be read"
-        return row(NOT_EXPRESSIBLE, "a schema version carries one JSON Schema and " + why +
-                   "; the serializer validates against that one only")
-    how = ("the registered schema: JSONSerializer validates every value against it "
-           "(validate=true, the default), after the domain rules; a refusal is a "
-           "SerializationError from jsonschema, not a RuleConditionError")
-    if _has_key(_json_schema_of(rule), "format"):
-        return row(APPROXIMATE, how + "; 'format' is asserted by kqlab (fastjsonschema) but "
-                   "only annotated by the serializer (jsonschema without a format checker)")
-    return row(EXACT, how)
-
-
 def build(policy: Any, *, subject: str | None = None, schema: str | None = None,
           dlq_topic: str | None = None) -> Export:
     """The register body, the subject-config body and a registration script for ``policy``.
@@ -503,18 +459,27 @@ def build(policy: Any, *, subject: str | None = None, schema: str | None = None,
     only raising.
     """
     subject = _subject(policy, subject)
-    schema_type, schema_text, schema_note, schema_rule = _schema(policy, subject, schema)
+    pb = None
+    schema_note: str | None
+    if policy.value.format == "protobuf" and schema is None:
+        from kqlab.export.confluent_protobuf import protobuf_contract
+
+        pb = protobuf_contract(policy, subject)
+        schema_type, schema_text, schema_note, schema_rule = "PROTOBUF", pb.schema, pb.note, None
+    else:
+        schema_type, schema_text, schema_note, schema_rule = _schema(policy, subject, schema)
     writer = json.loads(schema_text) if schema_type == "AVRO" else None
     prov = provenance(policy)
     fid, rules = [], []
     for r in policy.rules:
-        f, rule = confluent_rule(r, dlq_topic=dlq_topic, writer=writer)
+        f, rule = confluent_rule(r, dlq_topic=dlq_topic, writer=writer,
+                                 proto=None if pb is None else pb.desc)
         if schema_type == "JSON" and schema is None and r.kind == "json_schema" and \
                 r.param("target") != "key":
-            f = _json_schema_fidelity(r, schema_rule)
+            f = json_schema_fidelity(r, schema_rule)
         elif schema_type == "JSON" and rule is not None and f.status == EXACT:
             f = RuleFidelity(rule=f.rule, kind=f.kind, mode=f.mode, status=APPROXIMATE,
-                             how=f.how + _JSON_INT64)
+                             how=f.how + JSON_INT64)
         fid.append(f)
         if rule is not None:
             rules.append(rule)
@@ -527,7 +492,8 @@ def build(policy: Any, *, subject: str | None = None, schema: str | None = None,
                     rule_warnings(policy.rules, writer).items()]
     metadata = {"properties": provenance_properties(prov)}
     rule_set = {"domainRules": rules}
-    register = {"schemaType": schema_type, "schema": schema_text, "references": [],
+    register = {"schemaType": schema_type, "schema": schema_text,
+                "references": [] if pb is None else pb.references,
                 "metadata": metadata, "ruleSet": rule_set}
     config = {"defaultMetadata": metadata, "defaultRuleSet": rule_set}
     script = _SCRIPT.format(subject=subject, policy=policy.name, hash=prov["content_hash"])
@@ -536,7 +502,14 @@ def build(policy: Any, *, subject: str | None = None, schema: str | None = None,
         f"confluent/{subject}.config.json": json.dumps(config, indent=2) + "\n",
         "confluent/register_contract.py": script,
     }
-    notes = [n for n in (schema_note,) if n]
+    if pb is not None and pb.reference_bodies:
+        files[f"confluent/{subject}.references.json"] = json.dumps(
+            [{"subject": s, "body": b} for s, b in pb.reference_bodies.items()], indent=2) + "\n"
+        notes_pb = [f"register the references first ({', '.join(pb.reference_bodies)}: "
+                    f"{subject}.references.json, in order; register_contract.py does)"]
+    else:
+        notes_pb = []
+    notes = [n for n in (schema_note,) if n] + notes_pb
     notes.append(f"POST /subjects/{subject}/versions with {subject}.register.json (a new schema "
                  f"version carrying the rules), or PUT /config/{subject} with "
                  f"{subject}.config.json (defaultRuleSet merged into every new version)")
@@ -547,7 +520,7 @@ def build(policy: Any, *, subject: str | None = None, schema: str | None = None,
                   fidelity=tuple(fid), behaviour=BEHAVIOUR, notes=tuple(notes),
                   warnings=tuple(warnings),
                   data={"subject": subject, "register": register, "config": config,
-                        "schema_rule": schema_rule, "writer": writer})
+                        "schema_rule": schema_rule, "writer": writer, "proto": pb})
 
 
 def _implicit(policy: Any) -> list[RuleFidelity]:
@@ -575,6 +548,9 @@ def register_contract(client: Any, export: Export) -> int:
     from confluent_kafka.schema_registry import Schema
 
     data = export.data
+    pb = data.get("proto")
+    for ref_subject, body in (pb.reference_bodies.items() if pb is not None else ()):
+        client.register_schema(ref_subject, Schema.from_dict(body))  # Protobuf imports first
     return client.register_schema(data["subject"], Schema.from_dict(data["register"]))
 
 
@@ -595,6 +571,10 @@ conf = {{"url": sys.argv[1]}}
 if os.environ.get("SR_BASIC_AUTH_USER_INFO"):
     conf["basic.auth.user.info"] = os.environ["SR_BASIC_AUTH_USER_INFO"]
 client = SchemaRegistryClient.new_client(conf)
-body = json.loads((Path(__file__).parent / "{subject}.register.json").read_text())
+here = Path(__file__).parent
+refs = here / "{subject}.references.json"
+for ref in json.loads(refs.read_text()) if refs.exists() else []:  # Protobuf imports
+    client.register_schema(ref["subject"], Schema.from_dict(ref["body"]))
+body = json.loads((here / "{subject}.register.json").read_text())
 print(client.register_schema("{subject}", Schema.from_dict(body)))
 '''

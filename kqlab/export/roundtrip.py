@@ -263,7 +263,12 @@ class SampleView:
         m = masker(self.policy)
         topic, part, off = self.coords[i]
         raw = self.records.column("value")[i].as_py()
-        datum = self.datums.values[i] if self.policy.value.format in ("json", "avro") else None
+        fmt = self.policy.value.format
+        datum = self.datums.values[i] if fmt in ("json", "avro", "protobuf") else None
+        if fmt == "protobuf" and datum is not None:
+            from kqlab.serde.protobuf_arrow import message_dict
+
+            datum = message_dict(datum)  # enum names, RFC 3339 times, as people read them
         if raw is None:
             value = "null (a tombstone)"
         elif datum is not None and self.datums.errors[i] is None:

@@ -1,12 +1,14 @@
 """Round trip (a): the Confluent data contract, run by confluent-kafka's own serializer.
 
 The exported contract is registered in a fresh ``mock://`` registry and every sampled record's
-decoded value goes through confluent-kafka's ``AvroSerializer`` (Avro values) or
-``JSONSerializer`` (JSON values, which also validates the registered JSON Schema) with its CEL
-rule executor.  The values are the objects a producer would hand the serializer, decoded by
-kqlab's one decoder (:func:`kqlab.serde.datums.decode_datums`, the replay's own decoding), so
-the serializer is given exactly the records the replay decoded; records with no value, that do
-not decode, or that are transaction markers are excluded and counted, by reason.
+decoded value goes through confluent-kafka's ``AvroSerializer`` (Avro values),
+``ProtobufSerializer`` (Protobuf values: the parsed message, re-read into the contract's message
+class when another writer schema decoded it) or ``JSONSerializer`` (JSON values, which also
+validates the registered JSON Schema) with its CEL rule executor.  The values are the objects a
+producer would hand the serializer, decoded by kqlab's one decoder
+(:func:`kqlab.serde.datums.decode_datums`, the replay's own decoding), so the serializer is
+given exactly the records the replay decoded; records with no value, that do not decode, or
+that are transaction markers are excluded and counted, by reason.
 
 Two comparisons come out of it:
 
@@ -42,9 +44,11 @@ __all__ = ["roundtrip_confluent"]
 _NULL_VALUE = "null value (never serialized)"
 _NO_FRAMING = "no Confluent framing (cannot be serialized)"
 _UNDECODABLE = {"json": "not valid JSON (cannot be serialized)",
-                "avro": "undecodable or unknown schema id (cannot be serialized)"}
+                "avro": "undecodable or unknown schema id (cannot be serialized)",
+                "protobuf": "undecodable or unknown schema id (cannot be serialized)"}
 _NULL_DATUM = {"json": "JSON null (serializes to a tombstone, no rule runs)",
-               "avro": "Avro null datum (serializes to a tombstone, no rule runs)"}
+               "avro": "Avro null datum (serializes to a tombstone, no rule runs)",
+               "protobuf": "no message (never serialized)"}
 _SCHEMA = "JSON Schema validation"
 
 
@@ -76,18 +80,26 @@ def _serializer_input(view: SampleView) -> tuple[list[object], list[str | None]]
 class _Contract:
     """A contract registered in its own ``mock://`` registry, and a serializer using it."""
 
-    def __init__(self, register: dict[str, Any], subject: str, fmt: str):
+    def __init__(self, register: dict[str, Any], subject: str, fmt: str, proto: Any = None):
         from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
         client = SchemaRegistryClient.new_client(
             {"url": f"mock://kqlab-roundtrip-{uuid.uuid4().hex}"})
+        for ref_subject, body in (proto.reference_bodies.items() if proto else ()):
+            client.register_schema(ref_subject, Schema.from_dict(body))
         client.register_schema(subject, Schema.from_dict(register))
-        conf = {"auto.register.schemas": False, "use.latest.version": True}
-        if fmt == "avro":
+        conf: dict[str, Any] = {"auto.register.schemas": False, "use.latest.version": True}
+        self.cls = None if proto is None else proto.cls
+        self.schema_errors: tuple[type, ...] = ()
+        if fmt == "protobuf":
+            from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+
+            conf["subject.name.strategy"] = lambda ctx, name: subject
+            self.serializer: Any = ProtobufSerializer(self.cls, client, conf=conf)
+        elif fmt == "avro":
             from confluent_kafka.schema_registry.avro import AvroSerializer
 
-            self.serializer: Any = AvroSerializer(client, None, conf=conf)
-            self.schema_errors: tuple[type, ...] = ()
+            self.serializer = AvroSerializer(client, None, conf=conf)
         else:
             from confluent_kafka.schema_registry.json_schema import JSONSerializer
             from jsonschema import ValidationError
@@ -104,6 +116,10 @@ class _Contract:
         from confluent_kafka.serialization import SerializationError
 
         try:
+            if self.cls is not None and type(datum) is not self.cls:
+                # another writer schema's message: what a producer of the contract's
+                # generated class would hold for the same bytes
+                datum = self.cls.FromString(datum.SerializeToString())
             self.serializer(datum, ctx)
             return "ok", None
         except SerializationError as exc:
@@ -137,9 +153,10 @@ def roundtrip_confluent(policy: Any, sample: Any = None, *, now: int | None = No
     view = view or SampleView(policy, replayer_of(sample, now))
     fmt = policy.value.format
     rt = RoundTrip(target="confluent", ran=True, records=view.n)
-    if fmt not in ("avro", "json"):
+    if fmt not in ("avro", "json", "protobuf"):
         rt.ran = False
-        rt.reason = (f"a data contract is exported for Avro or JSON values only; value format "
+        rt.reason = (f"a data contract is exported for Avro, JSON or Protobuf values only; "
+                     f"value format "
                      f"{fmt!r} has no serializer here")
         return rt
     try:
@@ -165,8 +182,10 @@ def roundtrip_confluent(policy: Any, sample: Any = None, *, now: int | None = No
     status = {f.rule: f.status for f in ex.fidelity}
     compared = [f.rule for f in ex.fidelity if f.rule in enforced and f.mode == "reject"]
     rt.rules = compared
-    rt.serializer = "AvroSerializer" if fmt == "avro" else "JSONSerializer"
-    contract = _Contract(register, subject, fmt)
+    rt.serializer = {"avro": "AvroSerializer", "protobuf": "ProtobufSerializer"}.get(
+        fmt, "JSONSerializer")
+    proto = ex.data.get("proto")
+    contract = _Contract(register, subject, fmt, proto)
     datums, why = _serializer_input(view)
     n = view.n
     judged = np.array([w is None for w in why], dtype=bool)
@@ -242,7 +261,7 @@ def roundtrip_confluent(policy: Any, sample: Any = None, *, now: int | None = No
         errors: dict[str, int] = {}
         if todo:
             alone = _Contract({**register, "ruleSet": {"domainRules": [
-                {**r, "onFailure": "ERROR"}]}}, subject, fmt)
+                {**r, "onFailure": "ERROR"}]}}, subject, fmt, proto)
             for i in todo:
                 what, detail = alone.outcome(datums[i], ctx(i))
                 verdict[name][i] = 1 if what in ("rule", "error") else 0
@@ -253,7 +272,7 @@ def roundtrip_confluent(policy: Any, sample: Any = None, *, now: int | None = No
     if schema_rule is not None:
         todo = np.flatnonzero(judged & (schema_verdict < 0)).tolist()
         if todo:
-            bare = _Contract({**register, "ruleSet": {"domainRules": []}}, subject, fmt)
+            bare = _Contract({**register, "ruleSet": {"domainRules": []}}, subject, fmt, proto)
             for i in todo:
                 schema_verdict[i] = 1 if bare.outcome(datums[i], ctx(i))[0] == "schema" else 0
         rt.checks[schema_rule] = compare(view, schema_rule, schema_verdict == 1, judged,

@@ -40,7 +40,8 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-__all__ = ["MessagePlan", "TemporalRangeError", "message_plan", "messages_to_arrow"]
+__all__ = ["MessagePlan", "TemporalRangeError", "message_dict", "message_plan",
+           "messages_to_arrow"]
 
 _T: dict[int, pa.DataType] = {
     1: pa.float64(), 2: pa.float32(), 3: pa.int64(), 4: pa.uint64(), 5: pa.int32(),
@@ -156,13 +157,19 @@ def _nanos(subs: Sequence[Any], mask: np.ndarray | None) -> np.ndarray:
     return np.where(bad, 0, secs) * _NS + nanos
 
 
-def _to_json(msg: Any) -> str:
-    """protobuf's JSON mapping of ``msg`` (field names as declared, not camelCase)."""
+def message_dict(msg: Any) -> dict[str, Any]:
+    """protobuf's JSON mapping of ``msg`` as a dict (field names as declared, not camelCase;
+    enums by name, Timestamps in RFC 3339): a message as a person reads it."""
     from google.protobuf import json_format
 
-    return orjson.dumps(json_format.MessageToDict(msg, preserving_proto_field_name=True,
-                                                  always_print_fields_with_no_presence=True)
-                        ).decode()
+    out: dict[str, Any] = json_format.MessageToDict(
+        msg, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+    return out
+
+
+def _to_json(msg: Any) -> str:
+    """protobuf's JSON mapping of ``msg`` (:func:`message_dict`) as text."""
+    return orjson.dumps(message_dict(msg)).decode()
 
 
 def _elements(values: list[Any], elem: _Elem,
