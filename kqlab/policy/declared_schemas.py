@@ -40,6 +40,10 @@ def declared_value_shape(fmt: Format, topic_names: Sequence[str] = (), *,
     (``<topic>-value``, the TopicNameStrategy).
     """
     source = fmt.schemas
+    if fmt.format == "protobuf":
+        from kqlab.policy.protobuf_shapes import protobuf_value_shape
+
+        return protobuf_value_shape(fmt, topic_names, contact_registries=contact_registries)
     if source is None or fmt.format not in _KINDS:
         return None
     kind, suffixes = _KINDS[fmt.format]
