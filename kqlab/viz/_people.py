@@ -133,6 +133,8 @@ def _render(value: Any, arrow_type: pa.DataType | None, indent: int | None, dept
         return _bytes(bytes(value))
     if isinstance(value, datetime.datetime | datetime.date | datetime.time):
         return value.isoformat()
+    if isinstance(value, datetime.timedelta):
+        return _duration(value)
     if isinstance(value, uuid.UUID):
         return str(value)
     if isinstance(value, str):
@@ -148,6 +150,23 @@ def _render(value: Any, arrow_type: pa.DataType | None, indent: int | None, dept
         parts = [_render(v, _child(arrow_type, i), indent, depth + 1) for i, v in enumerate(value)]
         return _join(parts, "[", "]", indent, depth)
     return json.dumps(str(value), ensure_ascii=False)
+
+
+def _duration(value: datetime.timedelta) -> str:
+    """A duration as protobuf's JSON mapping writes one (``"90.000000005s"``), not pandas'
+    ``0 days 00:01:30.000000005``; nanoseconds kept when the value has them (a pandas
+    Timedelta, which is what Arrow's ``duration[ns]`` reads as).
+
+    >>> import datetime
+    >>> _duration(datetime.timedelta(minutes=-1, microseconds=-500))
+    '-60.0005s'
+    """
+    ns = getattr(value, "value", None)  # pandas.Timedelta: whole nanoseconds
+    if not isinstance(ns, int):
+        ns = ((value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds) * 1_000
+    sign, ns = ("-", -ns) if ns < 0 else ("", ns)
+    whole, frac = divmod(ns, 1_000_000_000)
+    return f"{sign}{whole}.{frac:09d}".rstrip("0").rstrip(".") + "s"
 
 
 def _join(parts: list[str], open_: str, close: str, indent: int | None, depth: int) -> str:

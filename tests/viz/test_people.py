@@ -141,3 +141,17 @@ def test_errors_are_one_line():
     trace = "Traceback (most recent call last):\n  File \"x.py\", line 1\nValueError: boom"
     assert error_line(trace) == "ValueError: boom"
     assert len(error_line("x" * 1000)) == 300
+
+
+def test_durations_read_as_protobuf_writes_them():
+    """A Protobuf ``Duration`` is decoded as Arrow ``duration[ns]`` (a pandas Timedelta on
+    the way out): shown as ``90.000000005s``, not ``0 days 00:01:30.000000005``."""
+    import datetime
+
+    import pyarrow as pa
+
+    from kqlab.viz._people import render
+
+    ns = pa.array([90_000_000_005, -1_500_000_000, 0], pa.duration("ns")).to_pylist()
+    assert [render(v) for v in ns] == ["90.000000005s", "-1.5s", "0s"]
+    assert render({"ttl": datetime.timedelta(hours=1)}, indent=None) == '{"ttl": 3600s}'
