@@ -467,7 +467,7 @@ def build(policy: Any, *, version: str = "1.0.0", today: str | None = None) -> E
     """``odcs/<policy>.odcs.yaml``: the policy as an ODCS v3 contract (provenance as a comment
     header and, for kqlab, as a custom property)."""
     contract, fid = to_odcs(policy, version=version)
-    fid = _proven(policy, contract, fid)
+    fid = _proven(policy, contract, fid) + _implicit(policy)
     prov = provenance(policy, today=today)
     head = comment_block(["Open Data Contract Standard v3, exported by kqlab; read it back "
                           "with `kqlab import odcs FILE`.", *provenance_lines(prov)])
@@ -490,6 +490,24 @@ def build(policy: Any, *, version: str = "1.0.0", today: str | None = None) -> E
                   files={f"odcs/{policy.name}.odcs.yaml": text}, fidelity=fid,
                   behaviour=BEHAVIOUR, notes=tuple(notes),
                   data={"contract": contract.model_dump(by_alias=True, exclude_none=True)})
+
+
+def _implicit(policy: Any) -> tuple[RuleFidelity, ...]:
+    """The implicit rows (:func:`~kqlab.export.base.implicit_rules`): how the contract
+    states the value's decoding and schema ids (its ``kqlabValue`` section, restored by the
+    import) and that it says nothing of keys."""
+    from kqlab.export.base import DECODE_KEY, implicit_row, implicit_rules
+
+    out = []
+    for r in implicit_rules(policy):
+        if r.id == DECODE_KEY:
+            out.append(implicit_row(r, EXACT, "an ODCS schema describes the record's value: "
+                                    "no record is refused for its key, as in the replay"))
+        else:
+            out.append(implicit_row(r, EXACT, "stated by the value's format and schema source "
+                                    "(kqlabValue, restored by kqlab import): ODCS tools read "
+                                    "values already decoded, they run no decoding"))
+    return tuple(out)
 
 
 def check_rows(policy: Any) -> tuple[CheckFidelity, ...]:
