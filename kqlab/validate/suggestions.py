@@ -6,9 +6,17 @@ own, the number ``kqlab replay`` prints for that rule); this module holds only t
 :class:`Suggestion`, :class:`Suggestions`, the rejected :class:`RecordRef` examples, the rare
 values a value set left out (:class:`LeftOut`), the candidates the policy already has
 (:class:`Duplicate`, found by :func:`equivalent`) — and :func:`accept`, which appends chosen
-suggestions to a policy as ordinary rules.  Ids are derived from content
-(:func:`suggestion_id`), so the same sample always gives the same ids.  Nothing here imports
-pyarrow: a widget or a JSON report can hold suggestions without it.
+suggestions to a policy as ordinary rules, or makes the edit one proposes.
+
+A candidate for what a policy rule already checks — same kind, same field or header (or,
+for kinds with no target, same kind), no precondition — with other parameters is not a
+second rule but an **edit** of that rule (:func:`covering`): the suggestion's rule is the
+policy's, id, message and mode kept, with the new parameters; ``edits`` names it, ``before``
+is the rule as it is and ``before_failed``/``before_rejected`` its counts, so a view shows
+the diff (:meth:`Suggestion.diff`) with both counts.  A new rule's id is one a person would
+choose (:func:`human_id`: ``amount-range``, ``key-required``), unique in the policy; ids are
+derived from content, so the same sample and policy always give the same ids.  Nothing here
+imports pyarrow: a widget or a JSON report can hold suggestions without it.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from kqlab.policy.model import Policy, Rule, thaw
 from kqlab.policy.plain_data import PlainData
 
 __all__ = ["Duplicate", "LeftOut", "RecordRef", "Suggestion", "Suggestions", "accept",
-           "equivalent", "suggestion_id"]
+           "covering", "equivalent", "human_id", "suggestion_id", "target_of"]
 
 #: what a suggestion's id starts with (rule ids of accepted suggestions keep it)
 ID_PREFIX = "suggest"
@@ -49,6 +57,69 @@ def suggestion_id(kind: str, target: str | None = None) -> str:
     if slug != target:
         slug += "-" + hashlib.sha256(target.encode()).hexdigest()[:6]
     return f"{ID_PREFIX}.{kind}.{slug}"
+
+
+#: the id words of the kinds that have no target
+_PLAIN = {"key_required": "key-required", "value_required": "value-required",
+          "magic_byte": "magic-byte", "schema_id_registered": "schema-registered",
+          "schema_id_allowed": "schema-ids", "key_size": "key-size",
+          "value_size": "value-size", "headers_size": "headers-size",
+          "record_size": "record-size"}
+#: the suffix after a field's (or header's) name
+_SUFFIX = {"field_not_null": "present", "field_type": "type", "field_range": "range",
+           "field_in": "known", "field_regex": "format", "field_length": "length",
+           "header_required": "header", "header_values": "values"}
+
+
+def human_id(rule: Rule, taken: set[str]) -> str:
+    """The id a person would give ``rule`` (``amount-range``), unique among ``taken`` (to
+    which it is added): what an accepted suggestion is called, never ``suggest.<kind>``.
+
+    Examples
+    --------
+    >>> human_id(Rule(id="suggest.field_range.amount", kind="field_range",
+    ...               params={"field": "customer.Amount"}), set())
+    'customer-amount-range'
+    >>> human_id(Rule(id="suggest.key_required", kind="key_required"), {"key-required"})
+    'key-required-2'
+    """
+    target = target_of(rule)
+    if rule.kind in _PLAIN or target is None:
+        base = _PLAIN.get(rule.kind, rule.kind.replace("_", "-"))
+    else:
+        slug = re.sub(r"[^a-z0-9]+", "-", target.lower()).strip("-") or "field"
+        base = f"{slug}-{_SUFFIX.get(rule.kind, rule.kind.replace('_', '-'))}"
+    out, n = base, 2
+    while out in taken:
+        out, n = f"{base}-{n}", n + 1
+    taken.add(out)
+    return out
+
+
+def target_of(rule: Rule) -> str | None:
+    """What a rule checks within its kind: its ``field`` (field kinds) or header ``name``;
+    None for kinds with no target (sizes, key/value presence, the wire checks)."""
+    target = rule.params.get("field", rule.params.get("name"))
+    return target if isinstance(target, str) else None
+
+
+def covering(policy_rules: Iterable[Rule], candidate: Rule) -> Rule | None:
+    """The policy rule a candidate would be a second copy of: the first without a ``when``
+    precondition of the same kind and target (:func:`target_of`).  A suggestion for it is an
+    edit of that rule, not another rule; a conditional rule checks something narrower and
+    covers nothing.
+
+    >>> amount = Rule(id="amount-positive", kind="field_range",
+    ...               params={"field": "amount", "min": 0.01})
+    >>> covering([amount], Rule(id="x", kind="field_range",
+    ...                         params={"field": "amount", "min": 0, "max": 1000})).id
+    'amount-positive'
+    >>> covering([amount], Rule(id="y", kind="field_range", params={"field": "qty"})) is None
+    True
+    """
+    target = target_of(candidate)
+    return next((r for r in policy_rules if r.kind == candidate.kind and r.when is None
+                 and target_of(r) == target), None)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -103,6 +174,10 @@ class Suggestion:
     ``evaluation_errors`` could not be judged; ``examples`` are the first failing records in
     log order, with the replay's message.  ``left_out`` lists the rare values a value set
     (``field_in``, ``header_values``, ``schema_id_allowed``) does not allow, and why.
+
+    An edit of a policy rule (``edits``: its id, the suggestion's id too) carries the rule as
+    it is (``before``) and its counts in the replay of the policy as given
+    (``before_failed``, ``before_rejected``); :meth:`diff` is what changes.
     """
 
     rule: Rule
@@ -114,6 +189,10 @@ class Suggestion:
     evaluation_errors: int = 0
     examples: tuple[RecordRef, ...] = ()
     left_out: tuple[LeftOut, ...] = ()
+    edits: str | None = None
+    before: Rule | None = None
+    before_failed: int = 0
+    before_rejected: int = 0
 
     def __post_init__(self) -> None:
         if self.failed is None:
@@ -121,8 +200,24 @@ class Suggestion:
 
     @property
     def id(self) -> str:
-        """The rule id (``suggest.<kind>[.<target>]``)."""
+        """The rule id: a new rule's (:func:`human_id`), or the id of the rule it edits."""
         return self.rule.id
+
+    def diff(self) -> dict[str, tuple[PlainData, PlainData]]:
+        """An edit's changed parameters: name -> (old, new), None where one side has none
+        ({} for a new rule)."""
+        if self.before is None:
+            return {}
+        old, new = thaw(dict(self.before.params)), thaw(dict(self.rule.params))
+        return {k: (old.get(k), new.get(k)) for k in sorted(set(old) | set(new))
+                if old.get(k) != new.get(k)}
+
+    def diff_text(self) -> str:
+        """``min: 0.01 → 0, max: (none) → 1000`` (empty for a new rule)."""
+        def one(v: PlainData) -> str:
+            return "(none)" if v is None else str(v)
+
+        return ", ".join(f"{k}: {one(a)} → {one(b)}" for k, (a, b) in self.diff().items())
 
     @property
     def rejection_rate(self) -> float:
@@ -136,7 +231,11 @@ class Suggestion:
                 "rejected": self.rejected, "evaluation_errors": self.evaluation_errors,
                 "rejection_rate": round(self.rejection_rate, 6),
                 "examples": [e.to_dict() for e in self.examples],
-                "left_out": [v.to_dict() for v in self.left_out]}
+                "left_out": [v.to_dict() for v in self.left_out],
+                "edits": self.edits,
+                "diff": {k: list(v) for k, v in self.diff().items()} if self.edits else None,
+                "before": {"failed": self.before_failed, "rejected": self.before_rejected}
+                if self.edits else None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,19 +302,26 @@ class Suggestions:
 
 def accept(policy: Policy, suggestions: Iterable[Suggestion], ids: Iterable[str] | None = None
            ) -> Policy:
-    """``policy`` with the chosen suggestions' rules appended, in suggestion order.
+    """``policy`` with the chosen suggestions' rules appended, in suggestion order, and the
+    chosen edits made (the edited rule takes the suggestion's parameters where it stands).
 
-    ``ids`` picks suggestions by id (``KeyError`` for an unknown one); rules whose id the policy
-    already has are left as the policy has them (accepting twice changes nothing).
+    ``ids`` picks suggestions by id (``KeyError`` for an unknown one); new rules whose id the
+    policy already has are left as the policy has them (accepting twice changes nothing).
 
     Examples
     --------
-    >>> s = Suggestion(rule=Rule(id="suggest.key_required", kind="key_required"),
+    >>> s = Suggestion(rule=Rule(id="key-required", kind="key_required"),
     ...                source="sample", evidence="every record has a key", records=10,
     ...                rejected=0)
     >>> p = accept(Policy(name="orders"), [s])
     >>> [r.id for r in p.rules], [r.id for r in accept(p, [s]).rules]
-    (['suggest.key_required'], ['suggest.key_required'])
+    (['key-required'], ['key-required'])
+    >>> old = Rule(id="size", kind="value_size", params={"max": 100})
+    >>> e = Suggestion(rule=Rule(id="size", kind="value_size", params={"max": 512}),
+    ...                source="sample", evidence="", records=10, rejected=0, edits="size",
+    ...                before=old)
+    >>> [thaw(r.to_dict()) for r in accept(Policy(name="o", rules=(old,)), [e]).rules]
+    [{'id': 'size', 'kind': 'value_size', 'max': 512}]
     """
     items = list(suggestions)
     if ids is not None:
@@ -227,8 +333,11 @@ def accept(policy: Policy, suggestions: Iterable[Suggestion], ids: Iterable[str]
                            f"{', '.join(known)}")
         chosen = set(wanted)
         items = [s for s in items if s.id in chosen]
+    edits = {s.edits: s.rule for s in items if s.edits is not None}
+    rules = [edits.get(r.id, r) for r in policy.rules]
     have = {r.id for r in policy.rules}
-    return policy.with_rules([*policy.rules, *(s.rule for s in items if s.id not in have)])
+    return policy.with_rules([*rules, *(s.rule for s in items
+                                        if s.edits is None and s.id not in have)])
 
 
 #: parameters whose value is a set (order and repetition carry no meaning)
