@@ -1,5 +1,5 @@
 """The Structured Streaming enforcer with and without the policy's sample checks, on one
-embedded Tansu broker (127.0.0.1), in one run: what computing the checks costs.
+embedded Apache Kafka broker (127.0.0.1), in one run: what computing the checks costs.
 
 Data: ``spark_kafka.py``'s clicks topic (4 partitions, JSON values ~110 bytes, 3 % invalid),
 produced once (not timed).  Contenders, interleaved each round (the order alternates):

@@ -1,6 +1,6 @@
 """Gate throughput on loopback: ``kqlab gate`` against a bare consume→produce relay.
 
-One embedded Tansu broker (``kqlab.embedded``, 127.0.0.1), one raw topic of clicks-like
+One embedded Apache Kafka broker (``kqlab.embedded``, 127.0.0.1), one raw topic of clicks-like
 records (JSON values ~110 bytes, a ``source`` header, no key; 3 % invalid), produced once.
 Then, in the same run, each over its own consumer group and sink topics:
 
@@ -35,7 +35,8 @@ from kqlab.gate import Gate, GateSettings, Route
 from kqlab.sources.demo_topics import load_policies
 
 PARTS = 2
-GROUP = {"session.timeout.ms": "2000", "heartbeat.interval.ms": "300",
+# Kafka refuses a session timeout under group.min.session.timeout.ms (6000)
+GROUP = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "500",
          "fetch.max.bytes": "52428800", "max.partition.fetch.bytes": "10485760"}
 PRODUCER = {"enable.idempotence": True, "acks": "all", "linger.ms": 5,
             "queue.buffering.max.messages": 1_000_000, "batch.num.messages": 10_000,

@@ -1,6 +1,6 @@
 """Redrive throughput on loopback: ``kqlab.dlq.redrive`` against a bare consume → produce relay.
 
-One embedded Tansu broker (``kqlab.embedded``, 127.0.0.1), one dead-letter topic of orders
+One embedded Apache Kafka broker (``kqlab.embedded``, 127.0.0.1), one dead-letter topic of orders
 dead-lettered by the gate (JSON values ~90 bytes, a ``trace`` header plus the gate's six
 failure headers; 2 partitions), produced once.  Then, in the same run, each into its own
 target topic:

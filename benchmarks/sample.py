@@ -1,4 +1,4 @@
-"""Live sampling throughput against an embedded Tansu broker (same machine, loopback).
+"""Live sampling throughput against an embedded Apache Kafka broker (same machine, loopback).
 
 Starts a broker, produces N records (~200-byte values, keys, one header on every 10th record)
 into a 3-partition topic (not timed), then times in one run over the same offsets:
