@@ -17,6 +17,14 @@ last_offset_delta]`` overlap the range, so its ``record_count`` can be larger th
 its records in the records table.  Records of control batches (transaction markers) are dropped
 from the records table (a consumer never delivers them); their batch rows are kept.
 
+**Isolation.**  ``FetchClient(read_committed=True)`` (what :func:`fetch_plan` and the snapshot
+reader use, like the consumer's default ``isolation.level``) fetches with isolation level 1:
+the broker then answers up to the last stable offset and lists the aborted transactions of
+the range, and kqlab drops the batches of those transactions as the Java consumer does
+(:func:`aborted_batch_offsets`), so the records are the committed ones and the batches table
+holds the committed batches as stored (their markers included).  The default, isolation 0,
+reads the log as stored, aborted batches included.
+
 Client settings come from :func:`kqlab.sources.kafka_client.protocol_client_config` (the same
 normalisation as the consumer's); :func:`kqlab.sources.kafka.sample` with ``exact_framing=True``
 reads its plan with :func:`fetch_plan`.
@@ -51,8 +59,8 @@ from kqlab.sources.sample_tables import payload_bytes
 if TYPE_CHECKING:
     from kqlab.kafka.log import LogIssue
 
-__all__ = ["DEFAULT_MAX_BYTES", "FETCH_MAX_VERSION", "ClusterTopics", "FetchClient", "fetch_exact",
-           "fetch_plan"]
+__all__ = ["DEFAULT_MAX_BYTES", "FETCH_MAX_VERSION", "ClusterTopics", "FetchClient",
+           "PartitionFetch", "aborted_batch_offsets", "fetch_exact", "fetch_plan"]
 
 #: highest Fetch version used (v13+ names topics by id only)
 FETCH_MAX_VERSION = 12
@@ -63,8 +71,9 @@ MIN_FETCH_BYTES = 64 << 10
 #: bytes per offset assumed before a partition's first response (a low guess: too low costs
 #: one more request, too high decodes far more records than asked for)
 _FIRST_BYTES_PER_OFFSET = 1.0
-#: Tansu answers max_wait_ms=0 with no topics at all, so wait a little (min_bytes=1)
-_MAX_WAIT_MS = 20
+#: a read never waits for new data (its range is planned below the high watermark, or it
+#: probes the end), and Kafka answers ``max_wait_ms=0`` at once with what it has
+_MAX_WAIT_MS = 0
 
 
 def _quiet() -> None:
@@ -82,17 +91,31 @@ class ClusterTopics:
     internal: frozenset[str] = frozenset()
 
 
+@dataclass(frozen=True)
+class PartitionFetch:
+    """One partition of a Fetch response."""
+
+    records: bytes
+    high_watermark: int
+    #: the end a read_committed reader may read to (-1 when the broker did not send it)
+    last_stable_offset: int
+    #: ``(producer_id, first_offset)`` of the aborted transactions the response overlaps
+    #: (sent for isolation level 1 only)
+    aborted: tuple[tuple[int, int], ...] = ()
+
+
 class FetchClient:
     """One kafka-python protocol connection set for raw Fetch requests (close it, or use
-    ``with``)."""
+    ``with``).  ``read_committed`` selects the isolation level (see the module doc)."""
 
     def __init__(self, config_or_bootstrap: str | Mapping[str, Any], *,
-                 timeout_s: float = 30.0):
+                 timeout_s: float = 30.0, read_committed: bool = False):
         from kafka.net.compat import KafkaNetClient
 
         _quiet()
         self.bootstrap, conf = protocol_client_config(config_or_bootstrap)
         self.timeout_s = timeout_s
+        self.read_committed = read_committed
         #: (topic, partition) -> Fetch response bytes per offset seen last (sizes requests)
         self._bytes_per_offset: dict[tuple[str, int], float] = {}
         ms = max(int(timeout_s * 1000), 1)
@@ -190,6 +213,13 @@ class FetchClient:
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int
               ) -> tuple[bytes, int | None]:
         """One Fetch request: ``(raw records bytes, high watermark or None if not sent)``."""
+        got = self.fetch_partition(topic, partition, offset, max_bytes)
+        return (b"", None) if got is None else (got.records, got.high_watermark)
+
+    def fetch_partition(self, topic: str, partition: int, offset: int, max_bytes: int
+                        ) -> PartitionFetch | None:
+        """One Fetch request at this client's isolation level: the partition's data, or None
+        when the response has none."""
         import kafka.errors as Errors  # noqa: N812
         from kafka.protocol.consumer import FetchRequest
 
@@ -197,7 +227,7 @@ class FetchClient:
         t_cls = FetchRequest.FetchTopic
         req = FetchRequest(
             replica_id=-1, max_wait_ms=_MAX_WAIT_MS, min_bytes=1, max_bytes=max_bytes,
-            isolation_level=0,
+            isolation_level=1 if self.read_committed else 0,
             session_id=0, session_epoch=-1, forgotten_topics_data=[], rack_id="",
             topics=[t_cls(topic=topic, partitions=[t_cls.FetchPartition(
                 partition=partition, fetch_offset=offset, partition_max_bytes=max_bytes,
@@ -234,8 +264,11 @@ class FetchClient:
                                                f"{topic}[{partition}] on {self.bootstrap}")
                     raise KafkaSourceError(f"Fetch of {topic}[{partition}] from "
                                            f"{self.bootstrap}: {err.__name__}")
-                return bytes(pd.records or b""), int(pd.high_watermark)
-        return b"", None  # no partition data (e.g. nothing new within max_wait_ms)
+                aborted = tuple((int(a.producer_id), int(a.first_offset))
+                                for a in (pd.aborted_transactions or ()))
+                return PartitionFetch(bytes(pd.records or b""), int(pd.high_watermark),
+                                      int(pd.last_stable_offset), aborted)
+        return None  # no partition data
 
     def read(self, topic: str, partition: int, start: int, end: int, *,
              max_bytes: int = DEFAULT_MAX_BYTES, cancel: threading.Event | None = None
@@ -264,9 +297,21 @@ class FetchClient:
                 d = _decoded(rec_parts, batch_parts, issues)
                 raise ReadCancelled(d.records, payload_bytes(d.records), d.batches, d.issues)
             size = max(self._request_size(topic, partition, end - offset, max_bytes), floor)
-            buf, hw = self.fetch(topic, partition, offset, size)
+            got = self.fetch_partition(topic, partition, offset, size)
+            buf = got.records if got is not None else b""
+            hw = None if got is None else (got.last_stable_offset if self.read_committed
+                                           and got.last_stable_offset >= 0
+                                           else got.high_watermark)
             stop, kind, new_issues = builder.add_buffer(buf, 0, final=False)
             records, batches = builder.take()
+            if got is not None and got.aborted and batches.num_rows:
+                drop = aborted_batch_offsets(records, batches, got.aborted)
+                if drop:
+                    gone = pa.array(drop, pa.int64())
+                    batches = batches.filter(pc.invert(pc.is_in(batches.column("batch_offset"),
+                                                                value_set=gone)))
+                    records = records.filter(pc.invert(pc.is_in(records.column("batch_offset"),
+                                                                value_set=gone)))
             if new_issues:
                 issues.extend(new_issues)
             if batches.num_rows == 0:
@@ -310,6 +355,58 @@ class FetchClient:
         return min(max(want, MIN_FETCH_BYTES), max_bytes)
 
 
+def aborted_batch_offsets(records: pa.Table, batches: pa.Table,
+                          aborted: tuple[tuple[int, int], ...] | list[tuple[int, int]]
+                          ) -> list[int]:
+    """The ``batch_offset`` of every data batch of an aborted transaction in one Fetch
+    response, by the Java consumer's rule (``CompletedFetch``): walking the batches in offset
+    order, a producer id joins the aborted set once a batch reaches the ``first_offset`` of
+    one of its aborted transactions and leaves it at its ABORT marker (a control record whose
+    key's type is 0); a transactional data batch of a producer in the set is dropped.
+    ``aborted`` is the response's ``(producer_id, first_offset)`` list.
+
+    >>> import pyarrow as pa
+    >>> from kqlab.records import BATCHES_SCHEMA, RECORDS_SCHEMA
+    >>> rows = [(0, 0, False), (1, 0, True)]   # data batch at 0, its ABORT marker at 1
+    >>> b = pa.table({"batch_offset": [0, 1], "last_offset_delta": [0, 0],
+    ...               "producer_id": [7, 7], "is_transactional": [True, True],
+    ...               "is_control": [False, True]})
+    >>> r = pa.table({"batch_offset": [0, 1], "key": [b"k", bytes([0, 0, 0, 0])]})
+    >>> aborted_batch_offsets(r, b, [(7, 0)])
+    [0]
+    """
+    if not aborted or batches.num_rows == 0:
+        return []
+    ctrl = batches.filter(batches.column("is_control")).column("batch_offset")
+    abort_markers: set[int] = set()
+    if len(ctrl):
+        marks = records.filter(pc.is_in(records.column("batch_offset"),
+                                        value_set=ctrl.combine_chunks()))
+        for bo, key in zip(marks.column("batch_offset").to_pylist(),
+                           marks.column("key").to_pylist(), strict=True):
+            if key is not None and len(key) >= 4 and int.from_bytes(key[2:4], "big") == 0:
+                abort_markers.add(int(bo))
+    pending = sorted((int(first), int(pid)) for pid, first in aborted)
+    cols = [batches.column(c).to_pylist() for c in
+            ("batch_offset", "last_offset_delta", "producer_id", "is_transactional",
+             "is_control")]
+    active: set[int] = set()
+    drop: list[int] = []
+    i = 0
+    for bo, delta, pid, txn, control in sorted(zip(*cols, strict=True)):
+        if pid is None or pid < 0:
+            continue
+        while i < len(pending) and pending[i][0] <= bo + delta:
+            active.add(pending[i][1])
+            i += 1
+        if control:
+            if bo in abort_markers:
+                active.discard(pid)
+        elif txn and pid in active:
+            drop.append(int(bo))
+    return drop
+
+
 def _decoded(rec_parts: list[pa.Table], batch_parts: list[pa.Table], issues: list[LogIssue]
              ) -> Decoded:
     records = pa.concat_tables(rec_parts) if rec_parts else RECORDS_SCHEMA.empty_table()
@@ -337,9 +434,10 @@ def fetch_exact(bootstrap: str | Mapping[str, Any], topic: str, partition: int,
 
 def fetch_plan(config: str | Mapping[str, Any], topic: str, plan: Mapping[int, tuple[int, int]],
                *, timeout_s: float = 30.0, max_bytes: int = DEFAULT_MAX_BYTES,
-               cancel: threading.Event | None = None
+               cancel: threading.Event | None = None, read_committed: bool = True
                ) -> tuple[pa.Table, pa.Table, int, list[LogIssue]]:
-    """Exact read of ``{partition: (start, end)}``: ``(records, batches, value_bytes, issues)``.
+    """Exact read of ``{partition: (start, end)}``: ``(records, batches, value_bytes, issues)``,
+    committed data only unless ``read_committed=False`` (see the module doc).
 
     When ``cancel`` gets set, raises :class:`~kqlab.sources.kafka_errors.ReadCancelled` with
     what was read (:func:`~kqlab.sources.kafka.sample` turns it into ``SampleCancelled``).
@@ -347,7 +445,7 @@ def fetch_plan(config: str | Mapping[str, Any], topic: str, plan: Mapping[int, t
     recs: list[pa.Table] = []
     bats: list[pa.Table] = []
     issues: list[LogIssue] = []
-    with FetchClient(config, timeout_s=timeout_s) as client:
+    with FetchClient(config, timeout_s=timeout_s, read_committed=read_committed) as client:
         for p in sorted(plan):
             s, e = plan[p]
             if e <= s:

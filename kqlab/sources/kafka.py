@@ -16,11 +16,13 @@ It never commits offsets and never joins a consumer group: the consumer uses ``a
 ``group.id`` of its own, ``kqlab-sample-<random hex>`` (librdkafka wants one; it is never used
 to join or commit, see :data:`~kqlab.sources.kafka_client.GROUP_PREFIX`).
 
-The ranges are resolved once, at the start: earliest and latest offsets per partition, where
-the latest comes from a Fetch response (see
-:func:`~kqlab.sources.kafka_offsets.true_high_watermarks`; ListOffsets(latest) is wrong on some
-brokers, e.g. Tansu, for multi-record batches).  Records appended afterwards
-are not read.
+The ranges are resolved once, at the start: earliest and latest offsets per partition
+(ListOffsets; the latest is the last stable offset, since the consumer reads committed data:
+the high watermark unless a transaction is open).  Records appended afterwards are not read.
+
+**Transactions.**  Both paths read committed data only (librdkafka's default
+``isolation.level=read_committed``; exact framing fetches with isolation level 1 and drops the
+batches of aborted transactions, see :mod:`kqlab.sources.fetch`).
 
 **Framing.**  The consumer hands over records, not batches, so the batch framing is lost.  The
 result says so: ``framing == "reconstructed:single"`` and every record is treated as its own
@@ -76,7 +78,6 @@ from kqlab.sources.kafka_offsets import (
     plan_ranges,
     time_offsets,
     topic_partitions,
-    true_high_watermarks,
     watermarks,
 )
 from kqlab.sources.progress import Progress
@@ -185,7 +186,6 @@ def sample(config_or_bootstrap: str | Mapping[str, Any], topic: str, *,
     try:
         parts = topic_partitions(consumer, topic, partitions, bootstrap, timeout_s, errors)
         lows, highs = watermarks(consumer, topic, parts, bootstrap, timeout_s)
-        highs = true_high_watermarks(consumer, topic, lows, highs, bootstrap, timeout_s)
         if timed:
             start_offset, end_offset = time_offsets(
                 consumer, topic, parts, lows, highs, start_time_ms, end_time_ms, time_lookup,
@@ -268,7 +268,6 @@ def resolve_ranges(config_or_bootstrap: str | Mapping[str, Any], topic: str, *,
     try:
         parts = topic_partitions(consumer, topic, partitions, bootstrap, timeout_s, errors)
         lows, highs = watermarks(consumer, topic, parts, bootstrap, timeout_s)
-        highs = true_high_watermarks(consumer, topic, lows, highs, bootstrap, timeout_s)
         if timed:
             try:
                 start_offset, end_offset = time_offsets(

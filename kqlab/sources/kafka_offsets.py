@@ -1,15 +1,14 @@
 """Where a sample starts and ends: partitions, watermarks, offset plans, timestamp windows.
 
 Everything :func:`kqlab.sources.kafka.sample` resolves once, before it reads: the topic's
-partitions (:func:`topic_partitions`), their earliest and latest offsets (:func:`watermarks`,
-corrected by :func:`true_high_watermarks`), the offsets a timestamp window maps to
+partitions (:func:`topic_partitions`), their earliest and latest offsets (:func:`watermarks`),
+the offsets a timestamp window maps to
 (:func:`time_offsets`) and the resulting ``{partition: (start, end)}`` plan
 (:func:`plan_ranges`).  Records appended afterwards are not read.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Mapping
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kqlab.sources.kafka_consume import raise_consume_error, read_with_consumer
+from kqlab.sources.kafka_consume import read_with_consumer
 from kqlab.sources.kafka_errors import (
     BrokerUnreachableError,
     KafkaSourceError,
@@ -31,6 +30,7 @@ if TYPE_CHECKING:
     from confluent_kafka import Consumer
 
 __all__ = [
+    "FORWARD_CHUNK",
     "SCAN_CHUNK",
     "TIME_LOOKUPS",
     "empty_range_message",
@@ -38,16 +38,15 @@ __all__ = [
     "scan_time_offsets",
     "time_offsets",
     "topic_partitions",
-    "true_high_watermarks",
     "watermarks",
 ]
-
-_log = logging.getLogger("kqlab.sources.kafka")
 
 #: accepted values of ``sample(time_lookup=...)`` (see :func:`time_offsets`)
 TIME_LOOKUPS = ("auto", "broker", "scan")
 #: offsets read per step while scanning a partition for timestamps
 SCAN_CHUNK = 50_000
+#: offsets of the first window read forward from the broker's answer (``"auto"``)
+FORWARD_CHUNK = 64
 
 
 # -- metadata and offsets -------------------------------------------------------------------
@@ -100,8 +99,11 @@ def topic_partitions(consumer: Consumer, topic: str, wanted: list[int] | None, b
 
 def watermarks(consumer: Consumer, topic: str, parts: list[int], bootstrap: str,
                timeout_s: float) -> tuple[dict[int, int], dict[int, int]]:
-    """``(lows, highs)``: the earliest offset and the high watermark (ListOffsets) per
-    partition; see :func:`true_high_watermarks` for why the highs may be low."""
+    """``(lows, highs)``: the earliest offset and the end (ListOffsets) per partition.
+
+    ``consumer`` reads committed data (``isolation.level=read_committed``, librdkafka's
+    default), so the end is the last stable offset: the high watermark, or the first offset of
+    the earliest transaction still open (nothing past it can be read committed yet)."""
     from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
     lows, highs = {}, {}
@@ -119,48 +121,6 @@ def watermarks(consumer: Consumer, topic: str, parts: list[int], bootstrap: str,
                                         f"{timeout_s:g}s") from None
             raise KafkaSourceError(f"offsets of {topic}[{p}] on {bootstrap}: {err}") from None
     return lows, highs
-
-
-def true_high_watermarks(consumer: Consumer, topic: str, lows: dict[int, int],
-                         highs: dict[int, int], bootstrap: str, timeout_s: float
-                         ) -> dict[int, int]:
-    """The high watermarks as a Fetch response reports them.
-
-    ListOffsets(latest) can be low (Tansu answers "base offset of the last batch + 1"), so each
-    non-empty partition is fetched from ``high - 1`` to its end: one batch per partition, and
-    the Fetch response's high watermark (or the last offset seen + 1) is the true end.
-    """
-    from confluent_kafka import KafkaError, TopicPartition
-
-    probe = {p: max(highs[p] - 1, lows[p]) for p in highs if highs[p] > lows[p]}
-    if not probe:
-        return dict(highs)
-    true = dict(highs)
-    consumer.assign([TopicPartition(topic, p, o) for p, o in probe.items()])
-    pending = set(probe)
-    deadline = time.monotonic() + timeout_s
-    try:
-        while pending:
-            if time.monotonic() > deadline:
-                raise KafkaTimeoutError(f"no end of partitions {sorted(pending)} of {topic!r} "
-                                        f"from {bootstrap} within {timeout_s:g}s")
-            for msg in consumer.consume(1000, 0.05):
-                err = msg.error()
-                p = msg.partition()
-                if err is None:
-                    true[p] = max(true[p], msg.offset() + 1)
-                elif err.code() == KafkaError._PARTITION_EOF:
-                    true[p] = max(true[p], msg.offset())
-                    pending.discard(p)
-                else:
-                    raise_consume_error(err, topic, bootstrap)
-        for p in probe:
-            _, hi = consumer.get_watermark_offsets(TopicPartition(topic, p), cached=True)
-            if hi is not None and hi >= 0:
-                true[p] = max(true[p], hi)
-    finally:
-        consumer.unassign()
-    return true
 
 
 def plan_ranges(parts: list[int], lows: dict[int, int], highs: dict[int, int],
@@ -214,21 +174,32 @@ def time_offsets(consumer: Consumer, topic: str, parts: list[int], lows: dict[in
                  ) -> tuple[dict[int, int] | None, dict[int, int] | None]:
     """``(start_offsets, end_offsets)`` of a timestamp window, per partition.
 
-    For a time ``t`` the offset is the first one whose record has ``timestamp >= t`` (the high
-    watermark when there is none), i.e. what ListOffsets by timestamp answers:
+    For a time ``t`` the offset is the first one whose committed record has
+    ``timestamp >= t`` (the end when there is none).  Kafka's ListOffsets by timestamp
+    (``offsets_for_times``, from its time index) answers the first offset of *any* entry of
+    the log with ``timestamp >= t``, transaction markers included — and a marker carries the
+    broker's clock at commit time, so behind records with older timestamps (a replay, a
+    backfill) the answer is the first marker, possibly long before the window:
 
-    * ``"broker"``: trust ``offsets_for_times`` (fast; wrong on brokers that answer it badly —
-      Tansu always answers 0);
-    * ``"scan"``: read ``[low, high)`` from the beginning in windows of :data:`SCAN_CHUNK`
-      offsets and stop at the first record with ``timestamp >= t`` (bounded by the high
-      watermark taken at the start; memory is one window; costs a read of the partition up to
-      the answer);
-    * ``"auto"`` (default): ask the broker, then verify each answer ``o`` by reading the
-      records at ``o - 1`` and ``o`` (``ts[o] >= t`` unless ``o`` is the end, ``ts[o-1] < t``
-      unless ``o`` is the start); a partition whose answer fails the check is scanned.
+    * ``"auto"`` (default): ask the broker, then read forward from its answer ``o`` to the
+      first committed record with ``timestamp >= t`` (every offset before ``o`` has an older
+      timestamp, so nothing before it is read).  Usually the record at ``o`` is the answer,
+      and the read is one window of :data:`FORWARD_CHUNK` offsets; the windows double after
+      that, up to :data:`SCAN_CHUNK`;
+    * ``"broker"``: the broker's answer as is (one request; a marker's offset in the case
+      above);
+    * ``"scan"``: for a broker that answers ListOffsets by timestamp wrongly (some Kafka-API
+      brokers do), read ``[low, high)`` from the beginning in windows of :data:`SCAN_CHUNK`
+      offsets and stop at the first record with ``timestamp >= t`` (bounded by the end taken
+      at the start; memory is one window; costs a read of the partition up to the answer).
+
+    The records *before* ``o`` are never read to check it: on Kafka the offset before the
+    answer is often a marker, an aborted record or one removed by compaction, which a
+    committed read does not return, so such a check misfired into a scan of the partition.
     """
     resolved: dict[str, dict[int, int]] = {"start": {}, "end": {}}
     need: dict[int, dict[str, int]] = {}
+    forward: list[tuple[str, int, int, int]] = []  # (key, partition, from offset, t)
     for key, t in (("start", start_ms), ("end", end_ms)):
         if t is None:
             continue
@@ -240,19 +211,20 @@ def time_offsets(consumer: Consumer, topic: str, parts: list[int], lows: dict[in
             if hi <= lo:
                 resolved[key][p] = lo
                 continue
-            if how != "scan":
-                o = answers[p]
-                if how == "broker" or _time_offset_ok(consumer, topic, p, lo, hi, o, t,
-                                                      bootstrap, timeout_s, cancel):
-                    resolved[key][p] = o
-                    continue
-                _log.debug("offsets_for_times(%s[%d], %d) = %d is inconsistent; scanning",
-                           topic, p, t, o)
-            need.setdefault(p, {})[key] = int(t)
+            if how == "broker" or (how == "auto" and answers[p] >= hi):
+                resolved[key][p] = answers[p]
+            elif how == "auto":
+                forward.append((key, p, answers[p], int(t)))
+            else:
+                need.setdefault(p, {})[key] = int(t)
     for p, keys in need.items():
         for key, o in scan_time_offsets(consumer, topic, p, lows[p], highs[p], keys,
                                         bootstrap, timeout_s, cancel).items():
             resolved[key][p] = o
+    for key, p, o, t in forward:
+        resolved[key][p] = scan_time_offsets(consumer, topic, p, o, highs[p], {key: t},
+                                             bootstrap, timeout_s, cancel,
+                                             first_chunk=FORWARD_CHUNK)[key]
     return ((resolved["start"] if start_ms is not None else None),
             (resolved["end"] if end_ms is not None else None))
 
@@ -283,31 +255,22 @@ def _timestamps(consumer: Consumer, topic: str, p: int, s: int, e: int, bootstra
     return table.column("offset").to_numpy(), table.column("timestamp").to_numpy()
 
 
-def _time_offset_ok(consumer: Consumer, topic: str, p: int, lo: int, hi: int, o: int, t: int,
-                    bootstrap: str, timeout_s: float, cancel: threading.Event | None) -> bool:
-    offs, ts = _timestamps(consumer, topic, p, max(o - 1, lo), min(o + 1, hi), bootstrap,
-                           timeout_s, cancel)
-    got = dict(zip(offs.tolist(), ts.tolist(), strict=True))
-    if o < hi and not (o in got and got[o] >= t):
-        return False
-    return o <= lo or (o - 1 in got and got[o - 1] < t)
-
-
 def scan_time_offsets(consumer: Consumer, topic: str, p: int, lo: int, hi: int,
                       keys: dict[str, int], bootstrap: str, timeout_s: float,
-                      cancel: threading.Event | None) -> dict[str, int]:
+                      cancel: threading.Event | None, *, first_chunk: int = SCAN_CHUNK
+                      ) -> dict[str, int]:
     """For each ``{key: t}``, the first offset of partition ``p`` in ``[lo, hi)`` whose
-    record has ``timestamp >= t`` (``hi`` when none), found by reading (see
-    :func:`time_offsets`)."""
+    committed record has ``timestamp >= t`` (``hi`` when none), found by reading windows of
+    ``first_chunk`` offsets, doubling up to :data:`SCAN_CHUNK` (see :func:`time_offsets`)."""
     found: dict[str, int] = {}
-    for s in range(lo, hi, SCAN_CHUNK):
-        offs, ts = _timestamps(consumer, topic, p, s, min(s + SCAN_CHUNK, hi), bootstrap,
-                               timeout_s, cancel)
+    s, chunk = lo, max(1, min(first_chunk, SCAN_CHUNK))
+    while s < hi and len(found) < len(keys):
+        e = min(s + chunk, hi)
+        offs, ts = _timestamps(consumer, topic, p, s, e, bootstrap, timeout_s, cancel)
         for key, t in keys.items():
             if key not in found:
                 idx = np.flatnonzero(ts >= t)
                 if len(idx):
                     found[key] = int(offs[idx[0]])
-        if len(found) == len(keys):
-            break
+        s, chunk = e, min(chunk * 2, SCAN_CHUNK)
     return {key: found.get(key, hi) for key in keys}

@@ -48,12 +48,13 @@ __all__ = [
 QUEUE_KB = 16 << 10
 #: librdkafka ``fetch.max.bytes`` for streaming into a snapshot: the *compressed* size of one
 #: Fetch response.  librdkafka checks its queue bounds only before sending a Fetch, so one
-#: response is always queued whole, decompressed; and some brokers (Tansu) ignore the
-#: per-partition limit (``max.partition.fetch.bytes``) and fill the response up to this one.
-#: With the 50 MB default a well-compressed topic (lz4, ~30x) put a whole partition (>500k
-#: records, ~370 MiB with librdkafka's per-message overhead) in the queue at once.  1 MB (the
+#: response is always queued whole, decompressed, and Kafka fills a response with up to
+#: ``max.partition.fetch.bytes`` (1 MiB) of *each* partition, up to this total.  With the 50 MB
+#: default a well-compressed topic (lz4, ~30x) of many partitions could queue ~50 MB
+#: compressed (>1.5 GB of records with librdkafka's per-message overhead) at once.  1 MB (the
 #: default ``message.max.bytes``, which librdkafka requires it not to undercut) keeps one
-#: response to ~120k records even then.  A batch larger than this is still returned (KIP-74).
+#: response to ~120k records whatever the partition count.  A batch larger than this is still
+#: returned (KIP-74).
 FETCH_MAX_BYTES = 1_000_000
 #: librdkafka ``queued.min.messages`` for streaming (default 100k): stop prefetching at two
 #: consume batches; with a response of ~120k records the default added one more response
@@ -146,7 +147,8 @@ def sample_to_snapshot(config_or_bootstrap: str | Mapping[str, Any], topic: str,
                            overwrite=overwrite, extra={"complete": False})
     seed = int(sample_args.get("seed", 0))
     t_lo, t_hi = sample_args.get("start_time_ms"), sample_args.get("end_time_ms")
-    client = FetchClient(config, timeout_s=timeout_s) if exact_framing else None
+    client = (FetchClient(config, timeout_s=timeout_s, read_committed=True)  # as the consumer
+              if exact_framing else None)
     total_rows = total_bytes = done = 0
 
     def report(rows: int, nbytes: int, parts_done: int) -> None:

@@ -225,16 +225,18 @@ def test_time_window(kafka, monkeypatch, lookup):
     scans = []
     real = offsets_mod.scan_time_offsets
     monkeypatch.setattr(offsets_mod, "scan_time_offsets",
-                        lambda *a, **k: scans.append(a[2]) or real(*a, **k))
+                        lambda *a, **k: scans.append((a[2], a[3])) or real(*a, **k))
     r = sample(kafka.bootstrap, TIMED, start_time_ms=TS0 + 10_000, end_time_ms=TS0 + 20_000,
                time_lookup=lookup, timeout_s=10)
     assert _offsets(r) == {0: list(range(10, 20)), 1: list(range(10, 20))}
     assert [(x.start, x.end) for x in r.ranges] == [(10, 20), (10, 20)]
     ts = r.records.column("timestamp").to_pylist()
     assert min(ts) == TS0 + 10_000 and max(ts) == TS0 + 19_000
-    # "scan" reads both partitions; "auto" verifies Kafka's offsets_for_times answer (10 in
-    # each partition, consistent) and so scans none (a wrong answer is scanned: next test)
-    assert sorted(scans) == ([0, 1] if lookup == "scan" else [])
+    # "scan" reads both partitions from the start; "auto" reads forward from Kafka's
+    # offsets_for_times answers only (10 and 20 in each partition; see test_kafka_semantics
+    # for an answer the forward read corrects)
+    assert sorted(scans) == ([(0, 0), (1, 0)] if lookup == "scan"
+                             else [(0, 10), (0, 20), (1, 10), (1, 20)])
 
     # open-ended windows, and one past the end
     r = sample(kafka.bootstrap, TIMED, start_time_ms=TS0 + 35_500, time_lookup=lookup,
@@ -248,28 +250,17 @@ def test_time_window(kafka, monkeypatch, lookup):
                timeout_s=10)
 
 
-def test_time_window_auto_scans_a_wrong_broker_answer(kafka, monkeypatch):
-    # a broker answering offsets_for_times with the low watermark (Tansu's answer: 0) fails
-    # "auto"'s check; the partitions are scanned and the window is still right
-    scans = []
-    real = offsets_mod.scan_time_offsets
-    monkeypatch.setattr(offsets_mod, "_broker_time_offsets",
-                        lambda consumer, topic, parts, lows, *a, **k: {p: lows[p] for p in parts})
-    monkeypatch.setattr(offsets_mod, "scan_time_offsets",
-                        lambda *a, **k: scans.append(a[2]) or real(*a, **k))
-    r = sample(kafka.bootstrap, TIMED, start_time_ms=TS0 + 10_000, end_time_ms=TS0 + 20_000,
-               timeout_s=10)
-    assert _offsets(r) == {0: list(range(10, 20)), 1: list(range(10, 20))}
-    assert sorted(scans) == [0, 1]
-
-
-def test_time_window_auto_trusts_a_consistent_answer(kafka, monkeypatch):
-    # a window starting at the first record: the answer 0 is right there, so no scan is needed
-    scans = []
-    monkeypatch.setattr(offsets_mod, "scan_time_offsets",
-                        lambda *a, **k: scans.append(a) or {})
-    r = sample(kafka.bootstrap, TIMED, start_time_ms=TS0, partitions=[0], timeout_s=10)
-    assert r.records.num_rows == TIMED_PER_PART and not scans
+def test_time_window_auto_reads_one_small_window_from_the_answer(kafka, monkeypatch):
+    """The record at the broker's answer is the window's first: one read of at most
+    FORWARD_CHUNK offsets from it, nothing before it."""
+    reads = []
+    real = offsets_mod._timestamps
+    monkeypatch.setattr(offsets_mod, "FORWARD_CHUNK", 8)
+    monkeypatch.setattr(offsets_mod, "_timestamps", lambda c, t, p, s, e, *a:
+                        reads.append((p, s, e)) or real(c, t, p, s, e, *a))
+    r = sample(kafka.bootstrap, TIMED, start_time_ms=TS0 + 10_000, partitions=[0], timeout_s=10)
+    assert r.records.column("offset").to_pylist() == list(range(10, TIMED_PER_PART))
+    assert reads == [(0, 10, 18)]
 
 
 def test_time_window_options_and_snapshot(kafka, tmp_path):
@@ -297,15 +288,15 @@ def test_exact_fetch_requests_are_sized_to_the_window(kafka, monkeypatch):
 
     calls: list[tuple[int, int, int]] = []
     with FetchClient(kafka.bootstrap, timeout_s=10) as client:
-        real = client.fetch
+        real = client.fetch_partition
 
         def spy(topic, partition, offset, max_bytes):
-            buf, hw = real(topic, partition, offset, max_bytes)
-            calls.append((offset, max_bytes, len(buf)))
-            return buf, hw
+            got = real(topic, partition, offset, max_bytes)
+            calls.append((offset, max_bytes, len(got.records)))
+            return got
 
-        monkeypatch.setattr(client, "fetch", spy)
-        whole = len(real(SQUEEZE, 0, 0, 8 << 20)[0])  # what max_bytes returns: the partition
+        monkeypatch.setattr(client, "fetch_partition", spy)
+        whole = len(real(SQUEEZE, 0, 0, 8 << 20).records)  # what max_bytes returns: all of it
         offsets, starts = [], set()
         for s in range(0, 20_000, 1000):
             d = client.read(SQUEEZE, 0, s, s + 1000)
