@@ -220,15 +220,14 @@ class _Rounds:
                 settled.append((key, None, str(c.get("reason") or c.get("result"))))
                 continue
             counted = _counted(c)
-            if len(g) == 1:
-                settled.append((key, c["result"] == "failed", ""))
+            if len(g) == 1 or rule is None:  # rule None: nothing to compare it with, said
+                settled.append((key, c["result"] == "failed", ""))  # in the notes only
                 continue
-            if rule is None:  # nothing to compare it with: said in the notes only
-                settled.append((key, c["result"] == "failed", ""))
-                continue
-            want = len(g) if self.failed[rule][g[0]] else 0
-            if counted == want:
-                settled.append((key, want == len(g), ""))
+            # all or none of the group counted: each record's outcome is known, whatever
+            # the replay says (a rule stated as several checks, e.g. a range as minimum and
+            # maximum, has each check count only its own part of the rule's failures)
+            if counted in (0, len(g)):
+                settled.append((key, counted == len(g), ""))
             else:
                 split = True
         if not split:
@@ -309,25 +308,23 @@ def _fill(rt: RoundTrip, view: SampleView, ex: Any, rounds: _Rounds,
         by_rule.setdefault(rule, []).append(key)
     whole = np.zeros(view.n, dtype=bool)
     for rule, keys in by_rule.items():
-        worst = None
+        # the rule refuses a record when any of its checks does (a range: its minimum or
+        # its maximum); a record any of them could not judge is not judged
+        refused = np.zeros(view.n, dtype=bool)
+        judged = rows_mask.copy()
+        masks = dict(excluded)
         for key in keys:
-            refused = np.zeros(view.n, dtype=bool)
             for i, out in rounds.outcome.get(key, {}).items():
-                refused[i] = out
-            judged = rows_mask.copy()
-            masks = dict(excluded)
+                refused[i] |= out
             for why, idx in rounds.errors.get(key, {}).items():
-                m = np.zeros(view.n, dtype=bool)
+                m = masks.setdefault(f"the tool did not judge it: {why}",
+                                     np.zeros(view.n, dtype=bool))
                 m[idx] = True
-                judged &= ~m
-                masks[f"the tool did not judge it: {why}"] = m
-            check = compare(view, rule, refused, judged,
-                            excluded={k: int(v.sum()) for k, v in masks.items() if v.any()})
-            whole |= refused & judged
-            if worst is None or (worst.equal and not check.equal):
-                worst = check
-        assert worst is not None
-        rt.checks[rule] = worst
+                judged[idx] = False
+        check = compare(view, rule, refused, judged,
+                        excluded={k: int(v.sum()) for k, v in masks.items() if v.any()})
+        whole |= refused & judged
+        rt.checks[rule] = check
         rt.notes.append(f"{rule}: tool check(s) " + ", ".join(repr(rounds.names[k])
                                                               for k in keys))
     rt.rules = [f.rule for f in ex.fidelity if f.rule in rt.checks]

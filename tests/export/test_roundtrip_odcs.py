@@ -62,3 +62,16 @@ def test_a_contract_the_tool_disagrees_with_withdraws_the_claim(demo_view):
     v = verdict_of(build(policy).status_of("status-known"), "odcs", rt)
     assert v.verdict == WITHDRAWN and "REFUNDED" in v.why
     assert rt.checks["has-currency"].equal  # the other rules still agree
+
+
+def test_a_range_stated_as_minimum_and_maximum_is_proven_by_both(demo, policies,
+                                                                 datacontract):  # noqa: F811
+    """A field_range becomes two tool checks (field_minimum, field_maximum), each counting
+    only its own side of the rule's failures: the rule refuses what either refuses (taking
+    the worse of the two withdrew a range the tool enforces exactly)."""
+    policy = policies["orders"]  # the demo topics' Avro orders: amounts below the minimum
+    rt = roundtrip_odcs(policy, demo / "orders", now=NOW)
+    check = rt.checks["amount-range"]
+    assert check.equal and check.refused == check.expected > 0, check
+    assert verdict_of(next(f for f in build(policy).fidelity if f.rule == "amount-range"),
+                      "odcs", rt).verdict == EXACT
