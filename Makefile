@@ -70,7 +70,7 @@ setup-datacontract:
 # verified against it (the exported files, then a deployment with drift planted); then the
 # demo topics through the embedded broker (produced, sampled back, checked against their documented
 # defects); then the demo topics on Spark and locally, every verdict compared (parity check)
-demo: setup
+demo: setup setup-datacontract
 	$(BIN)/kqlab demo --dir out/demo
 	@echo
 	$(BIN)/kqlab report out/demo/orders-0 --policy kqlab/sources/demo_policy.yaml --out out/demo/report.html

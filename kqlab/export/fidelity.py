@@ -21,13 +21,15 @@ report turns each claim into a *verdict*:
 The implicit checks — the value's decoding, the key's decoding, the schema-id allowlist a
 framed value implies (:func:`~kqlab.export.base.implicit_rules`) — are rows too.
 
-Four engines run here (:mod:`kqlab.export.roundtrip`): the Confluent serializer with its CEL
+Five engines run here (:mod:`kqlab.export.roundtrip`): the Confluent serializer with its CEL
 rule executor on a ``mock://`` registry (:func:`roundtrip_confluent`), the embedded Tansu
 broker with the exported schema files (:func:`roundtrip_tansu`), the kqlab gate — its judge
 per rule, and the exported gate config run end to end on the embedded broker
 (:func:`roundtrip_gate`) — and the topic-policy plugin (extensions/topic-policy) in a real
 Apache Kafka broker, asked to create and re-configure the policy's topic with each required
-setting broken (:func:`roundtrip_topic_policy`; its proof counts admin requests, not records).
+setting broken (:func:`roundtrip_topic_policy`; its proof counts admin requests, not records),
+and datacontract-cli's own ``test`` on the ODCS contract with the sample's decoded values as
+local servers (:func:`roundtrip_odcs`; its counts resolved to records by grouping).
 Kroxylicious (not served by the Maven Central reachable here), the schema-ID brokers and the
 proposed KIP APIs (no engine exists) cannot run: their exact claims stay unverified, with the
 reason (:data:`NO_ENGINE`).
@@ -74,17 +76,19 @@ from kqlab.export.base import (
 from kqlab.export.roundtrip import RoundTrip, RuleCheck, SampleView, replayer_of
 from kqlab.export.roundtrip_confluent import roundtrip_confluent
 from kqlab.export.roundtrip_gate import roundtrip_gate
+from kqlab.export.roundtrip_odcs import roundtrip_odcs
 from kqlab.export.roundtrip_tansu import roundtrip_tansu
 from kqlab.export.roundtrip_topic_policy import roundtrip_topic_policy
 from kqlab.policy.message_params import params_filled
 
 __all__ = ["NO_ENGINE", "ROUNDTRIPS", "FidelityReport", "RoundTrip", "RuleCheck", "Verdict",
-           "fidelity_report", "roundtrip_confluent", "roundtrip_gate", "roundtrip_tansu",
-           "roundtrip_topic_policy", "verdict_of"]
+           "fidelity_report", "roundtrip_confluent", "roundtrip_gate", "roundtrip_odcs",
+           "roundtrip_tansu", "roundtrip_topic_policy", "verdict_of"]
 
 #: the targets whose own engine runs here, and the function that runs it
 ROUNDTRIPS = {"confluent": roundtrip_confluent, "tansu": roundtrip_tansu,
-              "gate": roundtrip_gate, "topic-policy": roundtrip_topic_policy}
+              "gate": roundtrip_gate, "topic-policy": roundtrip_topic_policy,
+              "odcs": roundtrip_odcs}
 
 
 #: targets whose engine cannot run here, and exactly why (their exact claims stay unverified)
