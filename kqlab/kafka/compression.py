@@ -545,12 +545,22 @@ def _zstd_message(exc: zstandard.ZstdError) -> str:
     return text.split(": ", 1)[1] if ": " in text else text
 
 
+#: zstd-jni's source buffer (``ZSTD_DStreamInSize()``: a 128 KiB block + its 3-byte header);
+#: the compressed payload reaches the decoder in reads of this size
+ZSTD_SOURCE_READ = 128 * 1024 + 3
+
+
 def _read_zstd(data: bytes) -> StreamRead:
     """Frames back to back; the input ending exactly after a frame ends the stream, ending
     inside one is "Truncated source" after all its decodable output; anything after a frame
-    is read as the next frame."""
+    is read as the next frame.
+
+    Except (measured on the broker, issue 27): zstd-jni clears its ``frameFinished`` flag only
+    when it reads more source, so a frame cut short after a complete one, inside the same
+    :data:`ZSTD_SOURCE_READ` read, ends the stream quietly after its decodable output."""
     out: list[bytes] = []
     rest = data
+    frame_end = 0  # where the last complete frame ended (0: none yet)
     while rest:
         dobj = _ZSTD.decompressobj()
         try:
@@ -559,10 +569,14 @@ def _read_zstd(data: bytes) -> StreamRead:
             break  # replay the failing frame in the broker's read sizes below
         if not dobj.eof:
             out.append(chunk)
+            if frame_end and len(data) <= ((frame_end - 1) // ZSTD_SOURCE_READ + 1) \
+                    * ZSTD_SOURCE_READ:
+                return StreamRead(b"".join(out))
             return _failed(out, _Fail("com.github.luben.zstd.ZstdIOException: Truncated "
                                       "source", truncated=True))
         out.append(chunk)
         rest = dobj.unused_data
+        frame_end = len(data) - len(rest)
     else:
         return StreamRead(b"".join(out))
     # a corrupt frame: 16 KiB reads until the one that fails (its output is lost), on a

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kqlab.kafka.checks.size import E1, E2
-from kqlab.kafka.checks.structure import D3_REBUILD
+from kqlab.kafka.checks.structure import D3_REBUILD, D3_REBUILD_PRODUCER
 from kqlab.kafka.compression import Codec
 from kqlab.kafka.table_cascade import (
     V2_MIN,
@@ -46,6 +46,7 @@ class SizeStage(VerdictState):
             # an uncompressed control batch (full records) is
             cas.by(check_offsets & moved_b & (self.codec != 0), D3_REBUILD)
             rebuilt |= check_offsets & moved_b & (self.codec == 0)
+        self._rebuild_producer(rebuilt)
         size = self.size
         cas.by(stage_e & ~rebuilt & (size > seg), E2, {"size": size, "tp": tp,
                                                        "segment_bytes": seg})
@@ -87,6 +88,17 @@ class SizeStage(VerdictState):
                                minlength=len(hcount)).astype(np.int64)
         out = np.bincount(rec_batch, weights=per, minlength=self.n)
         return np.where(which, out, 0)
+
+    def _rebuild_producer(self, rebuilt: np.ndarray) -> None:
+        """Rebuilt batches whose producer fields ``MemoryRecordsBuilder`` refuses (the
+        byte validator's ``rebuild_producer_reason``, in its order)."""
+        pid, has_pid = self.pid, self.pid != -1
+        for mask, reason in (
+                (self.transactional & (pid == -1),
+                 "Cannot write transactional messages without a valid producer ID"),
+                (has_pid & (self.epoch == -1), "Invalid negative producer epoch"),
+                (has_pid & (self.seq < 0), "Invalid negative sequence number used")):
+            self.cas.by(rebuilt & self.v2 & mask, D3_REBUILD_PRODUCER, {"reason": reason})
 
     def _rebuilt_size(self, start: int, n: int, target: Codec) -> int:
         """The re-encoded batch's size (the byte-level validator's function)."""

@@ -65,6 +65,8 @@ from kqlab.kafka.checks.structure import (
     D3_LEGACY_SIZE,
     D3_LEGACY_ZSTD,
     D3_REBUILD,
+    D3_REBUILD_PRODUCER,
+    rebuild_producer_reason,
 )
 from kqlab.kafka.checksums import crc32
 from kqlab.kafka.compression import Codec
@@ -453,6 +455,11 @@ class PartitionValidator:
                 in_place = False
         rebuilt = path == "X" or (path == "Z" and not in_place)
         path_label = path if path != "Z" else ("Z-inplace" if in_place else "Z-rebuild")
+        if rebuilt and first.magic == 2:
+            h = appended[0][0]
+            reason = rebuild_producer_reason(h[9], h[10], h[11], bool(h[5] & TRANSACTIONAL_MASK))
+            if reason is not None:
+                raise _Reject.of(D3_REBUILD_PRODUCER, reason=reason)
 
         # ---- stage E: post-validation sizes ---------------------------------------------
         validated_size: int | None = total_size

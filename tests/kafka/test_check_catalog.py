@@ -248,6 +248,11 @@ WITNESSES: dict[str, Callable[[], Witness]] = {
     "D3.rebuild": lambda: Witness([build_batch(
         [Record(key=b"k", value=b"v", offset_delta=0)] * 2, codec=Codec.GZIP,
         base_timestamp=NOW, last_offset_delta=1)], tables=True),
+    # found by the broker oracle (docs/broker-oracle.md): a batch the broker re-compresses
+    # with a producer id but epoch -1 cannot start the rebuilt batch
+    "D3.rebuild/producer": lambda: Witness([build_batch(
+        [Record(key=b"k", value=b"v")], codec=Codec.GZIP, base_timestamp=NOW, producer_id=7,
+        producer_epoch=-1, base_sequence=0)], config=REBUILD, tables=True),
     "D3/legacy": lambda: Witness([legacy.encode_message(0, None, None, magic=1,
                                                         attributes=int(Codec.GZIP),
                                                         timestamp=NOW)],

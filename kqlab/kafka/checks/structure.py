@@ -115,6 +115,26 @@ D3_REBUILD = CHECKS.add(Check(
     "position: in-place assignment turns off and the batch is rebuilt from the partial "
     "records (UnsupportedOperationException)",
     "LogValidator.buildRecordsAndAssignOffsets / PartialDefaultRecord.key"))
+D3_REBUILD_PRODUCER = CHECKS.add(Check(
+    "D3.rebuild", "3.D.3", kerr.UNKNOWN_SERVER_ERROR, "{reason}",
+    "rebuilt (another codec, or offsets reassigned): the first batch's producer fields cannot "
+    "start the new batch — transactional without a producer id, or a producer id with epoch "
+    "-1 or a negative base sequence (IllegalArgumentException; found by the broker oracle)",
+    "LogValidator.buildRecordsAndAssignOffsets / MemoryRecordsBuilder.<init>",
+    id="D3.rebuild/producer"))
+
+
+def rebuild_producer_reason(pid: int, epoch: int, base_sequence: int,
+                            transactional: bool) -> str | None:
+    """Why ``MemoryRecordsBuilder`` refuses these producer fields (None: it takes them).  The
+    broker builds with ``isControlBatch=false``, so a control batch's -1 sequence counts."""
+    if transactional and pid == -1:
+        return "Cannot write transactional messages without a valid producer ID"
+    if pid != -1 and epoch == -1:
+        return "Invalid negative producer epoch"
+    if pid != -1 and base_sequence < 0:
+        return "Invalid negative sequence number used"
+    return None
 
 # -- legacy message sets (v0/v1; produce v0-2 on 3.x only: 4.x refuses them at A4.b) ------------
 D3_LEGACY = CHECKS.add(Check(
