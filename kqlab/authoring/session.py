@@ -53,7 +53,7 @@ from __future__ import annotations
 import datetime
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -108,6 +108,10 @@ class RunInfo:
     source: Any
     seconds: float
     master: str | None = None
+    #: the SparkSession given for the run (a Connect one, say); edits re-run on it
+    spark: Any = field(default=None, repr=False, compare=False)
+    #: the folder whose subfolders hold each Spark run's verdicts (None: temporary ones)
+    out: str | None = None
 
 
 #: a replay's phase hook: ``step(phase, phases, text)``; ``phases`` 0 means the engine reports
@@ -369,12 +373,16 @@ class AuthoringSession:
     # -- replays -----------------------------------------------------------------------------
     def replay(self, source: Any = None, *, engine: str = "local", master: str | None = None,
                now: int | None = None, progress: Any = None,
-               step: StepHook | None = None) -> VerdictsView:
+               step: StepHook | None = None, spark: Any = None,
+               out: str | Path | None = None) -> VerdictsView:
         """Replay ``source`` (default: the one loaded) with the current policy on ``engine``.
 
         ``local`` loads the sample into a new :class:`~kqlab.validate.Replayer`, which later
         edits re-judge incrementally.  ``spark`` replays on Spark (``master``; ``progress`` as
-        :func:`kqlab.spark.replay_spark` takes it); the local sample stays for edits when it
+        :func:`kqlab.spark.replay_spark` takes it; ``spark``: a SparkSession to run on, e.g.
+        a Spark Connect one, instead of ``master``; ``out``: on a cluster, a folder the
+        driver and every executor reach, each Spark run's verdicts in a new subfolder of it);
+        the local sample stays for edits when it
         is the same source, so edits re-judge locally; otherwise they re-run on Spark.
         ``now`` sets the clock from here on.  ``step`` is told each phase and may raise to
         cancel: nothing changes then.
@@ -397,14 +405,16 @@ class AuthoringSession:
             step(0, 0, "starting Spark…")
             same = self.replayer if _same_source(self.source, source) else None
             verdicts = self._spark(source, self.policy, master, progress,
-                                   same.now if same is not None else None)
+                                   same.now if same is not None else None, spark,
+                                   None if out is None else str(out))
             step(0, 0, "done")
             replayer = same  # the same sample stays for edits; another one is Spark's only
         new_sample = replayer is not self.replayer
         self.replayer, self.source, self.verdicts = replayer, source, verdicts
         self._judged_locally = engine == "local"
         self.previous = self.previous_policy = None
-        self.run_info = RunInfo(engine, source, time.perf_counter() - t0, master)
+        self.run_info = RunInfo(engine, source, time.perf_counter() - t0, master, spark,
+                                None if out is None else str(out))
         self.edits_since_run = 0
         self.error = None
         changed = {"verdicts", "examples", "error"}
@@ -429,7 +439,8 @@ class AuthoringSession:
         return replayer, replayer.run(self.policy)
 
     def _spark(self, source: Any, policy: Policy, master: str | None, progress: Any,
-               sample_now: int | None) -> VerdictsView:
+               sample_now: int | None, spark: Any = None, out: str | None = None
+               ) -> VerdictsView:
         from kqlab.spark import replay_spark
         from kqlab.validate.replayer import Replayer
 
@@ -437,8 +448,12 @@ class AuthoringSession:
             raise SessionError("the Spark engine reads a path (segment file, partition folder, "
                                "log directory or snapshot folder), not a loaded Replayer")
         now = self.now if self.now is not None else sample_now
+        if out is not None:  # a new subfolder per run: earlier verdicts stay readable
+            import uuid
+
+            out = f"{out.rstrip('/')}/replay-{uuid.uuid4().hex[:12]}"
         return replay_spark(source, policy, master=master, now=now, framing=self.framing,
-                            resolver=self.resolver, progress=progress)
+                            resolver=self.resolver, progress=progress, spark=spark, out=out)
 
     def _judge(self, policy: Policy) -> VerdictsView | None:
         """``policy``'s verdicts on the current sample: incrementally on the local replayer,
@@ -449,7 +464,8 @@ class AuthoringSession:
             return rejudged if rejudged is not None else self.replayer.run(policy)
         run = self.run_info
         if run is not None and run.engine == "spark":
-            return self._spark(run.source, policy, run.master, None, None)
+            return self._spark(run.source, policy, run.master, None, None, run.spark,
+                               run.out)
         return None
 
     def _checks_rejudged(self, policy: Policy) -> VerdictsView | None:

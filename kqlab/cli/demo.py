@@ -230,6 +230,7 @@ def cmd_demo_spark(args: argparse.Namespace) -> int:
 
     from kqlab.sources import demo_topics as dt
     from kqlab.spark import parity_check, spark_session
+    from kqlab.spark.engine import master_url  # Connect sessions have no sparkContext
 
     now = now_ms(args.now)
     reports: dict[str, tuple[ParityReport, dict[str, Any]]] = {}
@@ -250,13 +251,13 @@ def cmd_demo_spark(args: argparse.Namespace) -> int:
     status = EXIT_OK if identical else EXIT_FINDING
     if args.json:
         write_json({
-            "now": now, "master": spark.sparkContext.master, "identical": identical,
+            "now": now, "master": master_url(spark), "identical": identical,
             "topics": {t: {**r.to_dict(), "outcomes": s["outcomes"], "units": s["units"]}
                        for t, (r, s) in reports.items()}})
         return status
     from kqlab.cli._ui import show, styled, table
 
-    print(f"kqlab demo --spark — the demo topics on Spark ({spark.sparkContext.master}) and "
+    print(f"kqlab demo --spark — the demo topics on Spark ({master_url(spark)}) and "
           "locally, every verdict compared")
     show(table(("topic", "partitions", "records", "batches", *_OUTCOME_COLUMNS, "engines",
                 "local s", "spark s"),

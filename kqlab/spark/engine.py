@@ -40,6 +40,11 @@ class SparkReplayError(KqlabError):
     """The Spark replay could not run (output path, cancelled job, ...)."""
 
 
+class UnitsFailed(SparkReplayError):
+    """Every unit of the replay failed (e.g. a source no executor can read): there are no
+    verdicts at all, so the run fails instead of summarising 0 records."""
+
+
 class ReplayCancelled(SparkReplayError):
     """The replay's Spark job was cancelled (from the progress bar or ``cancelJobGroup``)."""
 
@@ -128,6 +133,11 @@ def replay_spark(source: Any, policy: Any, *, spark: Any = None, master: str | N
     job = Job(effective, now, framing, profile, linger_ms, batch_size, resolver,
               None if base_dir is None else str(base_dir), plans)
     path, _ = _output_path(out, _master(session), overwrite)
+    if plan.units:
+        from kqlab.spark.reach import needs_probe, probe_output
+
+        if needs_probe(session, _master(session)):  # before any work: shared with executors?
+            probe_output(session, path, min(len(plan.units), 2))
     callback = _callback(progress, session)
     rows = _run(session, plan, job, path, callback) if plan.units else []
     label = "exact" if framing == "exact" else f"reconstructed:{framing}"
@@ -180,14 +190,18 @@ def is_connect(session: Any) -> bool:
     return type(session).__module__.startswith("pyspark.sql.connect")
 
 
-def _master(session: Any) -> str:
-    """The session's master URL (``connect`` when a Connect server does not say)."""
+def master_url(session: Any) -> str:
+    """The session's master URL (``connect`` when a Connect server does not say); works on
+    classic and Connect sessions alike (``sparkContext.master`` does not)."""
     if is_connect(session):
         try:
             return str(session.conf.get("spark.master", "connect"))
         except Exception:
             return "connect"
     return str(session.sparkContext.master)
+
+
+_master = master_url
 
 
 def _run(session: Any, plan: Plan, job: Job, path: str, callback: Any) -> list[Any]:
@@ -210,24 +224,33 @@ def _run(session: Any, plan: Plan, job: Job, path: str, callback: Any) -> list[A
     # spark.range(n, numPartitions=n): exactly one unit per task, no RDD (Connect has none)
     result = session.range(0, n, 1, n).mapInArrow(by_index, from_arrow_schema(OUTPUT_SCHEMA))
     group = f"kqlab-replay-{uuid.uuid4().hex[:12]}"
+    if callback is not None and hasattr(callback, "group"):
+        callback.group = group
     if is_connect(session):  # tags, not job groups: cancel with spark.interruptTag
+        from kqlab.spark.progress import ConnectProgress
+
+        handler = ConnectProgress(callback) if callback is not None else None
         session.addTag(group)
+        if handler is not None:  # the server's progress, streamed with the results
+            session.registerProgressHandler(handler)
         try:
             return result.collect()
         except Exception as exc:
-            if "cancel" in str(exc).lower() or "interrupt" in str(exc).lower():
+            if getattr(callback, "cancelled", False) or "cancel" in str(exc).lower() or \
+                    "interrupt" in str(exc).lower():
                 raise ReplayCancelled(f"replay of {plan.source} was cancelled; partial "
                                       f"output under {path} is incomplete") from None
             raise
         finally:
             session.removeTag(group)
+            if handler is not None:
+                session.removeProgressHandler(handler)
+                handler.finish()
             if hasattr(callback, "close"):
                 callback.close()
     sc = session.sparkContext
     sc.setJobGroup(group, f"kqlab replay of {plan.source} ({n} units)",
                    interruptOnCancel=True)
-    if callback is not None and hasattr(callback, "group"):
-        callback.group = group
     watcher = JobWatcher(session, group, callback) if callback is not None else \
         contextlib.nullcontext()
     try:
@@ -275,10 +298,13 @@ def _collect(session: Any, plan: Plan, policy: Any, rows: list[Any], path: str, 
     rules = merge_rule_rows(policy.rules, rule_parts)  # the local engine's one merge
     notes = replay_notes(policy, sorted(topics), undetermined)
     if errors:
+        said = "; ".join(f"{e['topic']}-{e['partition']} ({e['path']}, on {e.get('host', '?')})"
+                         f": {e['error']}: {e['message']}" for e in errors[:5])
+        if len({u for u, kind, _, _ in got if kind == "error"}) >= len(plan.units):
+            raise UnitsFailed(f"none of the {len(plan.units)} unit(s) could be replayed "
+                              f"(can every executor read the source?): {said}")
         notes.append(f"{len(errors)} of {len(plan.units)} unit(s) could not be replayed (their "
-                     "verdicts are missing): " + "; ".join(
-                         f"{e['topic']}-{e['partition']} ({e['path']}): {e['error']}: "
-                         f"{e['message']}" for e in errors[:5]))
+                     "verdicts are missing): " + said)
     # files of task attempts that did not report (retried or speculative) are not verdicts
     fs, base = filesystem(path)
     from pyarrow import fs as pafs

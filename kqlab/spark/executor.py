@@ -222,9 +222,12 @@ def unit_rows(unit: Unit, job: Job, stored_framing: str, out: str
     except Exception as exc:  # a failed unit is a verdict of its own, not a failed job
         last = traceback.extract_tb(exc.__traceback__)[-1:]
         where = f"{last[0].filename.rsplit('/', 1)[-1]}:{last[0].lineno}" if last else ""
+        import socket  # the host says which machine could not read the unit's files
+
         yield _row(unit, "error", {"error": type(exc).__name__, "message": str(exc),
                                    "where": where, "topic": unit.topic,
-                                   "partition": unit.partition, "path": unit.path})
+                                   "partition": unit.partition, "path": unit.path,
+                                   "host": socket.gethostname()})
         return
     yield _row(unit, "files", files)
     if check_run is not None:

@@ -3,8 +3,10 @@
 A replay is one Spark job (one task per unit).  :class:`JobWatcher` polls Spark's status
 tracker for the job group kqlab runs it under and reports ``(tasks done, tasks total,
 tasks failed, seconds)``; :class:`SparkNotebookProgress` draws that as an ipywidgets bar
-with a Cancel button (``SparkContext.cancelJobGroup``), :class:`SparkTerminalProgress` as a
-stderr line.  Any callable with that signature works as ``progress=``.
+with a Cancel button (``SparkContext.cancelJobGroup``; over Spark Connect
+``spark.interruptTag``, with :class:`ConnectProgress` in place of the watcher),
+:class:`SparkTerminalProgress` as a stderr line.  Any callable with that signature works as
+``progress=``.
 """
 
 from __future__ import annotations
@@ -70,6 +72,36 @@ class JobWatcher:
         self._report()
 
 
+class ConnectProgress:
+    """Spark Connect's progress (``spark.registerProgressHandler``: the server streams each
+    stage's task counts with the results) as kqlab's ``(done, total, failed, seconds)`` ticks.
+
+    Connect has no status tracker; its stage figures carry no failed-attempt count, so
+    ``failed`` is always 0 here.
+    """
+
+    def __init__(self, callback: Callback):
+        self.callback = callback
+        self._t0 = time.monotonic()
+        self.last: tuple[int, int, int] = (0, 0, 0)
+        self.ticks = 0
+
+    def __call__(self, stages: Any = None, inflight_tasks: int = 0,
+                 operation_id: str | None = None, done: bool = False) -> None:
+        stages = list(stages or [])
+        if not stages:
+            return
+        self.last = (sum(s.num_completed_tasks for s in stages),
+                     sum(s.num_tasks for s in stages), 0)
+        self.ticks += 1
+        self.callback(*self.last, time.monotonic() - self._t0)
+
+    def finish(self) -> None:
+        """A last tick with the final figures (Connect's last update may come before the
+        results are all in)."""
+        self.callback(*self.last, time.monotonic() - self._t0)
+
+
 def format_tasks(done: int, total: int, failed: int, seconds: float) -> str:
     """``"3/8 units replayed, 12.5 s"`` (plus failed task attempts, when any)."""
     text = f"{done}/{total or '?'} units replayed, {seconds:.1f} s"
@@ -132,7 +164,12 @@ class SparkNotebookProgress:
         """Cancel the running replay (its job group) if there is one."""
         self.cancelled = True
         if self.spark is not None and self.group is not None:
-            self.spark.sparkContext.cancelJobGroup(self.group)
+            from kqlab.spark.engine import is_connect
+
+            if is_connect(self.spark):  # Connect: the replay's operations carry its tag
+                self.spark.interruptTag(self.group)
+            else:
+                self.spark.sparkContext.cancelJobGroup(self.group)
         self.button.disabled = True
 
     def __call__(self, done: int, total: int, failed: int, seconds: float) -> None:

@@ -54,6 +54,13 @@ class ReplayPanel:
         The replay clock (epoch ms) of a session started here (default: the sample's own).
     master
         The Spark master for the ``spark`` engine (default ``local[2]``).
+    spark, remote, ship_env, spark_out
+        Where else the ``spark`` engine runs: a SparkSession of yours (a cluster's, or a
+        Spark Connect one), or ``remote`` (``sc://host:port``) for a Spark Connect session
+        opened on the first Spark replay, with ``ship_env`` (a packed kqlab environment,
+        :func:`kqlab.spark.ship.pack_environment`) shipped to its executors; ``spark_out``
+        a folder the driver and every executor reach (required on a cluster), each run's
+        verdicts in a subfolder.
     on_result
         Called with the panel after every successful run.
     """
@@ -61,10 +68,15 @@ class ReplayPanel:
     def __init__(self, policy: Policy | AuthoringSession | None = None,
                  sources: Mapping[str, Any] | None = None, *, now: int | None = None,
                  master: str = "local[2]",
-                 on_result: Callable[[ReplayPanel], Any] | None = None):
+                 on_result: Callable[[ReplayPanel], Any] | None = None,
+                 spark: Any = None, remote: str | None = None, ship_env: str | None = None,
+                 spark_out: str | None = None):
         self.session: AuthoringSession | None = None
         self.sources = dict(sources or {})
         self.master = master
+        self.spark = spark
+        self._remote = (remote, ship_env)
+        self.spark_out = spark_out
         self.seconds: float | None = None
         self.state = "idle"  # idle | running | done | cancelled | failed
         self._now = now
@@ -273,8 +285,15 @@ class ReplayPanel:
             self.status.value = html.escape(progress.label.value)
 
         self._job_progress = progress
+        remote, ship_env = self._remote
+        if self.spark is None and remote is not None:  # opened once, kept for edits
+            from kqlab.spark.session import connect_session
+
+            self.spark = connect_session(remote, ship_env)
+        progress.spark = self.spark
         return self.session.replay(source, engine="spark", master=self.master,
-                                   progress=_Progress(progress, report), step=self._phase)
+                                   progress=_Progress(progress, report), step=self._phase,
+                                   spark=self.spark, out=self.spark_out)
 
 
 class _Progress:

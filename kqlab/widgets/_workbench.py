@@ -59,6 +59,12 @@ class Workbench:
         The figures refreshed after every replay and edit (kept in :attr:`figures`).
     session
         An :class:`~kqlab.authoring.AuthoringSession` to show (its policy is used).
+    spark, remote, ship_env, spark_out
+        Where the panel's ``spark`` engine runs (default: a ``local[2]`` session): your
+        SparkSession (a cluster's or a Spark Connect one), or a Spark Connect server
+        ``remote="sc://host:port"`` with a packed kqlab environment ``ship_env`` for its
+        executors; on a cluster ``spark_out`` is a folder the driver and every executor
+        reach, for the verdict files (see docs/spark-cluster.md).
 
     Python twins: :meth:`replay` (the panel's *Replay*), ``workbench.session.<edit>()`` or
     ``workbench.editor.<edit>()``, ``workbench.explorer.set_filter()`` / ``show_record()``,
@@ -68,7 +74,9 @@ class Workbench:
     def __init__(self, source: Any, policy: Policy | None = None, *, now: int | None = None,
                  sources: Mapping[str, Any] | None = None,
                  figures: tuple[str, ...] = ("reasons", "offsets", "timeline"),
-                 session: AuthoringSession | None = None):
+                 session: AuthoringSession | None = None, spark: Any = None,
+                 remote: str | None = None, ship_env: str | None = None,
+                 spark_out: str | None = None):
         if session is None:
             if policy is None:
                 raise TypeError("Workbench needs a policy (or session=)")
@@ -78,7 +86,8 @@ class Workbench:
         self._figures: dict[str, Any] = {}
         self._figures_for: object = None  # the verdicts self._figures were built from
         named = {"sample": source, **(sources or {})}
-        self.panel = ReplayPanel(session, named)
+        self.panel = ReplayPanel(session, named, spark=spark, remote=remote,
+                                 ship_env=ship_env, spark_out=spark_out)
         self.editor = PolicyEditor(session, figures=("impact",))
         self._explorer = RejectionExplorer()
         self._explorer_for: object = None  # the verdicts the explorer browses

@@ -61,6 +61,26 @@ def test_a_bad_segment_becomes_an_error_not_a_failed_job(spark, logdir, tmp_path
         assert mine.equals(local.records)
 
 
+def test_every_unit_failing_fails_the_run_naming_paths_and_host(spark, logdir, tmp_path):
+    """No unit readable (here: every segment a folder): not a 0-record summary but
+    UnitsFailed, naming each unit's path and the host of the executor that failed it."""
+    import shutil
+    import socket
+
+    from kqlab.spark.engine import UnitsFailed
+
+    root = tmp_path / "log"
+    shutil.copytree(logdir, root)
+    for seg in root.glob("orders-*/*.log"):
+        seg.unlink()
+        seg.mkdir()
+    with pytest.raises(UnitsFailed, match="none of the 4 unit") as err:
+        replay_spark(root, POLICY, spark=spark, now=NOW)
+    for p in range(4):
+        assert f"orders-{p} ({root / f'orders-{p}'}, on {socket.gethostname()})" in \
+            str(err.value)
+
+
 def test_a_corrupt_parquet_part_becomes_an_error(spark, logdir, tmp_path):
     from kqlab.kafka.log import read_log
     from kqlab.sources.files import Snapshot
