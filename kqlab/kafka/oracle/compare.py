@@ -85,6 +85,8 @@ class BatchResult:
     disagreement: str | None = None
     unknowable: str | None = None
     records: bytes = b""
+    #: the known kqlab gap (:mod:`.gaps`) that explains ``disagreement`` (None: none does)
+    known_gap: str | None = None
 
 
 def _close(a: str | None, b: str | None) -> bool:
@@ -253,26 +255,34 @@ class Oracle:
 
 
 def summary(results: Sequence[BatchResult], *, version: str, seconds: float) -> dict[str, Any]:
-    """The JSON line of a run: batches, agreement, per family, broker version, batches/s."""
+    """The JSON line of a run: batches, agreement, per family, broker version, batches/s.
+
+    ``agreement`` counts every compared batch (a known gap's disagreement is a disagreement);
+    ``agreement_outside_known_gaps`` leaves the known gaps' batches out."""
     fam: dict[str, Counter[str]] = {}
-    agree = compared = 0
     for r in results:
         c = fam.setdefault(r.family, Counter())
         c["batches"] += 1
         if r.unknowable is not None:
             c["unknowable"] += 1
             continue
-        compared += 1
         c["compared"] += 1
         if r.disagreement is None:
-            agree += 1
             c["agree"] += 1
+        elif r.known_gap is not None:
+            c["known_gap"] += 1
+    total: Counter[str] = sum(fam.values(), Counter())
+    compared, agree, gaps = total["compared"], total["agree"], total["known_gap"]
     return {
         "batches": len(results), "compared": compared,
         "agreement": round(agree / compared, 6) if compared else None,
+        "known_gaps": gaps,
+        "agreement_outside_known_gaps": round(agree / (compared - gaps), 6)
+        if compared - gaps else None,
         "families": {k: {"batches": c["batches"], "compared": c["compared"],
                          "agreement": round(c["agree"] / c["compared"], 6)
-                         if c["compared"] else None, "unknowable": c["unknowable"]}
+                         if c["compared"] else None, "known_gaps": c["known_gap"],
+                         "unknowable": c["unknowable"]}
                      for k, c in sorted(fam.items())},
         "broker_version": version, "seconds": round(seconds, 1),
         "batches_per_s": round(len(results) / seconds, 1) if seconds else None,

@@ -174,7 +174,7 @@ class ProducerId:
 
 
 class WireClient:
-    """One connection to one broker; requests are sent one at a time (no pipelining)."""
+    """One connection to one broker; produce requests may be pipelined (:meth:`produce_many`)."""
 
     def __init__(self, bootstrap: str, *, client_id: str = "kqlab-oracle",
                  timeout: float = 30.0) -> None:
@@ -207,17 +207,29 @@ class WireClient:
 
     def call(self, api: int, version: int, body: bytes) -> Reader:
         """Send one request; return a reader positioned after the response header."""
-        flexible = version >= FIRST_FLEXIBLE[api]
+        return self._read(api, version, self._send(api, version, body))
+
+    def _frame(self, api: int, version: int, body: bytes) -> tuple[bytes, int]:
+        """One request's bytes (size, header, body) and its correlation id."""
         self._correlation += 1
         cid = self.client_id.encode()
         header = struct.pack(">hhih", api, version, self._correlation, len(cid)) + cid
-        if flexible:
+        if version >= FIRST_FLEXIBLE[api]:
             header += b"\x00"
         msg = header + body
-        self.sock.sendall(struct.pack(">i", len(msg)) + msg)
+        return struct.pack(">i", len(msg)) + msg, self._correlation
+
+    def _send(self, api: int, version: int, body: bytes) -> int:
+        frame, correlation = self._frame(api, version, body)
+        self.sock.sendall(frame)
+        return correlation
+
+    def _read(self, api: int, version: int, correlation: int) -> Reader:
+        """The response to ``correlation`` (responses come back in request order)."""
+        flexible = version >= FIRST_FLEXIBLE[api]
         size = struct.unpack(">i", self._recv(4))[0]
         r = Reader(self._recv(size), flexible)
-        if r.int32() != self._correlation:
+        if r.int32() != correlation:
             raise WireError("correlation id mismatch")
         if flexible and api != API_VERSIONS:  # ApiVersions always answers with header v0
             r.skip_tags()
@@ -251,15 +263,29 @@ class WireClient:
                 acks: int = -1, transactional_id: str | None = None,
                 timeout_ms: int = 30000) -> ProduceResult:
         """Produce ``records`` (exact bytes) to one partition; the broker's answer for it."""
-        v = self.version(API_PRODUCE, version)
-        w = Writer(v >= FIRST_FLEXIBLE[API_PRODUCE])
-        w.string(transactional_id).int16(acks).int32(timeout_ms)
-        w.array_len(1).string(topic).array_len(1).int32(partition).bytes_(records).tags()
-        w.tags().tags()
+        return self.produce_many(topic, partition, [records], version=version, acks=acks,
+                                 transactional_id=transactional_id, timeout_ms=timeout_ms)[0]
+
+    def produce_many(self, topic: str, partition: int, batches: list[bytes | None], *,
+                     version: int = 8, acks: int = -1, transactional_id: str | None = None,
+                     timeout_ms: int = 30000) -> list[ProduceResult]:
+        """One ProduceRequest per element of ``batches``, all written before the first answer
+        is read (pipelined: the broker handles one connection's requests in order, so the
+        answers are what sending them one at a time would get, minus the round trips)."""
         if acks == 0:
             raise WireError("acks=0 gets no response; this client needs one")
-        r = self.call(API_PRODUCE, v, bytes(w.buf))
-        return _read_produce(r, v)
+        v = self.version(API_PRODUCE, version)
+        frames, ids = [], []
+        for records in batches:
+            w = Writer(v >= FIRST_FLEXIBLE[API_PRODUCE])
+            w.string(transactional_id).int16(acks).int32(timeout_ms)
+            w.array_len(1).string(topic).array_len(1).int32(partition).bytes_(records).tags()
+            w.tags().tags()
+            frame, correlation = self._frame(API_PRODUCE, v, bytes(w.buf))
+            frames.append(frame)
+            ids.append(correlation)
+        self.sock.sendall(b"".join(frames))
+        return [_read_produce(self._read(API_PRODUCE, v, c), v) for c in ids]
 
     # -- producer ids and transactions -------------------------------------------------------
     def init_producer_id(self, transactional_id: str | None = None, *,
