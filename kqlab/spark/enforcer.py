@@ -116,6 +116,9 @@ PRODUCED_SCHEMA = pa.schema([
     ("first_offset", pa.int64()), ("last_offset", pa.int64()),
     ("records", pa.int64()), ("dead_lettered", pa.int64()),
     ("by_rule", pa.string()), ("observed", pa.string()),
+    # records a re-run task did not send again (exactly-once: an earlier attempt's
+    # transaction committed them; :mod:`kqlab.spark.enforcer_txn`)
+    ("skipped", pa.int64()),
     # the sample checks' partials (kqlab.spark.enforcer_checks.TaskChecks.payload), on a
     # task's first row: a JSON header and one Arrow IPC table per enforced check
     ("checks", pa.binary()), ("partials", pa.list_(pa.binary())),
@@ -197,6 +200,10 @@ class EnforceJob:
     #: the routes by pattern (source pattern, sink, dlq), in config order: a topic no named
     #: route reads goes by the first whose pattern is found in it
     patterns: tuple[tuple[str, str, str], ...] = ()
+    #: exactly-once: the transactional-id prefix and group (None: at least once), and the
+    #: client settings of the group's offset reads
+    txn_prefix: str | None = None
+    client: Mapping[str, Any] | None = None
 
     def route(self, topic: str) -> tuple[str, str]:
         """``(sink, dlq)`` of ``topic``'s records (:func:`route_for`; a pattern's answer is
@@ -288,9 +295,11 @@ def enforce_records(job: EnforceJob) -> Callable[[Iterator[pa.RecordBatch]],
 
         judge = _judge(job)
         checks = None if job.closed is None else TaskChecks(job.policy, dict(job.closed))
-        producer = _producer(job.producer)
+        txn: Any = None
+        floor = 0  # exactly-once: the first offset no earlier attempt committed
+        skipped = 0
+        producer = None if job.txn_prefix else _producer(job.producer)
         _ERRORS.clear()
-        produce = producer.produce
         same = job.partitioning == "same"
         stats: dict[tuple[str, int], dict[str, int]] = {}
         by_rule: dict[str, int] = {}
@@ -305,6 +314,11 @@ def enforce_records(job: EnforceJob) -> Callable[[Iterator[pa.RecordBatch]],
             topics = table.column("topic").to_pylist()
             parts = table.column("partition").to_pylist()
             offsets = table.column("offset").to_pylist()
+            if job.txn_prefix and txn is None:
+                txn = _open_txn(job, topics, parts)
+                producer, floor = txn.producer, txn.floor
+            assert producer is not None
+            produce = producer.produce
             # librdkafka: partition -1 lets the partitioner pick, timestamp 0 stamps "now"
             stamps = pc.max_element_wise(pc.fill_null(table.column("timestamp"), 0), 0
                                          ).to_pylist()
@@ -319,6 +333,10 @@ def enforce_records(job: EnforceJob) -> Callable[[Iterator[pa.RecordBatch]],
                 if i == half:
                     producer.flush(10)
                     _kill_driver_from_task("producing")
+                if offsets[i] < floor:  # an earlier attempt's transaction committed it
+                    k += is_dead
+                    skipped += 1
+                    continue
                 sink, dlq = single or job.route(topics[i])
                 h = headers[i]
                 if is_dead:
@@ -348,8 +366,10 @@ def enforce_records(job: EnforceJob) -> Callable[[Iterator[pa.RecordBatch]],
             for target, counts in ((by_rule, verdict.by_rule), (observed, verdict.observed)):
                 for r, v in counts.items():
                     target[r] = target.get(r, 0) + int(v)
-        while producer.flush(1.0):  # every record of the task delivered (or failed)
+        while producer is not None and producer.flush(1.0):  # every record delivered (or failed)
             pass
+        if txn is not None:
+            _end_txn(txn, stats, failed=bool(_ERRORS))
         if _ERRORS:
             first, n = _ERRORS[0], len(_ERRORS)
             _ERRORS.clear()
@@ -366,9 +386,41 @@ def enforce_records(job: EnforceJob) -> Callable[[Iterator[pa.RecordBatch]],
                 "last_offset": st["last"], "records": st["records"],
                 "dead_lettered": st["dead"], "by_rule": json.dumps(by_rule if i == 0 else {}),
                 "observed": json.dumps(observed if i == 0 else {}),
-                "checks": head if i == 0 else None, "partials": partials if i == 0 else None}],
+                "skipped": skipped if i == 0 else 0, "checks": head if i == 0 else None,
+                "partials": partials if i == 0 else None}],
                 schema=PRODUCED_SCHEMA)
     return fn
+
+
+def _open_txn(job: EnforceJob, topics: list[str], parts: list[int]) -> Any:
+    """Exactly-once: the task's transaction (its range is one topic-partition's)."""
+    from kqlab.spark.enforcer_txn import TaskTransaction
+
+    if len(set(zip(topics, parts, strict=True))) != 1:
+        raise EnforcerError("exactly-once delivery needs one topic-partition per task (the "
+                            "kqlab-kafka stream's micro-batch tasks); got several")
+    assert job.txn_prefix is not None
+    return TaskTransaction(job.txn_prefix, job.producer, job.client or {}, topics[0],
+                           parts[0], _on_delivery)
+
+
+def _end_txn(txn: Any, stats: Mapping[tuple[str, int], Mapping[str, int]],
+             failed: bool) -> None:
+    """Commit the task's records with the source offset after its last one, or abort on a
+    delivery failure (the micro-batch then fails and runs again)."""
+    try:
+        if failed:
+            txn.abort()
+            return
+        try:
+            txn.commit(max(s["last"] for s in stats.values()))
+        except Exception as exc:
+            txn.abort()
+            raise EnforcerError(f"{txn.topic}[{txn.partition}]: the task's transaction did "
+                                f"not commit ({exc}); the micro-batch is not committed and "
+                                "runs again on restart") from exc
+    finally:
+        txn.close()
 
 
 def judge_for_sink(job: EnforceJob) -> Callable[[Iterator[pa.RecordBatch]],
@@ -434,6 +486,9 @@ class EnforcerSettings:
     json_metrics: bool = False
     #: the sample checks' alert topic, lateness and which windows are sent
     checks: CheckSettings = field(default_factory=CheckSettings)
+    #: ``at-least-once`` or ``exactly-once`` (a transaction per task:
+    #: :mod:`kqlab.spark.enforcer_txn`; ``connector: python`` only)
+    delivery: str = "at-least-once"
 
 
 class Enforcer:
@@ -448,6 +503,12 @@ class Enforcer:
                                 f"{settings.partitioning!r}")
         if not settings.routes:
             raise EnforcerError("the enforcer needs at least one source → sink/dlq route")
+        if settings.delivery not in ("at-least-once", "exactly-once"):
+            raise EnforcerError(f"delivery must be 'at-least-once' or 'exactly-once', not "
+                                f"{settings.delivery!r}")
+        if settings.delivery == "exactly-once" and settings.connector != "python":
+            raise EnforcerError("delivery: exactly-once needs connector: python (Spark's "
+                                "Kafka sink writes at least once)")
         self.spark = spark
         self.policy = policy
         self.settings = settings
@@ -588,13 +649,18 @@ class Enforcer:
     # -- the query -------------------------------------------------------------------------
     def _job(self, kill_producing: bool = False,
              closed: Mapping[str, int] | None = None) -> EnforceJob:
+        from kqlab.spark.enforcer_txn import txn_prefix
+
         routes = self.settings.routes
         return EnforceJob(self.policy,
                           {r.source: (r.sink, r.dlq) for r in routes if not r.pattern},
                           {**self._client_config(), **dict(self.settings.producer)},
                           self.settings.partitioning, self.settings.now, self._policy_id,
                           kill_producing, closed,
-                          tuple((r.source, r.sink, r.dlq) for r in routes if r.pattern))
+                          tuple((r.source, r.sink, r.dlq) for r in routes if r.pattern),
+                          txn_prefix(self.checkpoint)
+                          if self.settings.delivery == "exactly-once" else None,
+                          self._client_config())
 
     def _die(self, phase: str) -> None:
         if self._kill == (phase, self._runs):
@@ -784,7 +850,7 @@ class Enforcer:
             judged.unpersist()
         return [{"topic": "*", "partition": -1, "first_offset": None, "last_offset": None,
                  "records": total, "dead_lettered": dead, "by_rule": "{}",
-                 "observed": "{}", "checks": None, "partials": None}]
+                 "observed": "{}", "skipped": 0, "checks": None, "partials": None}]
 
     def _account(self, batch_id: int, rows: Sequence[Any], before: int,
                  seconds: float) -> None:
@@ -799,22 +865,27 @@ class Enforcer:
             for target, text in ((by_rule, r["by_rule"]), (observed, r["observed"])):
                 for k, v in json.loads(text).items():
                     target[k] = target.get(k, 0) + int(v)
+        skipped = sum(int(r["skipped"] or 0) for r in rows)
         m["records"] += n
+        m["skipped"] = m.get("skipped", 0) + skipped
         m["forwarded"] += n - dead
         m["dead_lettered"] += dead
         m["micro_batches"] += 1
         for name, counts in (("by_rule", by_rule), ("observed", observed)):
             for k, v in counts.items():
                 m[name][k] = m[name].get(k, 0) + v
+        # exactly-once: a re-run sends only what no earlier attempt committed
+        resent = 0 if self.settings.delivery == "exactly-once" else n * before
         if before:
             m["reruns"] += 1
-            m["redelivered"] += n * before
+            m["redelivered"] += resent
         if self.checks is not None:  # counters of the state this micro-batch left
             m["checks"] = self.checks.summary()
         self._save_metrics()
         line = {"event": "batch", "batch_id": batch_id, "records": n, "forwarded": n - dead,
                 "dead_lettered": dead, "by_rule": by_rule, "observed": observed,
-                "rerun": before > 0, "attempt": before + 1, "redelivered": n * before,
+                "rerun": before > 0, "attempt": before + 1, "redelivered": resent,
+                "skipped": skipped,
                 "reject_rate": round(dead / n, 6) if n else 0.0,
                 "lag": sum(self.lag.values()) if self.lag else None,
                 "seconds": round(seconds, 3),
@@ -1026,7 +1097,8 @@ def _build(args: argparse.Namespace) -> Enforcer:
         routes=cfg.routes, bootstrap=args.bootstrap, checkpoint=args.checkpoint, client=both,
         producer=prod, source=cfg.source, partitioning=cfg.partitioning, now=args.now,
         trigger_seconds=cfg.trigger_seconds, available_now=args.available_now,
-        connector=cfg.connector, json_metrics=args.json_metrics, checks=cfg.checks)
+        connector=cfg.connector, json_metrics=args.json_metrics, checks=cfg.checks,
+        delivery=cfg.delivery)
     return Enforcer(_session(args.master), policy, settings)
 
 

@@ -9,6 +9,7 @@
     source: {startingOffsets: earliest, maxOffsetsPerTrigger: 200000}
     trigger_seconds: 0
     partitioning: same
+    delivery: at-least-once   # or exactly-once (readers then use read_committed)
     checks: {alert_topic: orders.alerts, lateness_ms: 60000, alert_passing: false}
 
 A route may name its source topics by a regular expression instead,
@@ -55,7 +56,7 @@ __all__ = ["DEFAULT_LATENESS_MS", "ENFORCED_CHECK_KINDS", "ENFORCER_VERSION", "S
 #: the config format this enforcer reads
 ENFORCER_VERSION = 1
 _KNOWN = {"kqlab_spark_enforcer", "policy", "topics", "source", "trigger_seconds",
-          "partitioning", "connector", "checks"}
+          "partitioning", "connector", "checks", "delivery"}
 #: the ``format("kqlab-kafka")`` options a config may set under ``source``
 SOURCE_OPTIONS = ("startingOffsets", "maxOffsetsPerTrigger", "fetchTimeoutMs",
                   "maxBytesPerFetch", "failOnDataLoss")
@@ -63,6 +64,9 @@ SOURCE_OPTIONS = ("startingOffsets", "maxOffsetsPerTrigger", "fetchTimeoutMs",
 #: confluent-kafka producer (default, runs anywhere), or Spark's Kafka connector (a cluster
 #: that has the spark-sql-kafka jar)
 CONNECTORS = ("python", "spark")
+#: at least once (default), or exactly once: a Kafka transaction per task with the source
+#: offset it reached (:mod:`kqlab.spark.enforcer_txn`; readers use read_committed)
+DELIVERY = ("at-least-once", "exactly-once")
 #: how late (ms) a record may be, by default, behind the newest record seen before the
 #: windows it falls in are closed (a minute: partitions read side by side in a micro-batch
 #: are seldom further apart)
@@ -182,6 +186,7 @@ class EnforcerFile:
     partitioning: str = "same"
     connector: str = "python"
     checks: CheckSettings = field(default_factory=CheckSettings)
+    delivery: str = "at-least-once"
 
 
 def load_enforcer_file(path: str | Path) -> EnforcerFile:
@@ -238,13 +243,20 @@ def load_enforcer_file(path: str | Path) -> EnforcerFile:
     if connector not in CONNECTORS:
         raise EnforcerConfigError(f"{p}: connector must be one of {', '.join(CONNECTORS)}, "
                                   f"not {connector!r}")
+    delivery = str(doc.get("delivery", "at-least-once"))
+    if delivery not in DELIVERY:
+        raise EnforcerConfigError(f"{p}: delivery must be one of {', '.join(DELIVERY)}, not "
+                                  f"{delivery!r}")
+    if delivery == "exactly-once" and connector != "python":
+        raise EnforcerConfigError(f"{p}: delivery: exactly-once needs connector: python "
+                                  "(Spark's Kafka sink writes at least once)")
     try:
         trigger = float(doc.get("trigger_seconds", 0) or 0)
     except (TypeError, ValueError):
         raise EnforcerConfigError(f"{p}: trigger_seconds must be a number") from None
     return EnforcerFile(p, policy_path, pol.get("content_hash"), tuple(routes),
                         {str(k): str(v) for k, v in source.items()}, trigger, partitioning,
-                        connector, _check_settings(p, doc.get("checks")))
+                        connector, _check_settings(p, doc.get("checks")), delivery)
 
 
 def _check_settings(p: Path, doc: Any) -> CheckSettings:

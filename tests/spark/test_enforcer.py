@@ -199,7 +199,8 @@ def test_every_attempt_at_a_micro_batch_counts_toward_redelivered(tmp_path):
     assert [first._attempts(7) for _ in range(3)] == [0, 1, 2]
     assert first._attempts(8) == 0
     row = {"topic": "e.raw", "partition": 0, "first_offset": 0, "last_offset": 9,
-           "records": 10, "dead_lettered": 3, "by_rule": '{"r": 3}', "observed": "{}"}
+           "records": 10, "dead_lettered": 3, "by_rule": '{"r": 3}', "observed": "{}",
+           "skipped": 0}
     first._account(8, [row], 0, 0.1)
     again = enforcer()  # a restart reads the markers and the counters back
     assert again.metrics["restarts"] == 1
