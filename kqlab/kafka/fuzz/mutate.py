@@ -301,7 +301,7 @@ def mutate_bytes(data: bytes, rng: random.Random, corpus: list[Seed], ops: list[
         b[j:j] = b[i:j]
         b = bytearray(fix_length(bytes(b)))
         ops.append("dup-bytes")
-    else:  # splice with another seed
+    elif corpus:  # splice with another seed (none to splice with: the batch unchanged)
         other = encode_seed(rng.choice(corpus))
         b = b[:rng.randrange(len(b) + 1)] + bytearray(other[rng.randrange(len(other) + 1):])
         ops.append("splice")
